@@ -1,0 +1,12 @@
+"""uopgrad: a small, exact, property-tested reference implementation of a tinygrad-style compiler core.
+
+The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; everything else lives in its
+module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
+"""
+from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.uop import UOp
+
+__all__ = ["DType", "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat", "dtypes", "graph_rewrite"]

@@ -1,0 +1,59 @@
+"""Every environment flag uopgrad reads, in one place (layer 1), plus `Context` to override them in code."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+__all__ = ["Context", "ContextVar", "DEBUG", "VERIFY", "TRACK_MATCH_STATS", "ALLOW_DEVICE_USAGE", "getenv"]
+
+
+def getenv(key: str, default: int = 0) -> int:
+    """Read an integer environment flag (empty or missing -> default)."""
+    value = os.environ.get(key, "")
+    return int(value) if value else default
+
+
+class ContextVar:
+    """An integer flag initialised from the environment and overridable with `Context`."""
+
+    _registry: dict[str, ContextVar] = {}
+
+    def __init__(self, key: str, default: int) -> None:
+        self.key = key
+        self.value = getenv(key, default)
+        ContextVar._registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __ge__(self, other: int) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: int) -> bool:
+        return self.value > other
+
+
+@contextlib.contextmanager
+def Context(**flags: int) -> Iterator[None]:  # noqa: N802  (reads like the flags it sets)
+    """Temporarily set flags, e.g. `with Context(VERIFY=1): ...`; restores them even on error."""
+    unknown = [k for k in flags if k not in ContextVar._registry]
+    if unknown:
+        raise KeyError(f"unknown uopgrad flag(s) {unknown}; known: {sorted(ContextVar._registry)}")
+    old = {k: ContextVar._registry[k].value for k in flags}
+    try:
+        for k, v in flags.items():
+            ContextVar._registry[k].value = v
+        yield
+    finally:
+        for k, v in old.items():
+            ContextVar._registry[k].value = v
+
+
+DEBUG = ContextVar("DEBUG", 0)                            # >0 prints what the pipeline does
+VERIFY = ContextVar("UOPGRAD_VERIFY", 0)                  # run verify() after every named pass
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)    # count rule hits per PatternMatcher row
+ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0 while tracing a function: realize is an error

@@ -1,0 +1,320 @@
+"""Data types (layer 2): `DType`, `PtrDType`, the `dtypes` namespace, promotion and value truncation."""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Final
+
+import numpy as np
+
+__all__ = [
+    "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
+    "sum_acc_dtype", "truncate",
+]
+
+ConstType = float | int | bool
+
+
+class AddrSpace(Enum):
+    """Where a pointer points: device memory, workgroup-shared memory or registers."""
+
+    GLOBAL = auto()
+    LOCAL = auto()
+    REG = auto()
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    """A scalar or vector element type. `priority` orders promotion; `count` > 1 makes a vector."""
+
+    priority: int
+    itemsize: int
+    name: str
+    fmt: str | None
+    count: int = 1
+    _scalar: DType | None = None
+
+    def __repr__(self) -> str:
+        return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+
+    def __lt__(self, other: DType) -> bool:
+        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name,
+                                                                        other.count)
+
+    @property
+    def base(self) -> DType:
+        """The dtype without pointer-ness (identity for plain dtypes)."""
+        return self
+
+    def scalar(self) -> DType:
+        """The element type of a vector (itself for a scalar)."""
+        return self._scalar if self._scalar is not None else self
+
+    def vec(self, n: int) -> DType:
+        """The `n`-wide vector of this scalar type (n == 1 gives the scalar)."""
+        if self.count != 1:
+            raise ValueError(f"can't vectorise the vector dtype {self}")
+        if n == 1 or self == dtypes.void:
+            return self
+        return DType(self.priority, self.itemsize * n, f"{self.name}{n}", None, n, self)
+
+    def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
+        """A pointer to `size` elements of this type."""
+        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, size, addrspace)
+
+    def const(self, value: ConstType) -> ConstType:
+        """`value` canonicalised for a CONST of this dtype (see `dtypes.as_const`)."""
+        return dtypes.as_const(value, self)
+
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+    """A pointer dtype: the element type `_base`, an element count (-1 unknown) and an address space."""
+
+    _base: DType = None  # type: ignore[assignment]  # always set by DType.ptr
+    size: int = -1
+    addrspace: AddrSpace = AddrSpace.GLOBAL
+
+    @property
+    def base(self) -> DType:
+        return self._base
+
+    def __repr__(self) -> str:
+        return f"{self._base!r}.ptr({self.size}{'' if self.addrspace is AddrSpace.GLOBAL else ', ' + str(self.addrspace)})"
+
+
+class FloatConst(float):
+    """A float constant that hashes and compares by bit pattern: 0.0 and -0.0 differ, NaN equals NaN."""
+
+    __slots__ = ()
+
+    def _bits(self) -> bytes:
+        return struct.pack("<d", math.nan if math.isnan(self) else float(self))
+
+    def __hash__(self) -> int:
+        return hash(self._bits())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, float):
+            return self._bits() == FloatConst(other)._bits()
+        return float.__eq__(self, other) is True  # type: ignore[operator]  # ints compare by value
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+
+class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
+    """The dtype namespace: `dtypes.float32`, aliases like `dtypes.float`, and predicates."""
+
+    void: Final = DType(-1, 0, "void", None)
+    index: Final = DType(-1, 8, "index", None)  # abstract integer of shapes and indices (int64 width)
+    bool: Final = DType(0, 1, "bool", "?")
+    int8: Final = DType(1, 1, "char", "b")
+    uint8: Final = DType(2, 1, "uchar", "B")
+    int16: Final = DType(3, 2, "short", "h")
+    uint16: Final = DType(4, 2, "ushort", "H")
+    int32: Final = DType(5, 4, "int", "i")
+    uint32: Final = DType(6, 4, "uint", "I")
+    int64: Final = DType(7, 8, "long", "q")
+    uint64: Final = DType(8, 8, "ulong", "Q")
+    float16: Final = DType(11, 2, "half", "e")
+    bfloat16: Final = DType(12, 2, "__bf16", None)
+    float32: Final = DType(13, 4, "float", "f")
+    float64: Final = DType(14, 8, "double", "d")
+
+    # aliases, as in tinygrad and C
+    half = float16
+    float = float32
+    double = float64
+    char = int8
+    uchar = uint8
+    short = int16
+    ushort = uint16
+    int = int32
+    uint = uint32
+    long = int64
+    ulong = uint64
+
+    default_float: DType = float32
+    default_int: DType = int32
+
+    floats: Final = (float16, bfloat16, float32, float64)
+    uints: Final = (uint8, uint16, uint32, uint64)
+    sints: Final = (int8, int16, int32, int64)
+    ints: Final = uints + sints
+
+    @staticmethod
+    def is_float(x: DType) -> bool:
+        """True for floating-point dtypes (and vectors of them)."""
+        return x.scalar() in dtypes.floats
+
+    @staticmethod
+    def is_int(x: DType) -> bool:
+        """True for integer dtypes, including the abstract `index`."""
+        return x.scalar() in dtypes.ints or x.scalar() == dtypes.index
+
+    @staticmethod
+    def is_unsigned(x: DType) -> bool:
+        """True for unsigned integer dtypes."""
+        return x.scalar() in dtypes.uints
+
+    @staticmethod
+    def is_bool(x: DType) -> bool:
+        """True for bool (and vectors of bool)."""
+        return x.scalar() == dtypes.bool
+
+    @staticmethod
+    def from_py(x: object) -> DType:
+        """The natural dtype of a Python value (bool, int -> default_int, float -> default_float)."""
+        if isinstance(x, bool):
+            return dtypes.bool
+        if isinstance(x, int):
+            return dtypes.default_int
+        if isinstance(x, float):
+            return dtypes.default_float
+        if isinstance(x, (list, tuple)) and len(x) > 0:
+            return max(dtypes.from_py(e) for e in x)
+        if isinstance(x, (list, tuple)):
+            return dtypes.default_float
+        raise TypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
+
+    @staticmethod
+    def as_const(value: ConstType, dtype: DType) -> ConstType:
+        """Canonical constant of `dtype`: FloatConst for floats, int for ints (wrapped), bool for bool."""
+        dt = dtype.scalar()
+        if dtypes.is_float(dt):
+            return FloatConst(truncate(dt, float(value)))
+        if dt == dtypes.bool:
+            return bool(value)
+        if dtypes.is_int(dt):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"can't make an {dt} constant from {value}")
+            return int(truncate(dt, int(value)))
+        raise TypeError(f"can't make a constant of dtype {dtype}")
+
+    @staticmethod
+    def min(dtype: DType) -> ConstType:
+        """The smallest value of `dtype` (-inf for floats)."""
+        dt = dtype.scalar()
+        if dtypes.is_float(dt):
+            return -math.inf
+        if dt == dtypes.bool:
+            return False
+        if dtypes.is_unsigned(dt):
+            return 0
+        return -(2 ** (8 * dt.itemsize - 1))
+
+    @staticmethod
+    def max(dtype: DType) -> ConstType:
+        """The largest value of `dtype` (inf for floats)."""
+        dt = dtype.scalar()
+        if dtypes.is_float(dt):
+            return math.inf
+        if dt == dtypes.bool:
+            return True
+        if dtypes.is_unsigned(dt):
+            return 2 ** (8 * dt.itemsize) - 1
+        return 2 ** (8 * dt.itemsize - 1) - 1
+
+    @staticmethod
+    def fields() -> dict[str, DType]:
+        """Every public name of a dtype (aliases included) -> DType."""
+        return {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+
+    @staticmethod
+    def to_numpy(dtype: DType) -> np.dtype:
+        """The numpy dtype with the same layout (bfloat16 is not representable in numpy)."""
+        if dtype.scalar() == dtypes.index:
+            return np.dtype(np.int64)
+        if dtype.scalar().fmt is None:
+            raise TypeError(f"{dtype} has no numpy equivalent")
+        return np.dtype(dtype.scalar().fmt)
+
+    @staticmethod
+    def from_numpy(npdtype: np.dtype) -> DType:
+        """The DType for a numpy dtype."""
+        for dt in (dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64):
+            if dt.fmt is not None and np.dtype(dt.fmt) == npdtype:
+                return dt
+        raise TypeError(f"numpy dtype {npdtype} is not supported")
+
+
+# promotion lattice: each dtype lists the dtypes it promotes to directly (as in tinygrad and JAX)
+_PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
+    dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+    dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+}
+
+
+def _parents(dt: DType) -> set[DType]:
+    out, todo = {dt}, [dt]
+    while todo:
+        for p in _PROMO_LATTICE.get(todo.pop(), ()):
+            if p not in out:
+                out.add(p)
+                todo.append(p)
+    return out
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The smallest dtype every one of `ds` promotes to (index only joins with itself)."""
+    scalars = {d.scalar() for d in ds}
+    if len(scalars) == 1:
+        return ds[0]
+    if dtypes.index in scalars:
+        rest = scalars - {dtypes.index}
+        if all(dtypes.is_int(d) or d == dtypes.bool for d in rest):
+            return dtypes.index
+        scalars = rest
+    if dtypes.void in scalars:
+        raise KeyError(f"void does not promote with {sorted(scalars - {dtypes.void})}")
+    common = set.intersection(*(_parents(d) for d in scalars))
+    return min(common)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+    """Accumulation dtype of a sum: uint32+ for unsigned, int32+ for signed and bool, float32+ for floats."""
+    if dtypes.is_unsigned(dt):
+        return least_upper_dtype(dt, dtypes.uint32)
+    if dtypes.is_int(dt) or dt == dtypes.bool:
+        return least_upper_dtype(dt, dtypes.int32)
+    return least_upper_dtype(dt, dtypes.default_float)
+
+
+def truncate(dtype: DType, value: ConstType) -> ConstType:
+    """`value` as it would be stored in `dtype`: ints wrap (two's complement), floats round."""
+    dt = dtype.scalar()
+    if dt == dtypes.bool:
+        return bool(value)
+    if dt == dtypes.index:
+        return int(value)
+    if dtypes.is_int(dt):
+        bits = 8 * dt.itemsize
+        v = int(value) & ((1 << bits) - 1)
+        return v - (1 << bits) if not dtypes.is_unsigned(dt) and v >= (1 << (bits - 1)) else v
+    if dt == dtypes.float64:
+        return float(value)
+    if dt == dtypes.float32:
+        f = float(value)
+        if math.isfinite(f) and abs(f) > 3.4028235677973366e38:
+            return math.copysign(math.inf, f)
+        return struct.unpack("<f", struct.pack("<f", f))[0] if math.isfinite(f) else f
+    if dt == dtypes.float16:
+        with np.errstate(over="ignore"):
+            return float(np.float16(value))
+    if dt == dtypes.bfloat16:
+        f = float(np.float32(value))
+        if not math.isfinite(f):
+            return f
+        bits = struct.unpack("<I", struct.pack("<f", f))[0]
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # round to nearest even
+        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+    raise TypeError(f"can't truncate to {dtype}")

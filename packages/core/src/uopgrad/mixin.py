@@ -1,0 +1,316 @@
+"""Operator sugar shared by UOp, UPat and Tensor (layer 4).
+
+`MathMixin` turns Python operators into ALU nodes using only the primitive ops the gradient table knows
+(NEG is MUL by -1, SUB is ADD of a negation, division is MUL by RECIPROCAL, `eq` is CMPNE(CMPNE(a, b), True)).
+`MovementMixin` normalises the arguments of the six movement ops and returns `self` when nothing changes.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Self, TypeAlias
+
+from uopgrad._util import prod
+from uopgrad.dtype import ConstType, dtypes
+from uopgrad.ops import Ops
+
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
+
+__all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "resolve_shape_arg"]
+
+sint: TypeAlias = "int | UOp"
+
+
+class MathMixin:
+    """Arithmetic, comparisons, `where` and the unary math ops, built on `alu`, `const_like` and `_binop`."""
+
+    __slots__ = ()
+    dtype: Any  # a DType on UOp and Tensor; a tuple of DTypes (or None) on UPat
+
+    # the three hooks a subclass provides
+    def alu(self, op: Ops, *src: Self) -> Self:
+        raise NotImplementedError
+
+    def const_like(self, b: ConstType) -> Self:
+        raise NotImplementedError
+
+    def ufix(self, x: Self | ConstType) -> Self:
+        """A Python scalar as a constant like `self`; anything else unchanged."""
+        return x if isinstance(x, MathMixin) else self.const_like(x)  # type: ignore[return-value]
+
+    def _binop(self, op: Ops, x: Self | ConstType, reverse: bool) -> Self:
+        return self.ufix(x).alu(op, self) if reverse else self.alu(op, self.ufix(x))
+
+    def _unop(self, op: Ops) -> Self:
+        return self.alu(op)
+
+    # arithmetic
+    def add(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self + x (ADD)."""
+        return self._binop(Ops.ADD, x, reverse)
+
+    def mul(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self * x (MUL)."""
+        return self._binop(Ops.MUL, x, reverse)
+
+    def sub(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self - x, built as ADD of a negation."""
+        return self.ufix(x).add(-self) if reverse else self.add(-self.ufix(x))
+
+    def div(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self / x, built as MUL by RECIPROCAL."""
+        return self.ufix(x).mul(self.reciprocal()) if reverse else self.mul(self.ufix(x).reciprocal())
+
+    def neg(self) -> Self:
+        """-self: MUL by -1, or logical not for bool."""
+        return self.ne(True) if self.dtype == dtypes.bool else self.mul(-1)
+
+    def __add__(self, x: Self | ConstType) -> Self:
+        return self.add(x)
+
+    def __radd__(self, x: Self | ConstType) -> Self:
+        return self.add(x, True)
+
+    def __sub__(self, x: Self | ConstType) -> Self:
+        return self.sub(x)
+
+    def __rsub__(self, x: Self | ConstType) -> Self:
+        return self.sub(x, True)
+
+    def __mul__(self, x: Self | ConstType) -> Self:
+        return self.mul(x)
+
+    def __rmul__(self, x: Self | ConstType) -> Self:
+        return self.mul(x, True)
+
+    def __truediv__(self, x: Self | ConstType) -> Self:
+        return self.div(x)
+
+    def __rtruediv__(self, x: Self | ConstType) -> Self:
+        return self.div(x, True)
+
+    def __floordiv__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.FLOORDIV, x, False)
+
+    def __rfloordiv__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.FLOORDIV, x, True)
+
+    def __mod__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.FLOORMOD, x, False)
+
+    def __rmod__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.FLOORMOD, x, True)
+
+    def __neg__(self) -> Self:
+        return self.neg()
+
+    def __and__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.AND, x, False)
+
+    def __rand__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.AND, x, True)
+
+    def __or__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.OR, x, False)
+
+    def __ror__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.OR, x, True)
+
+    def __xor__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.XOR, x, False)
+
+    def __rxor__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.XOR, x, True)
+
+    def __lshift__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.SHL, x, False)
+
+    def __rshift__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.SHR, x, False)
+
+    def pow(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self ** x (POW)."""
+        return self._binop(Ops.POW, x, reverse)
+
+    def __pow__(self, x: Self | ConstType) -> Self:
+        return self.pow(x)
+
+    def __rpow__(self, x: Self | ConstType) -> Self:
+        return self.pow(x, True)
+
+    # comparisons (== and != stay identity on UOps: use eq/ne)
+    def __lt__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.CMPLT, x, False)
+
+    def __gt__(self, x: Self | ConstType) -> Self:
+        return self._binop(Ops.CMPLT, x, True)
+
+    def __ge__(self, x: Self | ConstType) -> Self:
+        return (self < x).logical_not()
+
+    def __le__(self, x: Self | ConstType) -> Self:
+        return (self > x).logical_not()
+
+    def ne(self, x: Self | ConstType) -> Self:
+        """Elementwise !=, as CMPNE."""
+        return self._binop(Ops.CMPNE, x, False)
+
+    def eq(self, x: Self | ConstType) -> Self:
+        """Elementwise ==, as CMPNE(CMPNE(self, x), True)."""
+        return self.ne(x).ne(True)
+
+    def logical_not(self) -> Self:
+        """Boolean not, as CMPNE with True."""
+        return self.ne(True)
+
+    def maximum(self, x: Self | ConstType) -> Self:
+        """Elementwise max (MAX)."""
+        return self._binop(Ops.MAX, x, False)
+
+    def minimum(self, x: Self | ConstType) -> Self:
+        """Elementwise min, built as -max(-a, -b)."""
+        return -((-self).maximum(-self.ufix(x)))
+
+    def where(self, x: Self | ConstType, y: Self | ConstType) -> Self:
+        """`x` where self is true, else `y`; a Python branch becomes a constant like the other branch."""
+        if isinstance(x, MathMixin):
+            return self.alu(Ops.WHERE, x, x.ufix(y))  # type: ignore[arg-type]
+        if isinstance(y, MathMixin):
+            return self.alu(Ops.WHERE, y.ufix(x), y)  # type: ignore[arg-type]
+        raise TypeError("where needs at least one branch that is not a Python scalar")
+
+    # unary math
+    def exp2(self) -> Self:
+        """2 ** self."""
+        return self._unop(Ops.EXP2)
+
+    def log2(self) -> Self:
+        """log base 2."""
+        return self._unop(Ops.LOG2)
+
+    def sin(self) -> Self:
+        """sine."""
+        return self._unop(Ops.SIN)
+
+    def sqrt(self) -> Self:
+        """square root."""
+        return self._unop(Ops.SQRT)
+
+    def reciprocal(self) -> Self:
+        """1 / self."""
+        return self._unop(Ops.RECIPROCAL)
+
+    def trunc(self) -> Self:
+        """Round toward zero."""
+        return self.alu(Ops.TRUNC)
+
+
+def resolve_shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Accept `f(2, 3)` and `f((2, 3))` alike."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+class MovementMixin:
+    """The six movement ops with argument normalisation; each returns `self` when the shape would not change."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        raise NotImplementedError
+
+    def _mop(self, op: Ops, arg: Any) -> Self:
+        raise NotImplementedError
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    def _axis(self, axis: int) -> int:
+        if not -max(1, self.ndim) <= axis < max(1, self.ndim):
+            raise IndexError(f"axis {axis} is out of range for shape {self.shape}")
+        return axis + self.ndim if axis < 0 else axis
+
+    def reshape(self, *shape: sint | None | Sequence[sint | None]) -> Self:
+        """View with a new shape; one dimension may be -1, and None keeps the old size."""
+        new = [s if s is not None else self.shape[i] for i, s in enumerate(resolve_shape_arg(shape))]
+        if (holes := sum(1 for s in new if isinstance(s, int) and s == -1)) > 1:
+            raise ValueError(f"reshape to {tuple(new)}: at most one dimension can be -1")
+        if holes:
+            known = prod(s for s in new if not (isinstance(s, int) and s == -1))
+            total = prod(self.shape)
+            if isinstance(known, int) and isinstance(total, int) and (known == 0 or total % known != 0):
+                raise ValueError(f"can't reshape {self.shape} to {tuple(new)}")
+            new = [total // known if isinstance(s, int) and s == -1 else s for s in new]  # type: ignore[operator]
+        if tuple(new) == self.shape:
+            return self
+        return self._mop(Ops.RESHAPE, tuple(new))
+
+    def expand(self, *shape: sint | None | Sequence[sint | None]) -> Self:
+        """Broadcast to `shape` (aligned on the right; -1 or None keeps a dimension)."""
+        new = resolve_shape_arg(shape)
+        if len(new) < self.ndim:
+            raise ValueError(f"can't expand {self.shape} to fewer dimensions {new}")
+        base = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
+        out = tuple(b if s is None or (isinstance(s, int) and s == -1) else s for s, b in zip(new, base.shape))
+        if out == base.shape:
+            return base
+        return base._mop(Ops.EXPAND, out)
+
+    def permute(self, *order: int | Sequence[int]) -> Self:
+        """Reorder dimensions; negative axes count from the end."""
+        o = tuple(self._axis(int(i)) for i in resolve_shape_arg(order))
+        if sorted(o) != list(range(self.ndim)):
+            raise ValueError(f"permute order {o} is not a permutation of {self.ndim} axes")
+        if o == tuple(range(self.ndim)):
+            return self
+        return self._mop(Ops.PERMUTE, o)
+
+    def pad(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
+        """Zero-pad each dimension by (before, after); None leaves a dimension alone."""
+        if len(arg) != self.ndim:
+            raise ValueError(f"pad {tuple(arg)} needs one entry per dimension of {self.shape}")
+        a = tuple((0, 0) if p is None else (p[0], p[1]) for p in arg)
+        if any(isinstance(x, int) and x < 0 for p in a for x in p):
+            raise ValueError(f"pad {a} has a negative amount; use shrink to cut")
+        if all(isinstance(x, int) and x == 0 for p in a for x in p):
+            return self
+        return self._mop(Ops.PAD, a)
+
+    def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
+        """Keep [start, end) of each dimension; None keeps the whole dimension."""
+        if len(arg) != self.ndim:
+            raise ValueError(f"shrink {tuple(arg)} needs one entry per dimension of {self.shape}")
+        a = tuple((0, s) if p is None else (p[0], p[1]) for p, s in zip(arg, self.shape))
+        if all(_same(p[0], 0) and _same(p[1], s) for p, s in zip(a, self.shape)):
+            return self
+        return self._mop(Ops.SHRINK, a)
+
+    def flip(self, *axis: int | Sequence[int]) -> Self:
+        """Reverse the given axes."""
+        axes = {self._axis(int(i)) for i in resolve_shape_arg(axis)}
+        if not axes:
+            return self
+        return self._mop(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
+
+
+def _same(a: sint, b: sint) -> bool:
+    """Equal ints, or the very same symbolic node (== on UOps is identity)."""
+    return a is b or (isinstance(a, int) and isinstance(b, int) and a == b)
+
+
+def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+    """numpy's broadcasting rule: align on the right; a dimension of 1 stretches."""
+    n = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+    out: list[sint] = []
+    for dims in zip(*padded):
+        non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
+        if any(d is not non1[0] and d != non1[0] for d in non1[1:]):
+            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together")
+        out.append(non1[0] if non1 else 1)
+    return tuple(out)
+
