@@ -1,0 +1,102 @@
+"""One nox session per job. `nox` alone runs the default sessions: that is the test command CI runs.
+
+Sessions use the interpreter nox runs under and install with pip only. Extra arguments after `--` go to
+the underlying tool, e.g. `nox -s tests -- -k hashcons` or `nox -s lint -- --fix`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+
+nox.options.sessions = ["lint", "typecheck", "imports", "tests"]
+# Reuse a session's environment when it exists: pip rebuilds and reinstalls a local directory on every
+# run, so a reused environment never tests stale code. A fresh clone (as in CI) builds every environment anew.
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+# Tool versions are pinned so that a new release cannot change what lint and typecheck report.
+RUFF = "ruff==0.17.6"
+MYPY = "mypy==2.4.1"
+IMPORT_LINTER = "import-linter==2.17"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+
+CORE = "./packages/core"
+BACKEND_PACKAGES = {
+    "CPU": "./packages/backend-cpu",
+    "CL": "./packages/backend-opencl",
+    "CUDA": "./packages/backend-cuda",
+}
+CONFORMANCE = "./conformance"
+ALL_PACKAGES = [CORE, *BACKEND_PACKAGES.values(), CONFORMANCE]
+SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
+
+
+def require_file(session: nox.Session, path: str, why: str) -> None:
+    """Fail the session with a clear message when `path` (relative to the repository root) is missing."""
+    if not (ROOT / path).is_file():
+        session.error(f"{path} does not exist yet: {why}")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository, configured in pyproject.toml."""
+    session.install(RUFF)
+    session.run("ruff", "check", *(session.posargs or ["."]))
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over core first, then the other packages' sources."""
+    session.install(MYPY, *ALL_PACKAGES)  # the packages bring their third-party dependencies and types
+    session.run("mypy", "--strict", *(session.posargs or SRC_DIRS))
+
+
+@nox.session
+def imports(session: nox.Session) -> None:
+    """import-linter contracts: core layers point down, nothing imports a backend, backends are apart."""
+    session.install(IMPORT_LINTER, *ALL_PACKAGES)
+    session.run("lint-imports")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit tests of every package, and the property tests of the core in spec/."""
+    session.install(*TEST_DEPS, *ALL_PACKAGES)
+    paths = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/tests"))
+    session.run("pytest", *(session.posargs or [*paths, "conformance/tests", "spec"]))
+
+
+@nox.session(venv_backend="none")
+def size(session: nox.Session) -> None:
+    """Code lines and tokens per line of every module under packages/*/src (information, never a cap)."""
+    session.run(sys.executable, "tools/size_report.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Rewrite-engine benchmark side by side with tinygrad; prints ratios, asserts nothing."""
+    require_file(session, "bench/rewrite.py", "the rewrite benchmark is written by a later issue")
+    session.install("tinygrad==0.14.0", CORE)
+    session.run("python", "bench/rewrite.py", *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: examples/demo.py on the default backend (first installed of CPU, CL, CUDA, REFERENCE)."""
+    require_file(session, "examples/demo.py", "the demo is written by a later issue")
+    session.install(CORE, BACKEND_PACKAGES["CPU"])
+    session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("backend", ["REFERENCE", "CPU"])
+def conformance(session: nox.Session, backend: str) -> None:
+    """The conformance suite against one backend, reached through its entry point (not yet in `nox`)."""
+    backend_package = BACKEND_PACKAGES.get(backend)  # REFERENCE ships inside core
+    session.install(*TEST_DEPS, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
+    session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend, *session.posargs)
