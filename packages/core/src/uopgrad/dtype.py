@@ -99,10 +99,11 @@ class FloatConst(float):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, float):
             return self._bits() == FloatConst(other)._bits()
-        return float.__eq__(self, other) is True  # type: ignore[operator]  # ints compare by value
+        return float.__eq__(self, other)  # ints compare by value; other types get NotImplemented
 
     def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __repr__(self) -> str:
         return float.__repr__(self)
@@ -277,6 +278,8 @@ def least_upper_dtype(*ds: DType) -> DType:
     if dtypes.void in scalars:
         raise KeyError(f"void does not promote with {sorted(scalars - {dtypes.void})}")
     common = set.intersection(*(_parents(d) for d in scalars))
+    if not common:
+        raise TypeError(f"dtypes {sorted(scalars)} have no common dtype")
     return min(common)
 
 

@@ -200,7 +200,7 @@ def call_gradient(ctx: UOp, k: UOp, needed: set[int]) -> LocalGrads:
         return _grad_fxn_call(ctx, k)
     body, args = k.src[0], k.src[1:]
     if body.op is not Ops.TUPLE:
-        raise AssertionError(f"expected TUPLE body for gradient, got {body.op}")
+        raise AssertionError(f"expected TUPLE body for gradient, got {body.op.name}")
     nargs, out_grads = len(args), ctx.src
     slot_param = {u.arg: u for u in body.toposort(enter_calls=False) if u.op is Ops.PARAM}
     # output gradient i enters the backward body as slot nargs+i

@@ -479,15 +479,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         shapes = [s._shape for s in srcs]
         if all(sh is not None for sh in shapes) and len({tuple(map(id, sh)) for sh in shapes if sh}) > 0:
             srcs = _broadcast(srcs)
-        out_dtype = dtypes.bool.vec(srcs[-1].dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype
+        out_dtype = dtypes.bool.vec(srcs[-1].dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype.base
         return UOp(op, out_dtype, srcs)
 
     def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
         y = x if isinstance(x, UOp) else self._scalar_like(x)
         a, b = (y, self) if reverse else (self, y)
         a, b = _broadcast((a, b))
-        if a.dtype != b.dtype:
-            dt = least_upper_dtype(a.dtype, b.dtype)
+        if a.dtype.base != b.dtype.base:  # pointer operands (custom-kernel params) compute on their elements
+            dt = least_upper_dtype(a.dtype.base, b.dtype.base)
             a, b = a.cast(dt), b.cast(dt)
         return a.alu(op, b)
 
