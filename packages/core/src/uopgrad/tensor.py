@@ -140,7 +140,10 @@ class Tensor(MathMixin, MovementMixin):
             uop = Tensor._from_numpy(np.zeros((0,)), dt or dtypes.default_float, dev)
         elif isinstance(data, (list, tuple)):
             dt = dt or dtypes.from_py(data)
-            arr = np.array(data)
+            try:
+                arr = np.array(data)
+            except ValueError as e:
+                raise ValueError("Tensor data must be a rectangular (nested) list of numbers") from e
             if arr.dtype == object:
                 raise ValueError("Tensor data must be a rectangular (nested) list of numbers")
             uop = Tensor._from_numpy(arr, dt, dev)
@@ -159,7 +162,9 @@ class Tensor(MathMixin, MovementMixin):
         dev = device or Device.DEFAULT
         buf = UOp.new_buffer(dev, int(arr.size), dt)
         if arr.size:
-            Device[dev].copyin(buf, np.ascontiguousarray(arr.astype(_host_dtype(dt))).reshape(-1))
+            with np.errstate(invalid="ignore", over="ignore"):  # e.g. NaN -> int: numpy's conversion
+                host = np.ascontiguousarray(arr.astype(_host_dtype(dt))).reshape(-1)
+            Device[dev].copyin(buf, host)
         return buf.reshape(arr.shape)
 
     @staticmethod
@@ -375,6 +380,9 @@ class Tensor(MathMixin, MovementMixin):
         except ValueError as e:
             raise ValueError(f"shapes {self.shape} and {' and '.join(str(o.shape) for o in others)} can't be "
                              "broadcast together") from e
+        self._check_devices(*others)
+
+    def _check_devices(self, *others: Tensor) -> None:
         devices = {d for d in (self.uop.device, *(o.uop.device for o in others)) if d is not None}
         if len(devices) > 1:
             names = sorted(map(str, devices))
@@ -640,7 +648,7 @@ class Tensor(MathMixin, MovementMixin):
             mismatch = any(i != d and a != b for i, (a, b) in enumerate(zip(self.shape, t.shape)))
             if t.ndim != self.ndim or mismatch:
                 raise ValueError(f"cat along dim {d}: shapes {self.shape} and {t.shape} differ elsewhere")
-        self._check_compatible(*args)
+        self._check_devices(*args)
         dt = least_upper_dtype(*(t.dtype for t in ts))
         sizes = [_concrete(t.shape[d], "cat") for t in ts]
         total = sum(sizes)
