@@ -231,9 +231,12 @@ class _RewriteContext:
         self.bpm_cache[x] = ret
         return ret
 
-    def pin_body(self, x: UOp) -> None:
+    def pin_body(self, x: UOp) -> UOp | None:
+        """Keep the body of a CALL/FUNCTION as it is (unless enter_calls); returns the pinned body, if any."""
         if not self.enter_calls and x.op in GroupOp.Call:
             self.replace[x.src[0]] = x.src[0]
+            return x.src[0]
+        return None
 
     def fixpoint(self, root: UOp) -> UOp:
         """Rewrite to a fixpoint: BPM pre-order, PM post-order, replacements rewritten again."""
@@ -265,7 +268,8 @@ class _RewriteContext:
                         finish(n, new_n)
                         continue
                 stack.append((n, 1, new_n))
-                self.pin_body(new_n)
+                if (body := self.pin_body(new_n)) is not None:
+                    finish(body, body)  # resume entries already waiting on the body; they'd be lost (KeyError)
                 for x in reversed(new_n.src):
                     if x not in on_stack:
                         stack.append((x, 0, x))
