@@ -1,0 +1,177 @@
+"""Benchmark (not a test): graph_rewrite and toposort throughput of uopgrad beside tinygrad 0.14.
+
+Both libraries build the identical workloads from the same recipe and rewrite them with the same small rule
+table (x+0 -> x, x*1 -> x, folding of constant ADD/MUL). Timings are the best of N with time.perf_counter,
+with the garbage collector off during each timed call (as `timeit` does). Nothing is asserted about speed.
+
+    PYTHONPATH=packages/core/src python bench/rewrite.py [--repeat 5] [--terms 16000] [--chain 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import uopgrad
+from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+
+N_VARS = 8
+# ops that carry the workload's structure; leaves (variables) are spelled differently in the two libraries
+COMPARED_OPS = ("ADD", "MUL", "FLOORDIV", "FLOORMOD", "CONST")
+
+
+@dataclass
+class Lib:
+    """What a workload needs from one library."""
+
+    name: str
+    const: Callable[[int], Any]
+    variable: Callable[[str], Any]
+    graph_rewrite: Callable[..., Any]
+    pm: Any
+
+
+# ---------------------------------------------------------------------------------------------- rule tables
+
+pm_ours = PatternMatcher([
+    (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
+    (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
+    (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: a.const_like(a.arg + b.arg)),  # fold +
+    (UPat(Ops.MUL, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: a.const_like(a.arg * b.arg)),  # fold *
+])
+
+ours = Lib("uopgrad", lambda v: UOp.const(dtypes.index, v), lambda n: UOp.variable(n, 0, 1000), graph_rewrite,
+           pm_ours)
+
+
+def load_tinygrad() -> Lib | str:
+    """The same table in tinygrad's API, or the reason it can't be loaded."""
+    try:
+        from tinygrad.dtype import dtypes as tdtypes
+        from tinygrad.uop.ops import Ops as TOps
+        from tinygrad.uop.ops import PatternMatcher as TPatternMatcher
+        from tinygrad.uop.ops import UOp as TUOp
+        from tinygrad.uop.ops import UPat as TUPat
+        from tinygrad.uop.ops import graph_rewrite as tgraph_rewrite
+    except ImportError as e:
+        return f"tinygrad is not importable ({e})"
+    try:
+        version = importlib.metadata.version("tinygrad")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    pm_tiny = TPatternMatcher([
+        (TUPat.var("x") + 0, lambda x: x),  # x+0 -> x
+        (TUPat.var("x") * 1, lambda x: x),  # x*1 -> x
+        (TUPat(TOps.ADD, src=(TUPat.cvar("a"), TUPat.cvar("b"))), lambda a, b: a.const_like(a.arg + b.arg)),
+        (TUPat(TOps.MUL, src=(TUPat.cvar("a"), TUPat.cvar("b"))), lambda a, b: a.const_like(a.arg * b.arg)),
+    ])
+    return Lib(f"tinygrad {version}", lambda v: TUOp.const(v, tdtypes.weakint),
+               lambda n: TUOp.variable(n, 0, 1000), tgraph_rewrite, pm_tiny)
+
+
+# ---------------------------------------------------------------------------------------------- workloads
+
+def index_sum(lib: Lib, terms: int) -> Any:
+    """sum_i ((x_i*c1 + y_i*1) + (k1*k2 + 0)) // c2 % c3: index arithmetic with identities and foldable
+    constants; most constants and products repeat across terms, so interning shares them."""
+    vs = [lib.variable(f"v{i}") for i in range(N_VARS)]
+    k = lib.const
+    total = k(0)
+    for i in range(terms):
+        x, y = vs[i % N_VARS], vs[(3 * i + 1) % N_VARS]
+        term = ((x * k(i + 2) + y * k(1)) + (k(i % 5) * k(i % 3 + 1) + k(0))) // k(i % 7 + 2) % k(i % 11 + 3)
+        total = total + term
+    return total
+
+
+def chain(lib: Lib, length: int) -> Any:
+    """A chain x+1, *1, +0, +1, *1, +0, ... of `length` ops: two thirds of it rewrites away."""
+    x = lib.variable("v0")
+    one, zero = lib.const(1), lib.const(0)
+    for i in range(length):
+        x = x + one if i % 3 == 0 else (x * one if i % 3 == 1 else x + zero)
+    return x
+
+
+def signature(u: Any) -> list[tuple[str, Any]]:
+    """The compared ops of the toposort, with constant values: equal for equal graphs in both libraries."""
+    return [(n.op.name, n.arg if n.op.name == "CONST" else None) for n in u.toposort()
+            if n.op.name in COMPARED_OPS]
+
+
+# ---------------------------------------------------------------------------------------------- timing
+
+def best_of(repeat: int, fn: Callable[[], Any]) -> float:
+    """Best wall time of `repeat` calls, in milliseconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+    return best * 1e3
+
+
+def measure(lib: Lib, build: Callable[[Lib], Any], repeat: int) -> tuple[dict[str, float], int, list[Any]]:
+    """Timings per task, the node count, and the signatures of the graph and its rewrite."""
+    root = build(lib)
+    pm, rw = lib.pm, lib.graph_rewrite
+    times = {
+        "toposort": best_of(repeat, lambda: root.toposort()),
+        "rewrite top-down": best_of(repeat, lambda: rw(root, pm)),
+        "rewrite bottom-up": best_of(repeat, lambda: rw(root, pm, bottom_up=True)),
+    }
+    sigs = [signature(root), signature(rw(root, pm)), signature(rw(root, pm, bottom_up=True))]
+    return times, len(root.toposort()), sigs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5, help="best of this many runs (default 5)")
+    ap.add_argument("--terms", type=int, default=16_000, help="terms of the index sum (default 16000)")
+    ap.add_argument("--chain", type=int, default=100_000, help="length of the chain (default 100000)")
+    args = ap.parse_args()
+
+    tiny = load_tinygrad()
+    print(f"python {platform.python_version()} on {platform.machine()}, uopgrad from {uopgrad.__file__}")
+    if isinstance(tiny, str):
+        print(f"NOTE: {tiny}; timing uopgrad only")
+    else:
+        print(f"side by side with {tiny.name}")
+    print(f"best of {args.repeat}, times in ms\n")
+
+    workloads: dict[str, Callable[[Lib], Any]] = {
+        f"index sum ({args.terms} terms)": lambda lib: index_sum(lib, args.terms),
+        f"chain ({args.chain} ops)": lambda lib: chain(lib, args.chain),
+    }
+    header = (f"{'workload':<28} {'task':<18} {'nodes':>8} {'ours (ms)':>10} {'tinygrad (ms)':>14} "
+              f"{'ratio':>6}")
+    print(header)
+    print("-" * len(header))
+    for wname, build in workloads.items():
+        ours_t, ours_n, ours_sig = measure(ours, build, args.repeat)
+        tiny_t, same = None, None
+        if not isinstance(tiny, str):
+            tiny_t, _, tiny_sig = measure(tiny, build, args.repeat)
+            same = ours_sig == tiny_sig
+        for task, t in ours_t.items():
+            other = "-" if tiny_t is None else f"{tiny_t[task]:14.1f}"
+            ratio = "-" if tiny_t is None else f"{t / tiny_t[task]:6.2f}"
+            print(f"{wname:<28} {task:<18} {ours_n:>8} {t:10.1f} {other:>14} {ratio:>6}")
+        if same is not None:
+            print(f"{'':<28} identical graphs and rewrites in both libraries: {'yes' if same else 'NO'}")
+    print("\nratio = ours / tinygrad (below 1: uopgrad is faster). nodes = uopgrad's toposort of the input.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
