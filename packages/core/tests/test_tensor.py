@@ -931,3 +931,13 @@ def test_no_gradient_flows_through_detach():
     x = Tensor([1.0, 2.0])
     close(x.detach().sum().gradient(x)[0], [0.0, 0.0])
     close((x * x.detach()).sum().gradient(x)[0], [1.0, 2.0])  # only the undetached factor contributes
+
+
+def test_a_view_stays_a_view_of_its_buffer_after_an_assign_is_realized():
+    base = Tensor.zeros(2, 4).contiguous().realize()
+    v = base[:, 1:3]
+    v.assign(Tensor([[1.0, 2.0], [3.0, 4.0]]))
+    close(v, [[1.0, 2.0], [3.0, 4.0]])
+    assert v.uop.op is Ops.SHRINK and v.uop.base.op is Ops.BUFFER  # realized back onto the buffer
+    v.assign(v * 10)
+    close(base, [[0, 10, 20, 0], [0, 30, 40, 0]])

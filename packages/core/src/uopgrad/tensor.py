@@ -78,6 +78,21 @@ def _plain_buffer(u: UOp) -> UOp | None:
     return u if u.op is Ops.BUFFER else None
 
 
+def _buffer_view(u: UOp) -> bool:
+    """A chain of RESHAPE/SHRINK/PERMUTE/FLIP over a BUFFER: a view that can be written through."""
+    while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
+def _writes_buffer(after: UOp) -> bool:
+    """An AFTER whose value is a view of a BUFFER (through movement ops and other AFTERs)."""
+    u = after
+    while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.AFTER):
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
 def _is_realized(u: UOp) -> bool:
     if _plain_buffer(u) is not None:
         return True
@@ -896,8 +911,8 @@ class Tensor(MathMixin, MovementMixin):
             inner = u
             while inner.op is Ops.AFTER:
                 inner = inner.src[0]
-            if inner is not u and _plain_buffer(inner) is not None:
-                # an assign to a buffer: run its effects; the tensor is that buffer again
+            if inner is not u and _buffer_view(inner):
+                # an assign to (a view of) a buffer: run its effects; the tensor is that view again
                 effects.setdefault(device, []).append(u)
                 becomes[u] = inner
                 continue
@@ -906,9 +921,18 @@ class Tensor(MathMixin, MovementMixin):
             becomes[u] = view
         for device, srcs in effects.items():
             Device[device].realize(srcs[0].sink(*srcs[1:]))
+        # The writes into buffers are done: a live graph that still holds an AFTER of them reads the buffer
+        # instead, so that a later realize does not run them again (over later writes).
+        ran = {d for srcs in effects.values() for root in srcs for a in root.toposort(enter_calls=False)
+               if a.op is Ops.AFTER for d in a.src[1:]}
         for t in list(_all_tensors.values()):
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
+            elif ran:
+                done = {a: a.src[0] for a in t.uop.toposort(enter_calls=False)
+                        if a.op is Ops.AFTER and _writes_buffer(a) and all(d in ran for d in a.src[1:])}
+                if done:
+                    t.uop = t.uop.substitute(done)
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
@@ -916,8 +940,11 @@ class Tensor(MathMixin, MovementMixin):
             raise RuntimeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         self.realize()
         buf = _plain_buffer(self.uop)
-        if buf is None:
-            raise RuntimeError(f"realize() left a {self.uop.op} instead of a buffer view")
+        if buf is None:  # a strided view of a buffer: copy it out through a temporary buffer
+            store, view = _output_buffer(self.uop, self.device)
+            Device[self.device].realize(store.sink())
+            buf = _plain_buffer(view)
+            assert buf is not None
         return Device[self.device].copyout(buf).reshape(tuple(_concrete(s) for s in self.shape))
 
     def tolist(self) -> ConstType | list[Any]:

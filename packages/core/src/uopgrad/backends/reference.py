@@ -432,9 +432,7 @@ class Evaluator:
         if not _is_reference(buf.device):
             return Device[str(buf.device)].copyout(buf)
         arr = _storage.get(buf)
-        if arr is None:
-            arr = _storage[buf] = np.zeros((buf.arg,), dtype=np_dtype(buf.dtype))
-        return arr
+        return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else arr
 
     def _buffer(self, u: UOp, frame: _Frame) -> Array:
         return self._read_buffer(u)
