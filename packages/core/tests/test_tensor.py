@@ -389,6 +389,19 @@ def test_argmax_argmin_take_the_first_occurrence():
     close(Tensor([[1.0, 2.0]]).argmax(axis=-1), [1])
 
 
+def test_one_hot_and_crossentropy():
+    y = Tensor([2, 0, 1])
+    np.testing.assert_array_equal(y.one_hot(4).numpy(), np.eye(4, dtype=np.int32)[[2, 0, 1]])
+    assert y.one_hot(4).dtype == dtypes.int32
+    logits = rng(3).standard_normal((3, 4))
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    expected = -np.log(p[[0, 1, 2], [2, 0, 1]]).mean()
+    close(Tensor(logits).sparse_categorical_crossentropy(y), expected, rtol=1e-6)
+    with pytest.raises(TypeError, match="integer"):
+        Tensor([1.0]).one_hot(2)
+
+
 # ---------------------------------------------------------------------- movement
 
 A = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
@@ -917,6 +930,7 @@ GRAD_CASES = [
     ("contiguous_backward", lambda a: (a * 2).contiguous_backward().sin(), [_r(3)]),
     ("clone", lambda a: a.clone() * a, [_r(3)]),
     ("to_device", lambda a: (a.to("REFERENCE:1") * 2).to("REFERENCE").exp(), [_r(3)]),
+    ("crossentropy", lambda a: a.sparse_categorical_crossentropy(Tensor([1, 0, 2])), [_r(3, 4)]),
     ("mlp", lambda x, w1, w2: (x @ w1).tanh().matmul(w2).log_softmax().mean(),
      [_r(4, 3), _r(3, 5, seed=1), _r(5, 2, seed=2)]),
 ]

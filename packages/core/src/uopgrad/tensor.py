@@ -606,6 +606,18 @@ class Tensor(MathMixin, MovementMixin):
         """Index of the first minimum along `axis`, as int32."""
         return self._inverse().argmax(axis, keepdim)
 
+    def one_hot(self, num_classes: int) -> Tensor:
+        """An int tensor of class indices as one-hot int32 rows (a new last dimension of `num_classes`)."""
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs integer class indices, not {self.dtype}")
+        classes = Tensor.arange(num_classes, device=self.device)
+        return (self.unsqueeze(-1) == classes).where(1, 0)
+
+    def sparse_categorical_crossentropy(self, y: Tensor) -> Tensor:
+        """Mean cross-entropy of these logits (classes on the last axis) against int class indices `y`."""
+        picked = self.log_softmax(-1) * y.one_hot(_concrete(self.shape[-1], "crossentropy")).cast(self.dtype)
+        return -picked.sum(-1).mean()
+
     # ------------------------------------------------------------------ movement
     def pad(self, arg: Sequence[tuple[sint, sint] | None], value: ConstType = 0) -> Tensor:
         """Pad each dimension by (before, after) with `value` (zero by default)."""
