@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from uopgrad.config import getenv_str
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,8 +102,7 @@ class DeviceRegistry:
     def DEFAULT(self) -> str:  # noqa: N802  (tinygrad's spelling)
         """$UOPGRAD_DEVICE if set, else the first installed of CPU, CL, CUDA, REFERENCE."""
         if self._default is None:
-            # read here, not in config.py: config holds integer flags only (see the note in the issue)
-            env = os.environ.get("UOPGRAD_DEVICE", "")
+            env = getenv_str("UOPGRAD_DEVICE")
             if env:
                 self._default = self.canonicalize(env)
             else:

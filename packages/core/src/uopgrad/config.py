@@ -5,13 +5,18 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["Context", "ContextVar", "DEBUG", "VERIFY", "TRACK_MATCH_STATS", "ALLOW_DEVICE_USAGE", "getenv"]
+__all__ = ["Context", "ContextVar", "DEBUG", "VERIFY", "TRACK_MATCH_STATS", "ALLOW_DEVICE_USAGE", "getenv", "getenv_str"]
 
 
 def getenv(key: str, default: int = 0) -> int:
     """Read an integer environment flag (empty or missing -> default)."""
     value = os.environ.get(key, "")
     return int(value) if value else default
+
+
+def getenv_str(key: str, default: str = "") -> str:
+    """Read a string environment flag."""
+    return os.environ.get(key, default)
 
 
 class ContextVar:

@@ -1,6 +1,7 @@
 """Data types (layer 2): `DType`, `PtrDType`, the `dtypes` namespace, promotion and value truncation."""
 from __future__ import annotations
 
+import builtins
 import math
 import struct
 from dataclasses import dataclass
@@ -150,22 +151,22 @@ class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
     ints: Final = uints + sints
 
     @staticmethod
-    def is_float(x: DType) -> bool:
+    def is_float(x: DType) -> builtins.bool:
         """True for floating-point dtypes (and vectors of them)."""
         return x.scalar() in dtypes.floats
 
     @staticmethod
-    def is_int(x: DType) -> bool:
+    def is_int(x: DType) -> builtins.bool:
         """True for integer dtypes, including the abstract `index`."""
         return x.scalar() in dtypes.ints or x.scalar() == dtypes.index
 
     @staticmethod
-    def is_unsigned(x: DType) -> bool:
+    def is_unsigned(x: DType) -> builtins.bool:
         """True for unsigned integer dtypes."""
         return x.scalar() in dtypes.uints
 
     @staticmethod
-    def is_bool(x: DType) -> bool:
+    def is_bool(x: DType) -> builtins.bool:
         """True for bool (and vectors of bool)."""
         return x.scalar() == dtypes.bool
 

@@ -1016,13 +1016,8 @@ class Tensor(MathMixin, MovementMixin):
         """Run `fxn(*pointer PARAMs)` (a SINK of STOREs) as a kernel over (self, *lst); returns one
         AFTER(argument, CALL) per argument: the outputs are the arguments the kernel wrote."""
         ts = (self, *lst)
-        srcs = [t.uop if t.uop.op is Ops.AFTER else t.uop.contiguous() for t in ts]
-        sizes = [_concrete(s.size, "custom_kernel") for s in srcs]
-        placeholders = [UOp.param(i, s.dtype.base.ptr(n), device=s.device)
-                        for i, (s, n) in enumerate(zip(srcs, sizes))]
-        kernel = fxn(*placeholders).call(*srcs, grad_fxn=grad_fxn)
         rg = _requires_grad(ts)
-        return [Tensor(s.after(kernel), requires_grad=rg) for s in srcs]
+        return [Tensor(u, requires_grad=rg) for u in UOp.custom_kernel(*(t.uop for t in ts), fxn=fxn, grad_fxn=grad_fxn)]
 
     # These three shadow builtins inside the class body, so they come last (mypy resolves annotations in the
     # class scope).

@@ -77,16 +77,12 @@ class UOpMetaClass(type):
             src = tuple(src)
             key = (op, dtype, src, arg, tag)
         created: UOp = super().__call__(op, dtype, src, arg, tag)
-        UOpMetaClass.ucache[key] = weakref.ref(created, lambda _, k=key: _forget(k))
+        # the callback names no module globals: it may run while the interpreter tears modules down
+        cache = UOpMetaClass.ucache
+        cache[key] = weakref.ref(created, lambda r, k=key, c=cache: c.pop(k) if c.get(k) is r else None)
         if metadata is not None:
             all_metadata[created] = metadata
         return created
-
-
-def _forget(key: tuple[Any, ...]) -> None:
-    ref = UOpMetaClass.ucache.get(key)
-    if ref is not None and ref() is None:
-        del UOpMetaClass.ucache[key]
 
 
 _CALLS = GroupOp.Call
@@ -394,6 +390,19 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return UOp(Ops.CALL, dtypes.void, (self, *srcs), info)
         body = self if self.op is Ops.TUPLE else UOp.maketuple(self)
         return UOp(Ops.FUNCTION, dtypes.void, (body, *srcs), info)
+
+    @staticmethod
+    def custom_kernel(*srcs: UOp, fxn: Callable[..., UOp],
+                      grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None) -> list[UOp]:
+        """Run `fxn(*pointer PARAMs)`, a SINK of STOREs, as a CALL on `srcs` (made contiguous unless AFTERs);
+        returns one AFTER(src, CALL) per source: the outputs are the arguments the kernel wrote."""
+        contig = [s if s.op is Ops.AFTER else s.contiguous() for s in srcs]
+        sizes = [s.size for s in contig]
+        if not all_int(sizes):
+            raise ValueError(f"custom_kernel needs concrete sizes, got {sizes}")
+        ph = [UOp.param(i, s.dtype.base.ptr(int(n)), device=s.device) for i, (s, n) in enumerate(zip(contig, sizes))]
+        kernel = fxn(*ph).call(*contig, grad_fxn=grad_fxn)
+        return [s.after(kernel) for s in contig]
 
     @staticmethod
     def maketuple(*srcs: UOp) -> UOp:
@@ -737,6 +746,11 @@ def _safe_mul(a: ConstType, b: ConstType) -> ConstType:
     return 0 if a == 0 or b == 0 else a * b
 
 
+def _div_bound(a: ConstType, c: int) -> ConstType:
+    """a // c (c > 0) for a bound that may be infinite (an unbounded index): inf // c would be NaN."""
+    return a if isinstance(a, float) and math.isinf(a) else a // c
+
+
 def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one branch per op)
     dt = u.dtype.scalar()
     lo, hi = dtypes.min(dt), dtypes.max(dt)
@@ -756,14 +770,17 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
         return (max(lo, mm[0][0]), min(hi, mm[0][1])) if lo <= mm[0][0] and mm[0][1] <= hi else (lo, hi)
     if op is Ops.WHERE:
         return (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1]))
+    # float bounds leave out NaN, which makes CMPLT False and CMPNE True: for floats decide only that way
+    maybe_nan = u.src[0].dtype.scalar() in dtypes.floats if u.src else False
     if op is Ops.CMPLT:
-        if mm[0][1] < mm[1][0]:
+        if mm[0][1] < mm[1][0] and not maybe_nan:
             return (True, True)
         return (False, False) if mm[0][0] >= mm[1][1] else (False, True)
     if op is Ops.CMPNE:
         if mm[0][1] < mm[1][0] or mm[0][0] > mm[1][1]:
             return (True, True)
-        return (False, False) if mm[0][0] == mm[0][1] == mm[1][0] == mm[1][1] else (False, True)
+        same = mm[0][0] == mm[0][1] == mm[1][0] == mm[1][1] and not maybe_nan
+        return (False, False) if same else (False, True)
     if not (dtypes.is_int(dt)):
         return (lo, hi) if op is not Ops.MAX else (max(mm[0][0], mm[1][0]), max(mm[0][1], mm[1][1]))
     ret: tuple[ConstType, ConstType] | None = None
@@ -777,13 +794,13 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
     elif op is Ops.MAX:
         ret = (max(mm[0][0], mm[1][0]), max(mm[0][1], mm[1][1]))
     elif op is Ops.FLOORDIV and mm[1][0] == mm[1][1] and mm[1][0] > 0:
-        ret = (mm[0][0] // mm[1][0], mm[0][1] // mm[1][0])
+        ret = (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
     elif op is Ops.FLOORMOD and mm[1][0] == mm[1][1] and mm[1][0] > 0:
         c = mm[1][0]
         same_block = mm[0][0] // c == mm[0][1] // c
         ret = (mm[0][0] % c, mm[0][1] % c) if same_block else (0, c - 1)
     elif op is Ops.CDIV and mm[1][0] == mm[1][1] and mm[1][0] > 0 and mm[0][0] >= 0:
-        ret = (mm[0][0] // mm[1][0], mm[0][1] // mm[1][0])
+        ret = (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
     elif op is Ops.CMOD and mm[1][0] == mm[1][1] and mm[1][0] > 0 and mm[0][0] >= 0:
         ret = (0, min(mm[0][1], mm[1][0] - 1))
     if ret is None or (dt != dtypes.index and (ret[0] < lo or ret[1] > hi)):
