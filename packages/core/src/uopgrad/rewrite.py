@@ -217,6 +217,9 @@ def match_stats() -> list[tuple[PatternMatcher, list[int]]]:
     return [(pm, st.hits) for pm, st in _all_stats.values()]
 
 
+_Entry = tuple["UOp", int, "UOp"]  # (node, stage, work node) on the fixpoint engine's stack
+
+
 class _RewriteContext:
     def __init__(self, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any, enter_calls: bool) -> None:
         self.pm, self.bpm, self.ctx, self.enter_calls = pm, bpm, ctx, enter_calls
@@ -240,62 +243,67 @@ class _RewriteContext:
 
     def fixpoint(self, root: UOp) -> UOp:
         """Rewrite to a fixpoint: BPM pre-order, PM post-order, replacements rewritten again."""
-        stack: list[tuple[UOp, int, UOp]] = [(root, 0, root)]
-        on_stack = {root}
-        waitlist: dict[UOp, list[tuple[UOp, int, UOp]]] = defaultdict(list)
-        replace = self.replace
-
-        def finish(n: UOp, result: UOp) -> None:
-            replace[n] = result
-            stack.extend(waitlist.pop(n, ()))
-
-        while stack:
-            if len(stack) > STACK_LIMIT:
+        self.stack: list[_Entry] = [(root, 0, root)]
+        self.on_stack = {root}
+        self.waitlist: dict[UOp, list[_Entry]] = defaultdict(list)
+        stages = (self._descend, self._rebuild, self._link)
+        while self.stack:
+            if len(self.stack) > STACK_LIMIT:
                 raise RuntimeError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule is probably looping")
-            n, stage, new_n = stack.pop()
-            if n in replace:
-                continue
-            if stage == 0:
-                if self.bpm is not None:
-                    seen: set[UOp] = set()
-                    try:
-                        while (test_n := self.cached_bpm(new_n)) is not None:
-                            if test_n in seen:
-                                raise RuntimeError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
-                            seen.add(new_n)
-                            new_n = test_n
-                    except BottomUpGate:
-                        finish(n, new_n)
-                        continue
-                stack.append((n, 1, new_n))
-                if (body := self.pin_body(new_n)) is not None:
-                    finish(body, body)  # resume entries already waiting on the body; they'd be lost (KeyError)
-                for x in reversed(new_n.src):
-                    if x not in on_stack:
-                        stack.append((x, 0, x))
-                        on_stack.add(x)
-            elif stage == 1:
-                new_src = []
-                for x in new_n.src:
-                    if (rx := replace.get(x)) is None:
-                        waitlist[x].append((n, 1, new_n))
-                        break
-                    new_src.append(rx)
-                else:
-                    src = tuple(new_src)
-                    if all(a is b for a, b in zip(src, new_n.src)):
-                        if self.pm is None or (cand := self.pm.rewrite(new_n, self.ctx)) is None:
-                            finish(n, new_n)
-                            continue
-                    else:
-                        cand = new_n.replace(src=src)
-                    stack.append((n, 2, cand))
-                    stack.append((cand, 0, cand))
-            elif (linked := replace.get(new_n)) is None:
-                waitlist[new_n].append((n, 2, new_n))
-            else:
-                finish(n, linked)
-        return replace[root]
+            n, stage, new_n = self.stack.pop()
+            if n not in self.replace:
+                stages[stage](n, new_n)
+        return self.replace[root]
+
+    def _finish(self, n: UOp, result: UOp) -> None:
+        self.replace[n] = result
+        self.stack.extend(self.waitlist.pop(n, ()))
+
+    def _descend(self, n: UOp, new_n: UOp) -> None:
+        """Stage 0: the bottom-up fixpoint on the node, then its sources are pushed (first source on top)."""
+        if self.bpm is not None:
+            seen: set[UOp] = set()
+            try:
+                while (test_n := self.cached_bpm(new_n)) is not None:
+                    if test_n in seen:
+                        raise RuntimeError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
+                    seen.add(new_n)
+                    new_n = test_n
+            except BottomUpGate:
+                self._finish(n, new_n)
+                return
+        self.stack.append((n, 1, new_n))
+        if (body := self.pin_body(new_n)) is not None:
+            self._finish(body, body)  # resume entries already waiting on the body; they'd be lost (KeyError)
+        for x in reversed(new_n.src):
+            if x not in self.on_stack:
+                self.stack.append((x, 0, x))
+                self.on_stack.add(x)
+
+    def _rebuild(self, n: UOp, new_n: UOp) -> None:
+        """Stage 1: once every source has a result, rebuild the node or apply the top-down matcher."""
+        new_src = []
+        for x in new_n.src:
+            if (rx := self.replace.get(x)) is None:
+                self.waitlist[x].append((n, 1, new_n))
+                return
+            new_src.append(rx)
+        src = tuple(new_src)
+        if all(a is b for a, b in zip(src, new_n.src)):
+            if self.pm is None or (cand := self.pm.rewrite(new_n, self.ctx)) is None:
+                self._finish(n, new_n)
+                return
+        else:
+            cand = new_n.replace(src=src)
+        self.stack.append((n, 2, cand))
+        self.stack.append((cand, 0, cand))  # the candidate is rewritten from scratch
+
+    def _link(self, n: UOp, cand: UOp) -> None:
+        """Stage 2: the node's result is its candidate's result."""
+        if (linked := self.replace.get(cand)) is None:
+            self.waitlist[cand].append((n, 2, cand))
+        else:
+            self._finish(n, linked)
 
     def walk(self, root: UOp) -> UOp:
         """One pass, no fixpoint: BPM results are final and not entered; PM applies once per rebuilt node."""
