@@ -1,0 +1,490 @@
+"""The C-family renderer toolkit (layer 12): a linear program printed as C-like source, driven by tables.
+
+A dialect (C99 for the CPU, OpenCL C, CUDA C) subclasses `CStyleRenderer` and overrides tables and hooks:
+`type_map` (dtype -> type name), `code_for_op` (one template per ALU op; its keys are what the backend
+claims natively), `helpers` (support functions emitted when a kernel uses them), and the hooks for
+constants, casts, bitcasts, math functions, special indices, the kernel prefix and parameter qualifiers.
+
+Every value gets its own SSA-style temporary (`const float alu3 = (alu1+alu2);`): a kernel that fuses
+thousands of ops is thousands of short statements, never one expression nested thousands deep (C
+compilers refuse bracket nesting past a few hundred levels). Constants, buffer indices and loop variables
+are written inline. The numerics are REFERENCE's (spec/reference.md): where C leaves a case undefined
+(integer division by zero, `INT_MIN / -1`, over-wide shifts, out-of-range float -> int) the templates
+guard it and give REFERENCE's answer; a guard on a constant operand folds away in the C compiler.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.renderer import LinearProgram, OpTemplate, Renderer
+from uopgrad.uop import UOp
+
+__all__ = ["CStyleRenderer", "RenderError"]
+
+
+class RenderError(RuntimeError):
+    """A linear program holds something this renderer cannot print (the message names the uop)."""
+
+
+# ---------------------------------------------------------------------- templates shared by the dialects
+def _infix(sym: str) -> OpTemplate:
+    return lambda r, dt, a, b: f"({a}{sym}{b})"
+
+
+def _math(name: str) -> OpTemplate:
+    """A call of the dialect's math function `name` for the operand dtype (`sqrtf`, `sqrt`, ...)."""
+    return lambda r, dt, *xs: f"{r.math_fn(name, dt)}({', '.join(xs)})"
+
+
+def _bits(dt: DType) -> int:
+    return 8 * dt.scalar().itemsize
+
+
+def _signed_int(dt: DType) -> bool:
+    return dt.scalar() in dtypes.sints
+
+
+def _max(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # numpy's maximum, bit for bit: a NaN in a wins, then a NaN in b (a > NaN is false). On a tie (0.0 and
+    # -0.0) numpy's float32/float64 loops keep b, its float16 loop keeps a.
+    if not dtypes.is_float(dt):
+        return f"(({a}>{b})?{a}:{b})"
+    ge = ">=" if dt.scalar() == dtypes.float16 else ">"
+    return f"((({a}!={a})||({a}{ge}{b}))?{a}:{b})"
+
+
+def _cdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
+    if dtypes.is_float(dt):
+        return f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})"
+    if _signed_int(dt):
+        return f"(({b})==0?0:({b})==-1?-({a}):({a})/({b}))"
+    return f"(({b})==0?0:({a})/({b}))"
+
+
+def _cmod(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
+    if dtypes.is_float(dt):
+        return f"{r.math_fn('fmod', dt)}({a}, {b})"
+    if _signed_int(dt):
+        return f"((({b})==0||({b})==-1)?0:({a})%({b}))"
+    return f"(({b})==0?0:({a})%({b}))"
+
+
+def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    return f"({a}/{b})" if dtypes.is_float(dt) else _cdiv(r, dt, a, b)
+
+
+def _shl(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # a shift by 0..bits-1 as in C; by any other amount (negative ones included) it is 0
+    return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})<<({b}):0)"
+
+
+def _shr(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # arithmetic for signed types; an over-wide shift gives 0, or -1 for a negative value
+    fill = f"(({a})<0?-1:0)" if _signed_int(dt) else "0"
+    return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})>>({b}):{fill})"
+
+
+def _pow(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    if dtypes.is_float(dt):
+        return f"{r.math_fn('pow', dt)}({a}, {b})"
+    return f"__uopgrad_{'u' if dtypes.is_unsigned(dt) else 'i'}pow({a}, {b})"
+
+
+def _mulacc(r: CStyleRenderer, dt: DType, a: str, b: str, c: str) -> str:
+    # rounded twice, as REFERENCE computes it (the C compiler is told not to contract it into an fma)
+    return f"({r.round_to(dt, f'({a}*{b})')}+{c})"
+
+
+def _neg(r: CStyleRenderer, dt: DType, x: str) -> str:
+    return f"(!{x})" if dt.scalar() == dtypes.bool else f"(-{x})"
+
+
+def _trunc(r: CStyleRenderer, dt: DType, x: str) -> str:
+    return f"{r.math_fn('trunc', dt)}({x})" if dtypes.is_float(dt) else x
+
+
+# support functions, emitted before a kernel that mentions their name
+_HELPERS: dict[str, str] = {
+    "__uopgrad_f2i": """\
+static inline long long __uopgrad_f2i(double x) {
+  /* C leaves out-of-range float -> int undefined: truncate, wrap modulo 2^64; NaN and inf give 0 */
+  if (x >= -9223372036854775808.0 && x < 9223372036854775808.0) return (long long)x;
+  if (!(x - x == 0.0)) return 0;
+  double r = fmod(trunc(x), 18446744073709551616.0);
+  if (r >= 9223372036854775808.0) r -= 18446744073709551616.0;
+  if (r < -9223372036854775808.0) r += 18446744073709551616.0;
+  return (long long)r;
+}""",
+    "__uopgrad_ipow": """\
+static inline long long __uopgrad_ipow(long long a, long long b) {
+  /* wrapping repeated multiplication; a negative exponent gives the truncated real result */
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  unsigned long long r = 1, x = (unsigned long long)a;
+  for (; b; b >>= 1, x *= x) if (b & 1) r *= x;
+  return (long long)r;
+}""",
+    "__uopgrad_upow": """\
+static inline unsigned long long __uopgrad_upow(unsigned long long a, unsigned long long b) {
+  unsigned long long r = 1;
+  for (; b; b >>= 1, a *= a) if (b & 1) r *= a;
+  return r;
+}""",
+    "__uopgrad_threefry": """\
+static inline unsigned long long __uopgrad_threefry(unsigned long long x, unsigned long long key) {
+  /* Threefry-2x32, 20 rounds, of the two 32-bit halves of x under key (tinygrad's decomposition) */
+  static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  unsigned int k0 = (unsigned int)key, k1 = (unsigned int)(key >> 32);
+  unsigned int ks[3] = {k1, k0 ^ k1 ^ 0x1BD11BDAu, k0};
+  unsigned int lo = (unsigned int)x + ks[2], hi = (unsigned int)(x >> 32) + ks[0];
+  for (int i = 0; i < 5; i++) {
+    for (int j = 0; j < 4; j++) {
+      int s = rot[i % 2][j];
+      unsigned int sum = lo + hi;
+      hi = sum ^ ((hi << s) | (hi >> (32 - s)));
+      lo = sum;
+    }
+    lo += ks[i % 3];
+    hi += ks[(i + 1) % 3] + (unsigned int)(i + 1);
+  }
+  return ((unsigned long long)hi << 32) | lo;
+}""",
+}
+
+
+# ---------------------------------------------------------------------- the render state
+@dataclass
+class _State:
+    """What one render() call builds: a name (or inline expression) per uop, and the body lines."""
+
+    uops: tuple[UOp, ...]
+    names: dict[UOp, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    depth: int = 1
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def fresh(self, prefix: str) -> str:
+        n = self.counters[prefix]
+        self.counters[prefix] += 1
+        return f"{prefix}{n}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# names the renderer itself writes: a variable may not take one of them
+_RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx)\d+|__uopgrad_\w*")
+_C_KEYWORDS = frozenset("auto break case char const continue default do double else enum extern float for "
+                        "goto if inline int long register restrict return short signed sizeof static struct "
+                        "switch typedef union unsigned void volatile while".split())
+
+
+class CStyleRenderer(Renderer):
+    """C-family source from a linear program. The class attributes are the dialect's tables and hooks."""
+
+    # ------------------------------------------------------------------ dialect tables and hooks
+    type_map: ClassVar[dict[DType, str]] = {
+        dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
+        dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
+        dtypes.uint32: "unsigned int", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
+        dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double",
+    }
+    code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
+        Ops.NEG: _neg, Ops.RECIPROCAL: lambda r, dt, x: f"(1/{x})", Ops.TRUNC: _trunc,
+        Ops.SQRT: _math("sqrt"), Ops.EXP2: _math("exp2"), Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"),
+        Ops.ADD: _infix("+"), Ops.SUB: _infix("-"), Ops.MUL: _infix("*"), Ops.MAX: _max,
+        Ops.FDIV: _fdiv, Ops.CDIV: _cdiv, Ops.CMOD: _cmod, Ops.POW: _pow,
+        Ops.CMPLT: _infix("<"), Ops.CMPNE: _infix("!="), Ops.CMPEQ: _infix("=="),
+        Ops.AND: _infix("&"), Ops.OR: _infix("|"), Ops.XOR: _infix("^"), Ops.SHL: _shl, Ops.SHR: _shr,
+        Ops.WHERE: lambda r, dt, c, a, b: f"({c}?{a}:{b})", Ops.MULACC: _mulacc,
+        Ops.THREEFRY: lambda r, dt, x, key: f"__uopgrad_threefry({x}, {key})",
+    }
+    helpers: ClassVar[dict[str, str]] = _HELPERS
+    # lines before the kernel (includes, pragmas, typedefs)
+    prefix_lines: ClassVar[tuple[str, ...]] = ("#include <math.h>",)
+    kernel_prefix = "void"
+    buffer_qualifier = ""          # an address space, e.g. OpenCL's "__global "
+    restrict = "restrict"          # buffers never alias inside one launch
+    infinity = "INFINITY"
+    nan = "NAN"
+    # SPECIAL name prefix -> expression template with {0} the dimension, e.g. {"gidx": "blockIdx.{0}"}
+    special_index: ClassVar[dict[str, str]] = {}
+    # float16 ALU is computed in float and rounded back once per op (no native half arithmetic)
+    half_via_float = True
+    # "#pragma omp parallel for" (or similar) put on the outermost loop of a large loop nest; None: never
+    parallel_pragma: str | None = None
+    parallel_min_work = 1 << 15    # iterations of the whole nest below which a loop runs serially
+
+    # ------------------------------------------------------------------ small hooks
+    def ctype(self, dt: DType) -> str:
+        """The type name of `dt` (a pointer's element type for pointer dtypes)."""
+        scalar = dt.base.scalar()
+        if scalar not in self.type_map:
+            raise RenderError(f"{type(self).__name__} has no type for {dt}")
+        return self.type_map[scalar]
+
+    def math_fn(self, name: str, dt: DType) -> str:
+        """The math function for dtype `dt`: C's `sqrtf` for float (and float16, computed in float)."""
+        return name if dt.scalar() == dtypes.float64 else f"{name}f"
+
+    def round_to(self, dt: DType, expr: str) -> str:
+        """`expr` (computed in float for float16) rounded to `dt` and read back, where an op that REFERENCE
+        computes as two rounded steps (MULACC, float CDIV) needs the intermediate rounding."""
+        if self.half_via_float and dt.scalar() == dtypes.float16:
+            return f"((float)({self.ctype(dt)}){expr})"
+        return expr
+
+    def render_const(self, value: object, dt: DType) -> str:
+        """A literal of `dt`: ±inf and NaN by name, -0.0 kept, integers with C's suffixes."""
+        scalar = dt.scalar()
+        if dtypes.is_float(scalar):
+            assert isinstance(value, float | int)
+            v = float(value)
+            if math.isnan(v):
+                text = f"(-{self.nan})" if math.copysign(1.0, v) < 0 else self.nan
+            elif math.isinf(v):
+                text = self.infinity if v > 0 else f"(-{self.infinity})"
+            else:
+                text = repr(v) + ("" if scalar == dtypes.float64 else "f")  # exact: v is a value of dt
+                text = f"({text})" if text.startswith("-") else text
+            return text if scalar in (dtypes.float32, dtypes.float64) else f"(({self.ctype(dt)}){text})"
+        if scalar == dtypes.bool:
+            return "1" if value else "0"
+        assert isinstance(value, int)
+        return self.render_int(value, scalar)
+
+    def render_int(self, v: int, dt: DType) -> str:
+        """An integer literal of `dt`; the minimum of a signed type is written as `(-MAX-1)`."""
+        suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
+        if dt in dtypes.sints and v == dtypes.min(dt) and dt.itemsize >= 4:
+            return f"(-{-v - 1}{suffix}-1)"
+        text = f"{v}{suffix}"
+        if dt.itemsize < 4:  # no literal of its own: a cast keeps the temporaries' types exact
+            return f"(({self.ctype(dt)}){text})"
+        return f"({text})" if v < 0 else text
+
+    def render_cast(self, x: str, src: DType, dst: DType) -> str:
+        """CAST: to bool is `!= 0`; float -> int truncates and wraps (never C's undefined conversion)."""
+        if dst.scalar() == dtypes.bool:
+            return f"({x}!=0)"
+        if dtypes.is_float(src) and dtypes.is_int(dst):
+            return f"(({self.ctype(dst)})__uopgrad_f2i((double){x}))"
+        return f"(({self.ctype(dst)}){x})"
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        """BITCAST through a union (defined in C99, unlike a pointer cast)."""
+        return f"((union {{ {self.ctype(src)} s; {self.ctype(dst)} d; }}){{ .s = {x} }}).d"
+
+    def render_special(self, name: str) -> str:
+        """The expression of a SPECIAL (a grid index such as `gidx0`)."""
+        m = re.fullmatch(r"([a-z]+)(\d)", name)
+        if m is None or m.group(1) not in self.special_index:
+            raise RenderError(f"{type(self).__name__} has no grid index {name!r} (is it loop-style?)")
+        return self.special_index[m.group(1)].format(int(m.group(2)), "xyz"[int(m.group(2))])
+
+    def render_param(self, slot: int, dt: DType, writable: bool) -> str:
+        """One buffer parameter: `float* restrict data0`; read-only buffers are `const`."""
+        const = "" if writable else "const "
+        return " ".join(x for x in (f"{self.buffer_qualifier}{const}{self.ctype(dt)}*", self.restrict,
+                                    f"data{slot}") if x)
+
+    def render_var(self, name: str, dt: DType) -> str:
+        """One scalar parameter (a DEFINE_VAR)."""
+        return f"const {self.ctype(dt)} {name}"
+
+    def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
+                      prefix: Sequence[str]) -> str:
+        """Assemble the source: prefix lines, then `kernel_prefix name(params) { body }`."""
+        head = "\n".join(prefix)
+        sig = f"{self.kernel_prefix} {name}({', '.join(params)})"
+        return (f"{head}\n\n" if head else "") + sig + " {\n" + "\n".join(body) + "\n}\n"
+
+    # ------------------------------------------------------------------ the walk
+    def render(self, program: LinearProgram) -> str:
+        """C source of `program`: one function named after it, SSA temporaries, loops for RANGE/END."""
+        uops = tuple(program.uops)
+        st = _State(uops)
+        self._plan(uops, st)
+        for u in uops:
+            handler = _HANDLERS.get(u.op)
+            if handler is None and u.op in GroupOp.ALU:
+                handler = CStyleRenderer._alu
+            if handler is None:
+                raise RenderError(f"{type(self).__name__} can't render {u.op}: {u.short()}")
+            handler(self, st, u)
+        if st.depth != 1:
+            raise RenderError(f"{st.depth - 1} RANGE(s) are never closed by an END")
+        params = self._signature(program, uops, st)
+        body = "\n".join(st.lines)
+        used = [code for name, code in self.helpers.items() if name + "(" in body]
+        return self.render_kernel(_c_name(program.name), params, st.lines, [*self.prefix_lines, *used])
+
+    def _plan(self, uops: tuple[UOp, ...], st: _State) -> None:
+        """Name the arguments before the walk: buffers `data<slot>`, variables by their own names; constants
+        are inline literals (also those a program uses without listing them)."""
+        taken: set[str] = set()
+        for u in uops:
+            for c in u.src:
+                if c.op is Ops.CONST:
+                    st.names[c] = self.render_const(c.arg, c.dtype)
+            if u.op is Ops.PARAM:
+                st.names[u] = f"data{u.arg}"
+            elif u.op is Ops.DEFINE_VAR and u not in st.names:
+                name = str(u.arg[0])
+                ok = _IDENT.fullmatch(name) and not _RESERVED.fullmatch(name) and name not in _C_KEYWORDS
+                st.names[u] = name if ok and name not in taken else st.fresh("var")
+                taken.add(st.names[u])
+
+    def _signature(self, program: LinearProgram, uops: tuple[UOp, ...], st: _State) -> list[str]:
+        params = {u.arg: u for u in uops if u.op is Ops.PARAM}
+        written = {s.src[0].src[0].arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX}
+        slots: Sequence[int] = getattr(program, "globals", None) or sorted(params)
+        out = []
+        for slot in slots:
+            if slot in params:
+                out.append(self.render_param(slot, params[slot].dtype, slot in written))
+            else:  # a buffer argument the kernel never touches keeps its place in the signature
+                out.append(f"{self.buffer_qualifier}const void* data{slot}")
+        variables: Sequence[UOp] = getattr(program, "vars", None) or \
+            [u for u in uops if u.op is Ops.DEFINE_VAR]
+        return out + [self.render_var(st.names[v], v.dtype) for v in variables]
+
+    # ------------------------------------------------------------------ one handler per op family
+    def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
+        """Bind `u` to a fresh SSA temporary holding `expr`."""
+        name = st.fresh(prefix)
+        st.emit(f"const {self.ctype(u.dtype)} {name} = {expr};")
+        st.names[u] = name
+
+    def _alu(self, st: _State, u: UOp) -> None:
+        template = self.code_for_op.get(u.op)
+        if template is None:
+            raise RenderError(f"{type(self).__name__} does not render {u.op} (codegen decomposes ops outside "
+                              f"`supports`): {u.short()}")
+        dt = u.src[1].dtype if u.op is Ops.WHERE else u.src[0].dtype
+        via_float = self.half_via_float and dt.scalar() == dtypes.float16
+        xs = [f"((float){st.names[s]})" if via_float and s.dtype.scalar() == dtypes.float16 else st.names[s]
+              for s in u.src]
+        expr = template(self, dt, *xs)
+        if via_float and u.dtype.scalar() == dtypes.float16:
+            expr = f"(({self.ctype(u.dtype)}){expr})"
+        self._value(st, u, "alu", expr)
+
+    def _name(self, st: _State, u: UOp) -> None:  # PARAM, DEFINE_VAR: named in _plan
+        pass
+
+    def _const(self, st: _State, u: UOp) -> None:
+        st.names[u] = self.render_const(u.arg, u.dtype)
+
+    def _alias(self, st: _State, u: UOp) -> None:  # AFTER: the value of its first source
+        st.names[u] = st.names[u.src[0]]
+
+    def _skip(self, st: _State, u: UOp) -> None:  # SINK, NOOP, GROUP: no code
+        pass
+
+    def _special(self, st: _State, u: UOp) -> None:
+        st.names[u] = str(u.arg)
+        st.emit(f"const {self.ctype(u.dtype)} {u.arg} = {self.render_special(str(u.arg))};")
+
+    def _range(self, st: _State, u: UOp) -> None:
+        name = f"ridx{u.arg[0] if isinstance(u.arg, tuple) else u.arg}"
+        st.names[u] = name
+        pragma = self.parallel_pragma
+        if pragma is not None and st.depth == 1 and _parallel_ok(u, st.uops, self.parallel_min_work):
+            st.emit(pragma)
+        t = self.ctype(u.dtype)
+        st.emit(f"for ({t} {name} = 0; {name} < {st.names[u.src[0]]}; {name}++) {{")
+        st.depth += 1
+
+    def _end(self, st: _State, u: UOp) -> None:
+        st.depth -= 1
+        if st.depth < 1:
+            raise RenderError(f"END without an open RANGE: {u.short()}")
+        st.emit("}")
+
+    def _if(self, st: _State, u: UOp) -> None:
+        st.emit(f"if ({st.names[u.src[0]]}) {{")
+        st.depth += 1
+
+    def _define_reg(self, st: _State, u: UOp) -> None:
+        name = f"acc{u.arg}"
+        st.names[u] = name
+        init = st.names[u.src[0]] if u.src else self.render_const(0, u.dtype.base)
+        st.emit(f"{self.ctype(u.dtype)} {name} = {init};")
+
+    def _index(self, st: _State, u: UOp) -> None:
+        st.names[u] = f"{st.names[u.src[0]]}[{st.names[u.src[1]]}]"
+
+    def _load(self, st: _State, u: UOp) -> None:
+        src = st.names[u.src[0]]
+        if len(u.src) > 1 and u.src[0].op is Ops.INDEX:  # a gated load reads 0 where the gate is false
+            src = f"({st.names[u.src[1]]}?{src}:{self.render_const(0, u.dtype)})"
+        self._value(st, u, "val", src)
+
+    def _store(self, st: _State, u: UOp) -> None:
+        line = f"{st.names[u.src[0]]} = {st.names[u.src[1]]};"
+        st.emit(f"if ({st.names[u.src[2]]}) {line}" if len(u.src) > 2 else line)
+
+    def _cast(self, st: _State, u: UOp) -> None:
+        self._value(st, u, "cast", self.render_cast(st.names[u.src[0]], u.src[0].dtype, u.dtype))
+
+    def _bitcast(self, st: _State, u: UOp) -> None:
+        if u.dtype.itemsize != u.src[0].dtype.itemsize:
+            raise RenderError(f"BITCAST between sizes {u.src[0].dtype} -> {u.dtype}: {u.short()}")
+        self._value(st, u, "cast", self.render_bitcast(st.names[u.src[0]], u.src[0].dtype, u.dtype))
+
+
+def _c_name(name: str) -> str:
+    """`name` as a C identifier (kernel names come from the graph and may hold any character)."""
+    ident = re.sub(r"\W", "_", name) or "kernel"
+    return ident if ident[0].isalpha() or ident[0] == "_" else f"k_{ident}"
+
+
+def _bound(r: UOp) -> int:
+    """The trip count of RANGE `r`, or its upper bound when it is a variable."""
+    b = r.src[0]
+    return int(b.arg) if b.op is Ops.CONST else int(b.vmax)
+
+
+def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
+    """Whether the iterations of `loop`, an outermost RANGE, may run on several threads: it is an output
+    loop, every register it updates lives inside it, every buffer store's index depends on it (so two
+    iterations never write one element), and the nest does at least `min_work` iterations."""
+    if not (isinstance(loop.arg, tuple) and loop.arg[-1] == "loop"):
+        return False
+    start = uops.index(loop)
+    end = next((i for i in range(start, len(uops)) if uops[i].op is Ops.END and uops[i].src[0] is loop), None)
+    if end is None:
+        return False
+    body = uops[start + 1:end]
+    inside = set(body)
+    work = _bound(loop)
+    for u in body:
+        if u.op is Ops.RANGE:
+            work *= _bound(u)
+        elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_REG and u.src[0] not in inside:
+            return False
+        elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and loop not in u.src[0].src[1].toposort():
+            return False
+    return work >= min_work
+
+
+_Handler = Callable[[CStyleRenderer, _State, UOp], None]
+# how each non-ALU op is printed (ALU ops go through `code_for_op`)
+_HANDLERS: dict[Ops, _Handler] = {
+    Ops.PARAM: CStyleRenderer._name, Ops.DEFINE_VAR: CStyleRenderer._name, Ops.CONST: CStyleRenderer._const,
+    Ops.SPECIAL: CStyleRenderer._special, Ops.RANGE: CStyleRenderer._range, Ops.END: CStyleRenderer._end,
+    Ops.IF: CStyleRenderer._if, Ops.ENDIF: CStyleRenderer._end, Ops.DEFINE_REG: CStyleRenderer._define_reg,
+    Ops.INDEX: CStyleRenderer._index, Ops.LOAD: CStyleRenderer._load, Ops.STORE: CStyleRenderer._store,
+    Ops.CAST: CStyleRenderer._cast, Ops.BITCAST: CStyleRenderer._bitcast, Ops.AFTER: CStyleRenderer._alias,
+    Ops.SINK: CStyleRenderer._skip, Ops.NOOP: CStyleRenderer._skip, Ops.GROUP: CStyleRenderer._skip,
+}
