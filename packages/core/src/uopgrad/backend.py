@@ -1,30 +1,68 @@
-"""Backends and the device registry (layer 13): the `Backend` base class and `Device`.
+"""Backends and the device registry (layer 13): `Backend`, the API of compiled backends, and `Device`.
 
 Backends are plugins: each contributes one entry point in the `uopgrad.backends` group, read only when a
 device is first named, so `import uopgrad` imports no backend. REFERENCE ships with core and is also found
 without an installed entry point (a source checkout on PYTHONPATH).
+
+A backend that generates code subclasses `CompiledBackend` and supplies four parts (ARCHITECTURE §3): a
+renderer (`uopgrad.renderer`), a `Compiler` (source -> bytes, cached on disk), an `Allocator` and a
+`Program` runtime (a loaded kernel). `realize(sink)` then runs schedule -> lower -> render -> compile ->
+launch, reusing compiled kernels across calls with the same kernel structure.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
+import os
+import tempfile
+import weakref
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
-from uopgrad.config import getenv_str
+import numpy as np
 
-if TYPE_CHECKING:
-    import numpy as np
+from uopgrad.config import DEBUG, getenv_str
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.renderer import GridLimits, LinearProgram, Renderer
+from uopgrad.uop import UOp
 
-    from uopgrad.uop import UOp
-
-__all__ = ["Backend", "Device", "DeviceRegistry", "ENTRY_POINT_GROUP", "PREFERENCE"]
+__all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "PREFERENCE", "Program", "compile_cache_dir"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
 PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 # backends that ship inside core: found even when core is used from a source tree without being installed
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
+H = TypeVar("H")  # an allocator's handle type
+# every dtype a value can have (REFERENCE stores all of them)
+_VALUE_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can run, for codegen (what to decompose, how to launch) and the conformance suite
+    (which op x dtype cases to check)."""
+
+    dtypes: frozenset[DType]
+    ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
+    grid: GridLimits | None = None     # None: loop-style; else grid-style with these launch limits
+    compiled: bool = True              # generates and compiles code (False for REFERENCE)
+
+    @property
+    def loop_style(self) -> bool:
+        """True when output dimensions are loops, not grid indices."""
+        return self.grid is None
+
+    @property
+    def max_local_size(self) -> tuple[int, ...] | None:
+        """Per-dimension maximum of the local (workgroup) size, None for loop-style backends."""
+        return None if self.grid is None else self.grid.local_max
 
 
 class Backend:
@@ -33,6 +71,9 @@ class Backend:
     The Tensor layer uses three methods: `copyin`/`copyout` move host data into and out of a BUFFER, and
     `realize` runs a SINK of STOREs into BUFFERs (and any other effects in it), after which those buffers
     hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map."""
+
+    # every op and dtype: REFERENCE evaluates the tensor IR directly
+    capabilities = Capabilities(_VALUE_DTYPES, GroupOp.ALU, None, compiled=False)
 
     def __init__(self, device: str) -> None:
         self.name = device
@@ -51,6 +92,203 @@ class Backend:
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink` (STOREs into BUFFERs, custom-kernel CALLs, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement realize")
+
+
+# ---------------------------------------------------------------------- the parts of a compiled backend
+class CompileError(RuntimeError):
+    """The compiler rejected generated source; the message holds its output and the numbered source."""
+
+    def __init__(self, compiler: str, message: str, src: str) -> None:
+        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
+        super().__init__(f"{compiler} failed:\n{message.rstrip()}\n--- generated source ---\n{numbered}")
+        self.message, self.src = message, src
+
+
+def compile_cache_dir() -> Path:
+    """Where compiled kernels are kept: $UOPGRAD_CACHE_DIR, else ~/.cache/uopgrad."""
+    env = getenv_str("UOPGRAD_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "uopgrad"
+
+
+class Compiler:
+    """Source -> binary. `compile_cached` keeps each result on disk under a hash of `cache_key` (the
+    compiler's identity and flags, set by subclasses) and the source, so a second process reuses it."""
+
+    cache_key = ""
+
+    def __init__(self) -> None:
+        self.stats: Counter[str] = Counter()  # "disk_hit" / "compiled": what compile_cached did
+
+    def compile(self, src: str) -> bytes:
+        """Compile `src` (raises CompileError with the compiler's message and the source)."""
+        return src.encode()  # a backend whose driver builds source itself keeps it as it is
+
+    def compile_cached(self, src: str) -> bytes:
+        """`compile(src)`, through the on-disk cache. Entries are written to a temporary file and renamed
+        into place (atomic), and carry a checksum, so concurrent processes never read a partial entry."""
+        digest = hashlib.sha256(f"{type(self).__qualname__}\0{self.cache_key}\0{src}".encode()).hexdigest()
+        path = compile_cache_dir() / digest[:2] / digest
+        try:
+            blob = path.read_bytes()
+            if blob[:32] == hashlib.sha256(blob[32:]).digest():
+                self.stats["disk_hit"] += 1
+                return blob[32:]
+        except OSError:
+            pass
+        lib = self.compile(src)
+        self.stats["compiled"] += 1
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(hashlib.sha256(lib).digest() + lib)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except OSError:
+            pass  # an unwritable cache only costs time
+        return lib
+
+
+class Allocator(Generic[H]):
+    """Device memory for buffers, as handles of type H: `alloc` (zero-filled), `free`, host copies, and
+    `as_buffer`, a zero-copy host view of a handle where the device shares host memory (None otherwise)."""
+
+    def alloc(self, nbytes: int) -> H:
+        """A handle on `nbytes` of fresh, zeroed device memory."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement alloc")
+
+    def free(self, handle: H, nbytes: int) -> None:
+        """Release `handle` (called when its BUFFER is garbage collected)."""
+
+    def copyin(self, handle: H, src: memoryview) -> None:
+        """Copy host bytes into the device memory of `handle`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement copyin")
+
+    def copyout(self, dst: memoryview, handle: H) -> None:
+        """Copy the device memory of `handle` into host bytes."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement copyout")
+
+    def as_buffer(self, handle: H) -> memoryview | None:
+        """A zero-copy host view of `handle`, or None."""
+        return None
+
+
+class Program:
+    """One compiled kernel, loaded and ready to launch: `prg(*buffer_handles, vals=..., global_size=...,
+    local_size=...)`. Buffers come in the kernel's slot order, `vals` in the order of its DEFINE_VARs."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        self.name, self.lib = name, lib
+
+    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
+                 local_size: Sequence[int] | None = None) -> None:
+        """Launch the kernel on `bufs` with the variable values `vals`; returns when it has finished."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement launching")
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """A kernel structure, lowered, rendered and compiled once per process and device."""
+
+    program: LinearProgram
+    src: str
+    run: Program
+
+
+class CompiledBackend(Backend):
+    """A backend that generates code. `realize(sink)`: the scheduler splits `sink` into kernels and copies;
+    each kernel is lowered for this renderer's capabilities, rendered, compiled (disk cache) and launched.
+    Compiled kernels are kept per process, keyed by the kernel's structure (its body), never by buffers."""
+
+    def __init__(self, device: str, renderer: Renderer, compiler: Compiler, allocator: Allocator[Any],
+                 runtime: type[Program], dtypes: frozenset[DType]) -> None:
+        super().__init__(device)
+        self.renderer, self.compiler, self.allocator, self.runtime = renderer, compiler, allocator, runtime
+        self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True)
+        # BUFFER -> device memory; the memory is freed when the BUFFER node is collected
+        self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+        self._kernels: dict[UOp, _Kernel] = {}
+
+    # ------------------------------------------------------------------ buffers
+    def _nbytes(self, buf: UOp) -> int:
+        if buf.dtype.base.scalar() not in self.capabilities.dtypes:
+            raise TypeError(f"{self.name} has no {buf.dtype} buffers (it supports "
+                            f"{sorted(d.name for d in self.capabilities.dtypes)})")
+        return max(int(buf.arg), 1) * buf.dtype.base.itemsize
+
+    def handle(self, buf: UOp) -> object:
+        """The device memory of BUFFER `buf`, allocated (zeroed) on first use."""
+        h = self._handles.get(buf)
+        if h is None:
+            nbytes = self._nbytes(buf)
+            h = self._handles[buf] = self.allocator.alloc(nbytes)
+            weakref.finalize(buf, self.allocator.free, h, nbytes)
+        return h
+
+    def copyin(self, buf: UOp, data: np.ndarray) -> None:
+        """Fill `buf` with `data` (converted to the buffer's dtype)."""
+        arr = np.ascontiguousarray(np.asarray(data).reshape(-1), dtype=dtypes.to_numpy(buf.dtype.base))
+        if arr.size != buf.arg:
+            raise ValueError(f"copyin of {arr.size} elements into a BUFFER of {buf.arg}")
+        if arr.size:
+            self.allocator.copyin(self.handle(buf), arr.data.cast("B"))
+
+    def copyout(self, buf: UOp) -> np.ndarray:
+        """A copy of `buf`'s contents (zeros if nothing was ever written)."""
+        out = np.empty((int(buf.arg),), dtype=dtypes.to_numpy(buf.dtype.base))
+        if out.size:
+            self.allocator.copyout(out.data.cast("B"), self.handle(buf))
+        return out
+
+    # ------------------------------------------------------------------ kernels
+    def kernel(self, body: UOp) -> _Kernel:
+        """The compiled kernel for a kernel body (the SINK of a scheduled CALL), built once per process."""
+        k = self._kernels.get(body)
+        if k is None:
+            program = _lower(body, self.renderer)
+            src = self.renderer.render(program)
+            if DEBUG >= 4:
+                print(src)
+            run = self.runtime(program.name, self.compiler.compile_cached(src))
+            k = self._kernels[body] = _Kernel(program, src, run)
+        return k
+
+    def realize(self, sink: UOp) -> None:
+        """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
+        var_vals = {u.src[0]: int(u.src[1].arg) for u in sink.toposort() if u.op is Ops.BIND}
+        for item in _schedule(sink):
+            body, bufs = item.src[0], item.src[1:]
+            if body.op is Ops.COPY:
+                self._copy(bufs[0], bufs[1])
+                continue
+            k = self.kernel(body)
+            vals = [var_vals[v] for v in _program_vars(k.program)]
+            handles = [self.handle(b) for b in bufs]
+            k.run(*handles, vals=vals, global_size=getattr(k.program, "global_size", None),
+                  local_size=getattr(k.program, "local_size", None))
+
+    def _copy(self, dst: UOp, src: UOp) -> None:
+        """COPY: the contents of `src` (on any device) into `dst` on this one."""
+        data = self.copyout(src) if src.device == self.name else Device[str(src.device)].copyout(src)
+        self.copyin(dst, data)
+
+
+def _program_vars(program: LinearProgram) -> list[UOp]:
+    listed = getattr(program, "vars", None)
+    return list(listed) if listed is not None else [u for u in program.uops if u.op is Ops.DEFINE_VAR]
+
+
+def _schedule(sink: UOp) -> list[UOp]:
+    from uopgrad.schedule import schedule  # lands with the scheduler (issue #4)
+    return list(schedule(sink).items)
+
+
+def _lower(body: UOp, renderer: Renderer) -> LinearProgram:
+    from uopgrad.codegen import lower  # lands with codegen (issue #4)
+    return lower(body, renderer.supports, renderer.grid)
 
 
 @dataclass(frozen=True)
