@@ -1,7 +1,25 @@
 """uopgrad_cpu: the CPU backend of uopgrad (C99 built by the system C compiler, loaded with ctypes).
 
-A skeleton for now: the renderer, compiler, runtime and the `uopgrad.backends` entry point are filled in
-by a later issue (ARCHITECTURE.md section 3).
+`CPUBackend` is the `uopgrad.backends` entry point `CPU`. It is core's `CompiledBackend` with this
+package's four parts: `CRenderer` (renderer.py), `CCompiler` (compiler.py), `CPUAllocator` and
+`CPUProgram` (runtime.py). See ARCHITECTURE.md section 3.
 """
+from __future__ import annotations
 
-__all__: list[str] = []
+from uopgrad import dtypes
+from uopgrad.backend import CompiledBackend
+from uopgrad_cpu.compiler import CCompiler
+from uopgrad_cpu.renderer import CRenderer
+from uopgrad_cpu.runtime import CPUAllocator, CPUProgram
+
+__all__ = ["CPU_DTYPES", "CCompiler", "CPUAllocator", "CPUBackend", "CPUProgram", "CRenderer"]
+
+# bfloat16 is left out: C99 has no type for it (REFERENCE and the GPU backends run it)
+CPU_DTYPES = frozenset({dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64})
+
+
+class CPUBackend(CompiledBackend):
+    """The host CPU: every kernel is a C function; the outer loop of large kernels runs on all cores."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__(device, CRenderer(), CCompiler(), CPUAllocator(), CPUProgram, CPU_DTYPES)

@@ -1,0 +1,82 @@
+"""The CPU backend's compiler: C source -> shared object bytes, with the system C compiler.
+
+`$CC` (default `cc`) builds with `-O2 -march=native -fPIC -shared`, and never `-ffast-math`: NaN and inf
+must behave. Three flags make C's arithmetic the one REFERENCE defines: `-fwrapv` (signed overflow wraps),
+`-ffp-contract=off` (no fused multiply-add: `a*b+c` rounds twice, as in numpy) and `-fno-math-errno`
+(lets `sqrt` be one instruction; the value is the same). `-fopenmp` is added when the compiler has it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from uopgrad.backend import CompileError, Compiler
+
+__all__ = ["CCompiler", "openmp_available"]
+
+BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv", "-ffp-contract=off",
+              "-fno-math-errno")
+
+
+def _run(cmd: list[str], src: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, input=src, capture_output=True, text=True, check=False)
+
+
+@functools.cache
+def openmp_available(cc: str) -> bool:
+    """Whether `cc` compiles and links a shared object with `-fopenmp`."""
+    probe = "#include <omp.h>\nint uopgrad_probe(void) { return omp_get_max_threads(); }\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            res = _run([*shlex.split(cc), "-fopenmp", "-fPIC", "-shared", "-x", "c", "-", "-o",
+                        f"{tmp}/probe.so"], probe)
+        except OSError:
+            return False
+        return res.returncode == 0
+
+
+@functools.cache
+def _identity(cc: str) -> str:
+    """What the cache key needs to tell compilers and machines apart: the compiler's version line and, as
+    `-march=native` depends on it, the CPU model and feature flags."""
+    try:
+        version = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True,
+                                 check=False).stdout.partition("\n")[0]
+    except OSError:
+        version = "missing"
+    cpu = platform.machine()
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu += "".join(line for line in info if line.startswith(("model name", "flags", "Features")))[:4096]
+    except OSError:
+        pass
+    return f"{cc}|{version}|{cpu}"
+
+
+class CCompiler(Compiler):
+    """C99 -> shared object bytes with `$CC` (default `cc`); the disk cache key holds the compiler's
+    version, the flags and the host CPU."""
+
+    def __init__(self, cc: str | None = None) -> None:
+        super().__init__()
+        self.cc = cc or os.environ.get("CC") or "cc"
+        self.flags = [*BASE_FLAGS, *(["-fopenmp"] if openmp_available(self.cc) else [])]
+        self.cache_key = f"{_identity(self.cc)}|{' '.join(self.flags)}"
+
+    def compile(self, src: str) -> bytes:
+        """Build `src` into a shared object; a compiler error shows its message and the source."""
+        with tempfile.TemporaryDirectory(prefix="uopgrad-cc-") as tmp:
+            out = Path(tmp) / "kernel.so"
+            cmd = [*shlex.split(self.cc), *self.flags, "-x", "c", "-", "-o", str(out), "-lm"]
+            try:
+                res = _run(cmd, src)
+            except OSError as e:
+                raise CompileError(shlex.join(cmd), f"can't run the C compiler: {e}", src) from e
+            if res.returncode != 0:
+                raise CompileError(shlex.join(cmd), res.stderr or res.stdout, src)
+            return out.read_bytes()

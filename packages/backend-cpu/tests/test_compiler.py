@@ -1,0 +1,212 @@
+"""The C compiler and its on-disk cache, the runtime's buffers, and kernels far longer than one C expression
+could hold."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from linear import Prog, const, elementwise, linear, run
+
+from uopgrad import Ops, UOp, dtypes
+from uopgrad.backend import CompileError, compile_cache_dir
+from uopgrad_cpu import CCompiler, CPUBackend, CPUProgram
+
+f32, i32 = dtypes.float32, dtypes.int32
+SRC = "int answer(void) { return 42; }\n"
+
+
+def fresh_source(tag: str) -> str:
+    """A source no earlier run has compiled (the cache must miss)."""
+    return f"/* {tag} {os.urandom(8).hex()} */\n{SRC}"
+
+
+def test_flags_keep_ieee_semantics():
+    flags = CCompiler().flags
+    assert "-O2" in flags and "-march=native" in flags and "-shared" in flags
+    assert "-ffast-math" not in flags
+    assert {"-fwrapv", "-ffp-contract=off"} <= set(flags)
+
+
+def test_cc_is_honoured(monkeypatch):
+    monkeypatch.setenv("CC", "gcc")
+    assert CCompiler().cc == "gcc"
+
+
+def test_compiler_error_shows_the_source_and_the_message():
+    bad = "void broken(float* restrict data0) {\n  data0[0] = undefined_name;\n}\n"
+    with pytest.raises(CompileError) as info:
+        CCompiler().compile(bad)
+    text = str(info.value)
+    assert "undefined_name" in text and "error" in text
+    assert "   2    data0[0] = undefined_name;" in text  # the numbered source
+
+
+def test_a_missing_compiler_is_a_compile_error():
+    with pytest.raises(CompileError, match="can't run the C compiler"):
+        CCompiler(cc="/nonexistent/cc").compile(SRC)
+
+
+def test_second_compile_hits_the_disk_cache():
+    src = fresh_source("hit")
+    first, second = CCompiler(), CCompiler()
+    lib = first.compile_cached(src)
+    assert first.stats == {"compiled": 1}
+    assert second.compile_cached(src) == lib and second.stats == {"disk_hit": 1}
+
+
+def test_another_process_hits_the_disk_cache(tmp_path):
+    src = fresh_source("process")
+    CCompiler().compile_cached(src)
+    code = textwrap.dedent(f"""
+        from uopgrad_cpu import CCompiler
+        c = CCompiler()
+        c.compile_cached({src!r})
+        print(dict(c.stats))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "{'disk_hit': 1}"
+
+
+def test_concurrent_writers_never_corrupt_the_cache():
+    sources = [fresh_source(f"race{i}") for i in range(3)]
+    code = textwrap.dedent(f"""
+        import ctypes, os, sys, tempfile
+        from uopgrad_cpu import CCompiler
+        for src in {sources!r}:
+            lib = CCompiler().compile_cached(src)
+            fd, path = tempfile.mkstemp(suffix=".so")
+            os.write(fd, lib)
+            os.close(fd)
+            assert ctypes.CDLL(path).answer() == 42
+            os.unlink(path)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(6)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 6
+    cache = compile_cache_dir()
+    assert not list(cache.rglob(".tmp-*")), "temporary files were left behind"
+    for entry in (p for p in cache.rglob("*") if p.is_file()):
+        blob = entry.read_bytes()
+        assert blob[:32] == hashlib.sha256(blob[32:]).digest(), f"corrupt cache entry {entry}"
+
+
+def test_a_damaged_entry_is_rebuilt():
+    src = fresh_source("damaged")
+    c = CCompiler()
+    lib = c.compile_cached(src)
+    for entry in (p for p in compile_cache_dir().rglob("*") if p.is_file()):
+        if entry.read_bytes()[32:] == lib:
+            entry.write_bytes(entry.read_bytes()[:100])  # as if a writer died half way (without the rename)
+    again = CCompiler()
+    assert again.compile_cached(src) == lib and again.stats == {"compiled": 1}
+
+
+def test_the_cache_key_holds_compiler_and_flags(tmp_path):
+    a, b = CCompiler(), CCompiler()
+    b.flags = [*b.flags, "-DEXTRA"]
+    b.cache_key += " -DEXTRA"
+    src = fresh_source("flags")
+    a.compile_cached(src)
+    b.compile_cached(src)
+    assert a.stats == b.stats == {"compiled": 1}
+    assert "cc" in a.cache_key and "-O2" in a.cache_key
+
+
+def test_an_unwritable_cache_only_costs_time(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(blocker))
+    assert CCompiler().compile_cached(fresh_source("unwritable"))
+
+
+# ---------------------------------------------------------------------- runtime
+def test_program_runs_a_kernel_with_a_variable(cpu):
+    # out[i] = in[i] + n for i < 8, with n a scalar argument
+    n = UOp.variable("n", 0, 100, i32)
+    out, a = UOp(Ops.PARAM, i32.ptr(8), (), 0), UOp(Ops.PARAM, i32.ptr(8), (), 1)
+    r = UOp(Ops.RANGE, i32, (const(i32, 8),), (0, "loop"))
+    load = UOp(Ops.LOAD, i32, (UOp(Ops.INDEX, i32.ptr(), (a, r)),))
+    st = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, i32.ptr(), (out, r)), UOp(Ops.ADD, i32, (load, n))))
+    prog = Prog("add_n", linear(out, a, n, st, UOp(Ops.END, dtypes.void, (r,))))
+    got = run(cpu, prog, (8, i32), np.arange(8, dtype=np.int32), vals=(7,))
+    assert got.tolist() == list(range(7, 15))
+
+
+def test_buffers_round_trip_and_start_zeroed(cpu):
+    buf = UOp.new_buffer("CPU", 5, f32)
+    assert cpu.copyout(buf).tolist() == [0.0] * 5
+    cpu.copyin(buf, np.array([1, 2, 3, 4, 5], dtype=np.float32))
+    assert cpu.copyout(buf).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    view = cpu.allocator.as_buffer(cpu.handle(buf))
+    assert np.frombuffer(view, dtype=np.float32).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]  # zero-copy
+    with pytest.raises(ValueError, match="copyin of 3 elements"):
+        cpu.copyin(buf, np.zeros(3, dtype=np.float32))
+
+
+def test_buffer_memory_goes_with_its_buffer():
+    freed = []
+
+    class Tracking(CPUBackend):
+        def __init__(self, device):
+            super().__init__(device)
+            self.allocator.free = lambda handle, nbytes: freed.append(nbytes)
+
+    backend = Tracking("CPU")
+    buf = UOp.new_buffer("CPU", 10, dtypes.float64)
+    backend.handle(buf)
+    del buf
+    gc.collect()
+    assert freed == [80]
+
+
+def test_bfloat16_buffers_are_refused(cpu):
+    with pytest.raises(TypeError, match="no dtypes.__bf16 buffers"):
+        cpu.handle(UOp.new_buffer("CPU", 4, dtypes.bfloat16))
+
+
+def test_buffers_are_aligned(cpu):
+    for n in (1, 3, 17, 1000):
+        assert cpu.allocator.alloc(n).ctypes.data % 64 == 0
+
+
+def test_launching_with_foreign_buffers_is_refused():
+    prg = CPUProgram("answer", CCompiler().compile_cached(SRC))
+    with pytest.raises(TypeError, match="numpy buffers"):
+        prg([1, 2, 3])
+
+
+# ---------------------------------------------------------------------- scale
+def test_a_kernel_of_thousands_of_fused_ops_compiles_and_runs(cpu):
+    # 4000 dependent ops in one kernel: one statement each, where one nested C expression would be refused
+    out, a = UOp(Ops.PARAM, f32.ptr(4), (), 0), UOp(Ops.PARAM, f32.ptr(4), (), 1)
+    r = UOp(Ops.RANGE, i32, (const(i32, 4),), (0, "loop"))
+    x = UOp(Ops.LOAD, f32, (UOp(Ops.INDEX, f32.ptr(), (a, r)),))
+    want = np.arange(4, dtype=np.float32)
+    for i in range(2000):
+        c = float(i % 5) * 0.25
+        x = UOp(Ops.ADD, f32, (UOp(Ops.MUL, f32, (x, const(f32, 0.5))), const(f32, c)))
+        want = want * np.float32(0.5) + np.float32(c)
+    st = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, f32.ptr(), (out, r)), x))
+    prog = Prog("long_chain", linear(out, a, st, UOp(Ops.END, dtypes.void, (r,))))
+    got = run(cpu, prog, (4, f32), np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_large_output_loops_run_in_parallel_and_agree(cpu):
+    n = 1 << 20
+    prog = elementwise(Ops.MUL, f32, [f32, f32], n, name="big_mul")
+    assert "#pragma omp parallel for" in cpu.renderer.render(prog)
+    a = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    np.testing.assert_array_equal(run(cpu, prog, (n, f32), a, a), a * a)
+
+
+def test_cache_dir_default(monkeypatch):
+    monkeypatch.delenv("UOPGRAD_CACHE_DIR")
+    assert compile_cache_dir() == Path.home() / ".cache" / "uopgrad"
