@@ -1,0 +1,113 @@
+"""Codegen (layer 11): a kernel (spec/kernels.md §1) becomes a linear program (§2), for one backend.
+
+`lower(kernel, ops, grid)` runs the passes in `lower` in order (each a named graph_rewrite or a named
+function); with UOPGRAD_VERIFY=1 the graph is checked after every pass. `ops` are the ALU ops the backend
+renders natively (everything else is decomposed); `grid` is given for grid-style backends (GPUs) and maps the
+output loops onto launch dimensions. Programs are cached by the kernel's structure, the op set and the grid.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from uopgrad.codegen.decomp import pm_decomp
+from uopgrad.codegen.gpudims import add_gpudims
+from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
+from uopgrad.codegen.linearize import linearize
+from uopgrad.codegen.program import GridLimits, GridSpec, Program, check, pm_spec_lowered, pm_spec_program
+from uopgrad.codegen.reduce import pm_reduce, reduce_context
+from uopgrad.config import DEBUG, VERIFY
+from uopgrad.dtype import PtrDType
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import graph_rewrite
+from uopgrad.uop import UOp
+from uopgrad.verify import verify
+
+__all__ = ["GridLimits", "GridSpec", "Program", "clear_program_cache", "lower", "program_cache_info"]
+
+_cache: dict[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = {}
+_stats = {"hits": 0, "misses": 0}
+
+
+def _checked(name: str, sink: UOp) -> UOp:
+    if VERIFY:
+        check(sink, pm_spec_lowered, f"kernel after the '{name}' pass")
+    if DEBUG >= 4:
+        print(f"--- after {name}\n{sink.pretty(200)}")
+    return sink
+
+
+def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None) -> Program:
+    """The linear program of `kernel` (a kernel CALL, or its SINK body) for a backend that renders `ops`."""
+    body = kernel.src[0] if kernel.op is Ops.CALL else kernel
+    nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
+    key = (body.key, nargs, ops, grid)
+    if (prg := _cache.get(key)) is not None:
+        _stats["hits"] += 1
+        return prg
+    _stats["misses"] += 1
+    if VERIFY:
+        verify(kernel)
+    passes: list[tuple[str, Callable[[UOp], UOp]]] = [
+        ("index", lower_indexing),  # movement ops -> index arithmetic, one loop nest per STORE, PAD -> gates
+        ("gpudims", lambda s: s),   # output loops -> grid indices (grid-style backends only; see below)
+        ("reduce", lambda s: graph_rewrite(s, pm_reduce, ctx=reduce_context(), name="codegen: reduce")),
+        ("index dtype", lambda s: graph_rewrite(s, pm_index_dtype, ctx=index_dtype(s), name="codegen: idx")),
+        ("decompositions", lambda s: graph_rewrite(s, pm_decomp, ctx=ops, name="codegen: decompositions")),
+    ]
+    sink, sizes = body, None
+    for name, fn in passes:
+        if name == "gpudims" and grid is not None:
+            sink, *dims = add_gpudims(sink, grid)
+            sizes = (dims[0], dims[1])
+        sink = _checked(name, fn(sink))
+    uops = _with_all_params(linearize(sink), body, nargs)
+    if VERIFY:
+        check(uops, pm_spec_program, "program")
+    if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in ops}):
+        raise NotImplementedError(f"the backend does not render {missing}, and codegen can't decompose them")
+    prg = Program(_name(kernel, body), uops, tuple(u.arg for u in uops if u.op is Ops.PARAM),
+                  tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),
+                  _slots(uops, Ops.STORE), _slots(uops, Ops.LOAD),
+                  None if sizes is None else sizes[0], None if sizes is None else sizes[1])
+    _cache[key] = prg
+    return prg
+
+
+def _with_all_params(uops: tuple[UOp, ...], body: UOp, nargs: int) -> tuple[UOp, ...]:
+    """Every buffer slot of the kernel as a PARAM, in slot order, first (unused ones too)."""
+    params = {u.arg: u for u in uops if u.op is Ops.PARAM}
+    for u in body.toposort():
+        if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.arg not in params:
+            params[u.arg] = UOp(Ops.PARAM, u.dtype, (), u.arg)
+    if missing := [s for s in range(nargs) if s not in params]:
+        raise RuntimeError(f"kernel buffer slots {missing} have no PARAM in the body")
+    return (*(params[s] for s in sorted(params)), *(u for u in uops if u.op is not Ops.PARAM))
+
+
+def _slots(uops: tuple[UOp, ...], op: Ops) -> tuple[int, ...]:
+    found = set()
+    for u in uops:
+        if u.op is op and u.src[0].op is Ops.INDEX:
+            p = u.src[0].src[0]
+            found.add((p.src[0] if p.op is Ops.AFTER else p).arg)
+    return tuple(sorted(found))
+
+
+def _name(kernel: UOp, body: UOp) -> str:
+    """`E_<shape>` for an elementwise kernel, `r_<shape>` for one with a reduce, or a custom kernel's name."""
+    if kernel.op is Ops.CALL and kernel.arg.name:
+        return str(kernel.arg.name)
+    kind = "r" if any(u.op is Ops.REDUCE for u in body.toposort()) else "E"
+    shape = body.src[0].src[0].shape if body.src and body.src[0].op is Ops.STORE else ()
+    return "_".join([kind, *(str(d) if isinstance(d, int) else "n" for d in shape)])
+
+
+def program_cache_info() -> dict[str, int]:
+    """Hits, misses and size of the program cache."""
+    return {**_stats, "size": len(_cache)}
+
+
+def clear_program_cache() -> None:
+    """Forget every lowered program (the counters too)."""
+    _cache.clear()
+    _stats.update(hits=0, misses=0)

@@ -1,0 +1,191 @@
+"""Decompositions (codegen, layer 11): ALU ops a backend does not render are rewritten into ops it does.
+
+`pm_decomp` runs with the backend's op set as its context; each row fires only when its op is missing from
+that set, and builds the replacement from simpler ops (which are decomposed again if they are missing too).
+The results follow REFERENCE's numerics (spec/reference.md §3): floor division from C's truncating CDIV/CMOD
+with a correction, NaN-propagating MAX, and POW with numpy's sign and special-value rules.
+"""
+from __future__ import annotations
+
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat
+from uopgrad.uop import UOp
+
+__all__ = ["pm_decomp"]
+
+# the integer dtype of each float's width, for reading a float's sign bit
+_SIGNED_OF_WIDTH = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def _alu(op: Ops, *src: UOp) -> UOp:
+    """A scalar ALU node: comparisons give bool, every other op the dtype of its last source."""
+    dt = dtypes.bool if op in GroupOp.Comparison else src[-1].dtype
+    return UOp(op, dt, src)
+
+
+def _c(dt: DType, v: float | int | bool) -> UOp:
+    return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
+
+
+def _where(c: UOp, a: UOp, b: UOp) -> UOp:
+    return UOp(Ops.WHERE, a.dtype, (c, a, b))
+
+
+def _not(x: UOp) -> UOp:
+    return _alu(Ops.CMPNE, x, _c(dtypes.bool, True))
+
+
+def _eq(a: UOp, b: UOp) -> UOp:
+    return _not(_alu(Ops.CMPNE, a, b))
+
+
+def _and(a: UOp, b: UOp) -> UOp:
+    return _alu(Ops.AND, a, b)
+
+
+def _or(a: UOp, b: UOp) -> UOp:
+    return _alu(Ops.OR, a, b)
+
+
+def _neg(x: UOp) -> UOp:
+    return _alu(Ops.NEG, x)
+
+
+def _nonneg(x: UOp) -> bool:
+    lo = x.vmin
+    return not isinstance(lo, bool) and lo >= 0
+
+
+# ---------------------------------------------------------------------- the decompositions
+def _max(a: UOp, b: UOp) -> UOp:
+    """max(a, b) = b if a < b else a; for floats a NaN b is kept (a NaN a already is)."""
+    m = _where(_alu(Ops.CMPLT, a, b), b, a)
+    return _where(_alu(Ops.CMPNE, b, b), b, m) if dtypes.is_float(a.dtype) else m
+
+
+def _floor_fix(r: UOp, b: UOp) -> UOp:
+    """C's remainder r of a/b is non-zero and of the other sign than b: the quotient rounded the wrong way."""
+    zero = _c(r.dtype, 0)
+    other_sign = _alu(Ops.CMPNE, _alu(Ops.CMPLT, r, zero), _alu(Ops.CMPLT, b, zero))
+    return _where(_alu(Ops.CMPNE, r, zero), other_sign, _c(dtypes.bool, False))
+
+
+def _floordiv(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    if not dtypes.is_int(x.dtype):
+        return None
+    if _nonneg(a) and _nonneg(b):
+        return _alu(Ops.CDIV, a, b)
+    fix = _floor_fix(_alu(Ops.CMOD, a, b), b)
+    return _alu(Ops.ADD, _alu(Ops.CDIV, a, b), _where(fix, _c(x.dtype, -1), _c(x.dtype, 0)))
+
+
+def _floormod(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    if not dtypes.is_int(x.dtype):
+        return None
+    r = _alu(Ops.CMOD, a, b)
+    if _nonneg(a) and _nonneg(b):
+        return r
+    return _alu(Ops.ADD, r, _where(_floor_fix(r, b), b, _c(x.dtype, 0)))
+
+
+def _float_pow(b: UOp, e: UOp) -> UOp:
+    """b**e = ±2**(e*log2|b|), with numpy's rules: the sign from an odd integer e and a negative b (-0.0 too),
+    NaN for a finite negative b and a non-integer e, and 1 for e == 0, b == 1, or |b| == 1 and e = ±inf."""
+    dt = b.dtype
+    bits = _SIGNED_OF_WIDTH[dt.itemsize]
+    neg = _alu(Ops.CMPLT, UOp(Ops.BITCAST, bits, (b,)), _c(bits, 0))  # the sign bit: -0.0 is negative too
+    ax = _where(neg, _neg(b), b)
+    r = _alu(Ops.EXP2, _alu(Ops.MUL, e, _alu(Ops.LOG2, ax)))
+    integral = _eq(_alu(Ops.TRUNC, e), e)
+    twice_half = _alu(Ops.MUL, _alu(Ops.TRUNC, _alu(Ops.MUL, e, _c(dt, 0.5))), _c(dt, 2.0))
+    odd = _and(integral, _alu(Ops.CMPNE, twice_half, e))
+    res = _where(_and(neg, odd), _neg(r), r)
+    finite_nonzero = _and(_alu(Ops.CMPNE, ax, _c(dt, 0.0)), _alu(Ops.CMPLT, ax, _c(dt, float("inf"))))
+    res = _where(_and(_and(neg, finite_nonzero), _not(integral)), _c(dt, float("nan")), res)
+    e_inf = _or(_eq(e, _c(dt, float("inf"))), _eq(e, _c(dt, float("-inf"))))
+    one = _or(_or(_eq(b, _c(dt, 1.0)), _eq(e, _c(dt, 0.0))), _and(_eq(ax, _c(dt, 1.0)), e_inf))
+    return _where(one, _c(dt, 1.0), res)
+
+
+def _int_pow(b: UOp, e: UOp) -> UOp:
+    """b**e by square-and-multiply over e's bits, wrapping; a negative e gives 1 for b == 1, ±1 for b == -1
+    (by e's parity), else 0 (spec/reference.md §3)."""
+    dt = b.dtype
+    bits = 8 * dt.itemsize - (0 if dtypes.is_unsigned(dt) else 1)
+    hi = e.vmax
+    if isinstance(hi, int) and not isinstance(hi, bool):
+        bits = max(1, min(bits, hi.bit_length()))
+    one, zero = _c(dt, 1), _c(dt, 0)
+    r, p = one, b
+    for i in range(bits):
+        bit = _alu(Ops.CMPNE, _alu(Ops.AND, _alu(Ops.SHR, e, _c(dt, i)), one), zero)
+        r = _where(bit, _alu(Ops.MUL, r, p), r)
+        if i + 1 < bits:
+            p = _alu(Ops.MUL, p, p)
+    if dtypes.is_unsigned(dt) or _nonneg(e):
+        return r
+    odd = _alu(Ops.CMPNE, _alu(Ops.AND, e, one), zero)
+    minus_one = _c(dt, -1)
+    inv = _where(_eq(b, one), one, _where(_eq(b, minus_one), _where(odd, minus_one, one), zero))
+    return _where(_alu(Ops.CMPLT, e, zero), inv, r)
+
+
+def _pow(x: UOp, b: UOp, e: UOp) -> UOp:
+    if dtypes.is_float(x.dtype):
+        return _float_pow(b, e)
+    if x.dtype == dtypes.bool:
+        return _where(e, b, _c(dtypes.bool, True))  # b**e on 0/1: b, or 1 when e is 0
+    return _int_pow(b, e)
+
+
+def _sub(a: UOp, b: UOp) -> UOp:
+    if a.dtype == dtypes.bool:
+        return _alu(Ops.CMPNE, a, b)  # bool a-b is computed on 0/1, then != 0: xor
+    return _alu(Ops.ADD, a, _neg(b))
+
+
+def _neg_decomp(x: UOp) -> UOp:
+    return _not(x) if x.dtype == dtypes.bool else _alu(Ops.MUL, x, _c(x.dtype, -1))
+
+
+def _fdiv(a: UOp, b: UOp) -> UOp:
+    if dtypes.is_float(a.dtype):
+        return _alu(Ops.MUL, a, _alu(Ops.RECIPROCAL, b))
+    return _alu(Ops.CDIV, a, b)
+
+
+def _missing(ctx: frozenset[Ops], op: Ops) -> bool:
+    return op not in ctx
+
+
+_a, _b, _x = UPat.var("a"), UPat.var("b"), UPat.var("x")
+_bool_a, _bool_b = UPat.var("a", dtypes.bool), UPat.var("b", dtypes.bool)
+
+pm_decomp = PatternMatcher([
+    (UPat(Ops.MAX, src=(_a, _b)),
+     lambda ctx, a, b: _max(a, b) if _missing(ctx, Ops.MAX) else None),  # max(a,b) -> where(a<b, b, a)
+    (UPat(Ops.FLOORDIV, src=(_a, _b), name="x"),
+     lambda ctx, x, a, b: _floordiv(x, a, b) if _missing(ctx, Ops.FLOORDIV) else None),  # a//b -> cdiv + fix
+    (UPat(Ops.FLOORMOD, src=(_a, _b), name="x"),
+     lambda ctx, x, a, b: _floormod(x, a, b) if _missing(ctx, Ops.FLOORMOD) else None),  # a%b -> cmod (+ fix)
+    (UPat(Ops.POW, src=(_a, _b), name="x"),
+     lambda ctx, x, a, b: _pow(x, a, b) if _missing(ctx, Ops.POW) else None),  # b**e -> exp2/log2 or mults
+    (UPat(Ops.SUB, src=(_a, _b)),
+     lambda ctx, a, b: _sub(a, b) if _missing(ctx, Ops.SUB) else None),  # a-b -> a+(-b)
+    (UPat(Ops.NEG, src=(_x,)),
+     lambda ctx, x: _neg_decomp(x) if _missing(ctx, Ops.NEG) else None),  # -x -> x*-1
+    (UPat(Ops.CMPEQ, src=(_a, _b)),
+     lambda ctx, a, b: _eq(a, b) if _missing(ctx, Ops.CMPEQ) else None),  # a==b -> !(a!=b)
+    (UPat(Ops.FDIV, src=(_a, _b)), lambda ctx, a, b: _fdiv(a, b) if _missing(ctx, Ops.FDIV) else None),  # a/b
+    (UPat(Ops.RECIPROCAL, src=(_x,)), lambda ctx, x: _alu(Ops.FDIV, _c(x.dtype, 1.0), x)
+     if _missing(ctx, Ops.RECIPROCAL) and not _missing(ctx, Ops.FDIV) else None),  # 1/x -> FDIV(1, x)
+    (UPat(Ops.MULACC, src=(_a, _b, _x)), lambda ctx, a, b, x: _alu(Ops.ADD, _alu(Ops.MUL, a, b), x)
+     if _missing(ctx, Ops.MULACC) else None),  # mulacc(a,b,c) -> a*b+c
+    (UPat(Ops.AND, src=(_bool_a, _bool_b)), lambda ctx, a, b: _where(a, b, _c(dtypes.bool, False))
+     if _missing(ctx, Ops.AND) else None),  # a&b -> where(a, b, False) (bool)
+    (UPat(Ops.OR, src=(_bool_a, _bool_b)), lambda ctx, a, b: _where(a, _c(dtypes.bool, True), b)
+     if _missing(ctx, Ops.OR) else None),  # a|b -> where(a, True, b) (bool)
+    (UPat(Ops.XOR, src=(_bool_a, _bool_b)), lambda ctx, a, b: _alu(Ops.CMPNE, a, b)
+     if _missing(ctx, Ops.XOR) else None),  # a^b -> a!=b (bool)
+])

@@ -1,0 +1,125 @@
+"""GPU launch dimensions (codegen, layer 11): output loops become grid indices on grid-style backends.
+
+The output RANGEs of a kernel are mapped onto at most three hardware dimensions, the contiguous (innermost)
+axis first, so it is x. More than three axes are merged (outer ones together); an axis larger than a
+dimension's limit is split over the next free dimension. Along x a workgroup has `GridLimits.local_size`
+threads when that divides the axis, else the largest power of two that does; when that would be a small
+workgroup the axis is padded up to it, and every load and store is gated by the index being in bounds.
+Reduce ranges stay loops. Each hardware index is a SPECIAL: `gidx<d>` (workgroup id), `lidx<d>` (thread id).
+"""
+from __future__ import annotations
+
+from uopgrad._util import prod
+from uopgrad.codegen.program import GridSpec
+from uopgrad.dtype import dtypes
+from uopgrad.ops import Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.symbolic import sym
+from uopgrad.uop import UOp
+
+__all__ = ["add_gpudims", "pm_grid_gate", "pm_grid_ranges"]
+
+Dims = tuple[int, int, int]
+
+
+def _special(name: str, size: int) -> UOp:
+    return UOp(Ops.SPECIAL, dtypes.index, (UOp(Ops.CONST, dtypes.index, (), size),), name)
+
+
+def _local_size(n: int, grid: GridSpec) -> tuple[int, bool]:
+    """(threads per workgroup along x, whether the axis is padded up to a multiple of it)."""
+    most = max(1, min(getattr(grid, "local_size", 128), grid.local_max[0], grid.local_prod_max))
+    want = 1 << (most.bit_length() - 1)
+    fit = want
+    while n % fit:
+        fit //= 2
+    if fit >= min(32, want) or n <= fit:
+        return fit, False
+    return min(want, 1 << max(0, (n - 1).bit_length())), True
+
+
+def _plan(sizes: list[int], grid: GridSpec) -> list[list[tuple[int, int, int]]]:
+    """For each group of axes (innermost first): its hardware dims as (dim, workgroups, local size)."""
+    groups = [sizes[-1 - k] for k in range(len(sizes))]
+    while len(groups) > 3:
+        groups[-2] *= groups.pop()
+    out: list[list[tuple[int, int, int]]] = []
+    d = 0
+    for g, n in enumerate(groups):
+        local, _ = _local_size(n, grid) if g == 0 else (1, False)
+        count = -(-n // local)
+        if d > 2:
+            raise RuntimeError(f"output of {sizes} does not fit a 3-dimensional grid with limits {grid}")
+        if count <= grid.global_max[d]:
+            out.append([(d, count, local)])
+            d += 1
+            continue
+        if d + 1 > 2 or len(groups) - g - 1 > 2 - (d + 1):
+            raise RuntimeError(f"output of {sizes} does not fit the grid limits {grid}")
+        first = grid.global_max[d]
+        out.append([(d, first, local), (d + 1, -(-count // first), 1)])
+        d += 2
+    return out
+
+
+def add_gpudims(sink: UOp, grid: GridSpec) -> tuple[UOp, Dims, Dims]:
+    """Map the output loops of `sink` onto SPECIALs; returns the new sink, global size and local size. A
+    kernel with several loop nests or a symbolic size keeps its loops and runs as a single thread."""
+    loops = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "loop"),
+                   key=lambda r: r.arg[0])
+    if not loops or len(sink.src) > 1 or any(r.src[0].op is not Ops.CONST for r in loops):
+        return sink, (1, 1, 1), (1, 1, 1)
+    sizes = [int(r.src[0].arg) for r in loops]
+    plan = _plan(sizes, grid)
+    global_size, local_size = [1, 1, 1], [1, 1, 1]
+    mapping: dict[UOp, UOp] = {}
+    valid: UOp | None = None
+    groups = [[len(loops) - 1 - k] for k in range(len(loops))]
+    while len(groups) > 3:
+        groups[-2] += groups.pop()
+    for axes, hw in zip(groups, plan):
+        flat, stride, covered = UOp(Ops.CONST, dtypes.index, (), 0), 1, 1
+        for d, count, local in hw:
+            global_size[d], local_size[d] = count, local
+            idx = _special(f"gidx{d}", count)
+            if local > 1:
+                idx = idx * local + _special(f"lidx{d}", local)
+            flat, stride, covered = flat + idx * stride, stride * count * local, covered * count * local
+        n = prod(sizes[a] for a in axes)
+        if covered != n:
+            cond = UOp(Ops.CMPLT, dtypes.bool, (flat, UOp(Ops.CONST, dtypes.index, (), n)))
+            valid = cond if valid is None else UOp(Ops.AND, dtypes.bool, (valid, cond))
+        inner = 1
+        for k, a in enumerate(axes):
+            q = flat // inner if inner != 1 else flat
+            q = q if k == len(axes) - 1 else q % sizes[a]
+            mapping[loops[a]] = graph_rewrite(q, sym, name="codegen: grid index")
+            inner *= sizes[a]
+    sink = graph_rewrite(sink, pm_grid_ranges, ctx=mapping, name="codegen: gpudims")
+    if valid is not None:
+        gate = graph_rewrite(valid, sym, name="codegen: grid gate")
+        sink = graph_rewrite(sink, pm_grid_gate, ctx=gate, walk=True, name="codegen: grid gate")
+    g, loc = global_size, local_size
+    return sink, (g[0], g[1], g[2]), (loc[0], loc[1], loc[2])
+
+
+def _gated(x: UOp, gate: UOp, at: int) -> UOp:
+    """`x` with `gate` and-ed into its gate source (at position `at`), or added as one."""
+    if len(x.src) > at:
+        return x.replace(src=(*x.src[:at], UOp(Ops.AND, dtypes.bool, (x.src[at], gate))))
+    return x.replace(src=(*x.src, gate))
+
+
+pm_grid_ranges = PatternMatcher([
+    (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx.get(r)),  # an output loop -> its grid index
+    (UPat(Ops.END, src=(UPat.var("i"), UPat.var("body"))),
+     lambda i, body: body if i.op is not Ops.RANGE else None),  # END(grid index, body) -> body
+])
+
+# run once (walk): an out-of-bounds thread of a padded grid neither loads nor stores
+pm_grid_gate = PatternMatcher([
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), allow_any_len=True, name="x"),
+     lambda ctx, x: _gated(x, ctx, 1)),  # load(i[, g]) -> load(i, g & in bounds)
+    (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), allow_any_len=True, name="x"),
+     lambda ctx, x: _gated(x, ctx, 2)),  # store(i, v[, g]) -> store(i, v, g & in bounds)
+])

@@ -1,0 +1,275 @@
+"""Index propagation (codegen, layer 11): movement ops become index arithmetic on buffer offsets.
+
+`lower_indexing` turns a kernel body SINK(STORE(view, value), ...) into loops over each stored shape: one
+RANGE per dimension, INDEX(PARAM, offset) for every buffer access, PAD as a validity gate (a gated load reads
+0, a gated store is skipped), and each REDUCE as a kernel-level REDUCE(value, *ranges) that reduce.py turns
+into an accumulator. The index of a movement op's source is computed from the index of its output
+(spec/kernels.md; docs/pipeline.md §1.2) and simplified with `symbolic.sym` as it is made. Every
+(node, index, gate) is lowered once, with an explicit stack: no recursion over the graph.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from uopgrad._util import prod
+from uopgrad.codegen.reduce import identity_element
+from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.symbolic import sym
+from uopgrad.uop import UOp, sint
+
+__all__ = ["index_dtype", "lower_indexing", "pm_index_dtype"]
+
+Index = tuple[UOp, ...]
+Key = tuple[UOp, Index, "UOp | None"]
+Plan = tuple[list[Key], Callable[[list[UOp]], UOp]]
+_ZERO = UOp(Ops.CONST, dtypes.index, (), 0)
+_TRUE = UOp(Ops.CONST, dtypes.bool, (), True)
+_FALSE = UOp(Ops.CONST, dtypes.bool, (), False)
+
+
+def _const(dtype: object, v: object) -> UOp:
+    return UOp(Ops.CONST, dtype, (), dtypes.as_const(v, dtype))  # type: ignore[arg-type]
+
+
+def _idx(v: sint) -> UOp:
+    """A size or index as an index-typed node."""
+    if isinstance(v, int):
+        return UOp(Ops.CONST, dtypes.index, (), v)
+    return v if v.dtype == dtypes.index else v.cast(dtypes.index)
+
+
+def _nonunit(shape: Sequence[sint]) -> list[sint]:
+    return [d for d in shape if not (isinstance(d, int) and d == 1)]
+
+
+def _groups(shape_in: Sequence[sint], shape_out: Sequence[sint]) -> list[tuple[range, range]]:
+    """Split a reshape into independent groups of (input dims, output dims) with equal products."""
+    ins = [d for d in shape_in if isinstance(d, int)]
+    outs = [d for d in shape_out if isinstance(d, int)]
+    if len(ins) != len(shape_in) or len(outs) != len(shape_out) or 0 in ins:
+        return [(range(len(shape_in)), range(len(shape_out)))]
+    groups, i, j = [], 0, 0
+    while i < len(ins) or j < len(outs):
+        i0, j0, pi, pj = i, j, 1, 1
+        while True:
+            if pi <= pj and i < len(ins):
+                pi, i = pi * ins[i], i + 1
+            elif j < len(outs):
+                pj, j = pj * outs[j], j + 1
+            else:
+                pi, i = pi * ins[i], i + 1
+            if pi == pj and (i == len(ins) or ins[i] != 1 or j == len(outs)):
+                break
+        groups.append((range(i0, i), range(j0, j)))
+    return groups
+
+
+def _reshape_index(ins: Sequence[sint], outs: Sequence[sint], o: Index) -> list[UOp]:
+    """The input index of a RESHAPE: flatten the output index row-major, then peel the input dims off."""
+    if _nonunit(ins) == _nonunit(outs):  # only size-1 dims come or go
+        kept = iter([x for x, d in zip(o, outs) if not (isinstance(d, int) and d == 1)])
+        return [_ZERO if isinstance(d, int) and d == 1 else next(kept) for d in ins]
+    out: list[UOp] = [_ZERO] * len(ins)
+    for gi, go in _groups(ins, outs):
+        flat, stride = _ZERO, _idx(1)
+        for j in reversed(go):
+            flat, stride = flat + o[j] * stride, stride * _idx(outs[j])
+        stride = _idx(1)
+        for k in reversed(gi):
+            q = flat if k == gi.stop - 1 else flat // stride
+            out[k] = q if k == gi.start else q % _idx(ins[k])
+            stride = stride * _idx(ins[k])
+    return out
+
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return UOp(Ops.AND, dtypes.bool, (a, b))
+
+
+class _Indexer:
+    """Lowers the values of one loop nest; `ranges` numbers RANGEs across the whole kernel."""
+
+    def __init__(self, counter: list[int], params: dict[int, UOp]) -> None:
+        self.counter, self.params = counter, params
+        self.memo: dict[Key, UOp] = {}
+        self.plans: dict[Key, Plan] = {}
+        self.simplified: dict[UOp, UOp] = {}
+
+    def simplify(self, e: UOp) -> UOp:
+        if e.op in (Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_VAR):
+            return e
+        if e not in self.simplified:
+            self.simplified[e] = graph_rewrite(e, sym, name="codegen: simplify index")
+        return self.simplified[e]
+
+    def new_range(self, size: sint, kind: str) -> UOp:
+        """A loop over `size`; a dimension of size 1 is the constant 0."""
+        if isinstance(size, int) and size == 1:
+            return _ZERO
+        self.counter[0] += 1
+        return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.counter[0] - 1, kind))
+
+    def param(self, p: UOp) -> UOp:
+        if p.arg not in self.params:
+            self.params[p.arg] = UOp(Ops.PARAM, p.dtype, (), p.arg)
+        return self.params[p.arg]
+
+    # -------------------------------------------------------------- movement ops on an index
+    def move(self, u: UOp, o: Index) -> tuple[Index, UOp | None]:
+        """The index into `u`'s source for index `o` into `u`, and the PAD condition for `o` (or None)."""
+        src_shape, op = u.src[0].shape, u.op
+        cond: UOp | None = None
+        if op is Ops.RESHAPE:
+            i = _reshape_index(src_shape, u.shape, o)
+        elif op is Ops.EXPAND:
+            i = [_ZERO if isinstance(s, int) and s == 1 else x for s, x in zip(src_shape, o)]
+        elif op is Ops.PERMUTE:
+            i = [_ZERO] * len(o)
+            for k, axis in enumerate(u.arg):
+                i[axis] = o[k]
+        elif op is Ops.SHRINK:
+            i = [x + _idx(b) if not (isinstance(b, int) and b == 0) else x for x, (b, _) in zip(o, u.marg)]
+        elif op is Ops.FLIP:
+            i = [(_idx(s) - 1) - x if f else x for x, s, f in zip(o, src_shape, u.arg)]
+        elif op is Ops.PAD:
+            i = []
+            for x, s, (b, e) in zip(o, src_shape, u.marg):
+                if isinstance(b, int) and isinstance(e, int) and b == 0 and e == 0:
+                    i.append(x)
+                    continue
+                cond = _and(cond, _and(UOp(Ops.CMPLT, dtypes.bool, (_idx(b) - 1, x)),
+                                       UOp(Ops.CMPLT, dtypes.bool, (x, _idx(b) + _idx(s)))))
+                i.append(x - _idx(b))
+        else:
+            raise RuntimeError(f"{op} is not a movement op")
+        return tuple(self.simplify(x) for x in i), None if cond is None else self.simplify(cond)
+
+    def address(self, view: UOp, o: Index) -> tuple[UOp, UOp | None]:
+        """INDEX(PARAM, offset) of a store target (movement ops over a PARAM), and its gate."""
+        valid: UOp | None = None
+        while view.op in GroupOp.Movement:
+            o, cond = self.move(view, o)
+            valid = _and(valid, cond)
+            view = view.src[0]
+        if view.op is not Ops.PARAM or not isinstance(view.dtype, PtrDType):
+            raise RuntimeError(f"a kernel stores into movement ops over a pointer PARAM, not {view.short()}")
+        index = UOp(Ops.INDEX, view.dtype, (self.param(view), o[0]))
+        return index, None if valid is None else self.simplify(valid)
+
+    # -------------------------------------------------------------- values
+    def plan(self, key: Key) -> Plan:  # noqa: C901  (one branch per family of ops)
+        """The (node, index, gate) keys a value needs, and how to build it from their lowered values."""
+        u, o, valid = key
+        op = u.op
+        if op is Ops.PARAM and isinstance(u.dtype, PtrDType):
+            return [], lambda _: self.load(u, o[0], valid)
+        if op is Ops.CONST:
+            return [], lambda _: UOp(Ops.CONST, u.dtype, (), u.arg)
+        if op in (Ops.DEFINE_VAR, Ops.BIND):
+            var = u if op is Ops.DEFINE_VAR else u.src[0]
+            return [], lambda _: var
+        if op in GroupOp.Movement:
+            i, cond = self.move(u, o)
+            if cond is not None and cond.op is Ops.CONST:
+                if not cond.arg:
+                    return [], lambda _: _const(u.dtype, 0)  # entirely padding
+                cond = None
+            if cond is None:
+                return [(u.src[0], i, valid)], lambda v: v[0]
+            inner = cond if valid is None else self.simplify(UOp(Ops.AND, dtypes.bool, (valid, cond)))
+            zero = _const(u.dtype, 0)
+            return [(u.src[0], i, inner)], lambda v: UOp(Ops.WHERE, u.dtype, (cond, v[0], zero))
+        if op is Ops.REDUCE:
+            return self.plan_reduce(u, o, valid)
+        if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+            return [(s, o, valid) for s in u.src], lambda v: UOp(op, u.dtype.base, tuple(v), u.arg)
+        raise RuntimeError(f"{op} can't appear in a kernel body (spec/kernels.md §1): {u.short()}")
+
+    def plan_reduce(self, u: UOp, o: Index, valid: UOp | None) -> Plan:
+        rop, axes = u.arg
+        shape = u.src[0].shape
+        if any(isinstance(shape[a], int) and shape[a] == 0 for a in axes):
+            return [], lambda _: _const(u.dtype, identity_element(rop, u.dtype))  # an empty reduce
+        i = list(o)
+        for a in axes:
+            i[a] = self.new_range(shape[a], "reduce")
+        ranges = tuple(r for r in (i[a] for a in axes) if r.op is Ops.RANGE)
+        if not ranges:
+            return [(u.src[0], tuple(i), valid)], lambda v: v[0]
+        return [(u.src[0], tuple(i), valid)], lambda v: UOp(Ops.REDUCE, u.dtype, (v[0], *ranges), rop)
+
+    def load(self, p: UOp, offset: UOp, gate: UOp | None) -> UOp:
+        index = UOp(Ops.INDEX, p.dtype, (self.param(p), offset))
+        return UOp(Ops.LOAD, p.dtype.base, (index,) if gate is None else (index, gate))
+
+    def value(self, root: UOp, o: Index) -> UOp:
+        """The lowered value of `root` at index `o` (iterative: a stack of keys waiting for their sources)."""
+        stack: list[Key] = [(root, o, None)]
+        while stack:
+            key = stack[-1]
+            if key in self.memo:
+                stack.pop()
+                continue
+            if key not in self.plans:
+                self.plans[key] = self.plan(key)
+            needs, build = self.plans[key]
+            missing = [k for k in needs if k not in self.memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            self.memo[key] = build([self.memo[k] for k in needs])
+            del self.plans[key]
+            stack.pop()
+        return self.memo[(root, o, None)]
+
+
+def lower_indexing(sink: UOp) -> UOp:
+    """SINK(STORE(view, value), ...) -> SINK(END(range, ... STORE(INDEX(PARAM, offset), value[, gate]))),
+    one loop nest per STORE, in order. A nest reads what an earlier nest wrote through AFTER(PARAM, nest)."""
+    counter = [0]
+    written: dict[int, tuple[UOp, UOp]] = {}  # slot -> (its PARAM, the last nest that wrote it)
+    nests: list[UOp] = []
+    for st in sink.src:
+        if st.op is not Ops.STORE:
+            raise RuntimeError(f"a kernel body is a SINK of STOREs, not of {st.op}")
+        target, value = st.src
+        shape = target.shape
+        if isinstance(n := prod(shape), int) and n == 0:
+            continue  # nothing to store
+        ix = _Indexer(counter, {s: UOp(Ops.AFTER, p.dtype, (p, nest)) for s, (p, nest) in written.items()})
+        ranges = tuple(ix.new_range(s, "loop") for s in shape)
+        index, gate = ix.address(target, ranges)
+        v = ix.value(value, ranges)
+        node = UOp(Ops.STORE, dtypes.void, (index, v) if gate is None else (index, v, gate))
+        for r in reversed(ranges):
+            if r.op is Ops.RANGE:
+                node = UOp(Ops.END, dtypes.void, (r, node))
+        param = index.src[0] if index.src[0].op is Ops.PARAM else index.src[0].src[0]
+        written[param.arg] = (param, node)
+        nests.append(node)
+    return UOp(Ops.SINK, dtypes.void, tuple(nests))
+
+
+# ---------------------------------------------------------------------- the index dtype
+def index_dtype(sink: UOp) -> DType:
+    """int32, unless the value range (vmin/vmax) of some index node does not fit it: then int64."""
+    lo, hi = dtypes.min(dtypes.int32), dtypes.max(dtypes.int32)
+    for u in sink.toposort():
+        if u.dtype == dtypes.index and not (lo <= u.vmin and u.vmax <= hi):
+            return dtypes.int64
+    return dtypes.int32
+
+
+def _var_arg(x: UOp, dt: DType) -> UOp:
+    var = x.replace(dtype=dtypes.int32)
+    return var if dt == dtypes.int32 else UOp(Ops.CAST, dt, (var,))
+
+
+pm_index_dtype = PatternMatcher([
+    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32 argument
+    (UPat(dtype=dtypes.index, name="x"), lambda ctx, x: x.replace(dtype=ctx)),  # index -> int32 (or int64)
+])

@@ -1,0 +1,163 @@
+"""The output of codegen (layer 11): `Program`, a linear list of kernel-level UOps; `GridLimits` for
+grid-style backends; the rule tables that say which kernel-level graphs and programs are well formed.
+
+The program form is the contract of spec/kernels.md §2: renderers print it, REFERENCE interprets it.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from uopgrad.dtype import PtrDType, dtypes
+from uopgrad.ops import Ops
+from uopgrad.rewrite import PatternMatcher, UPat
+from uopgrad.uop import UOp
+from uopgrad.verify import REDUCE_OPS, VerifyError, pm_spec_scalar, pm_spec_shared
+
+__all__ = ["GridLimits", "GridSpec", "Program", "check", "pm_spec_kernel_ops", "pm_spec_lowered",
+           "pm_spec_program"]
+
+
+class GridSpec(Protocol):
+    """What codegen reads from a grid description (GridLimits or any object with these attributes; an optional
+    `local_size` attribute sets the threads per workgroup along x, 128 when absent)."""
+
+    @property
+    def global_max(self) -> tuple[int, ...]:
+        """The most workgroups along x, y, z."""
+
+    @property
+    def local_max(self) -> tuple[int, ...]:
+        """The most threads per workgroup along x, y, z."""
+
+    @property
+    def local_prod_max(self) -> int:
+        """The most threads per workgroup."""
+
+
+@dataclass(frozen=True)
+class GridLimits:
+    """What a grid-style backend can launch: at most `global_max[d]` workgroups and `local_max[d]` threads per
+    workgroup along dimension d (x, y, z), at most `local_prod_max` threads per workgroup; `local_size` is the
+    number of threads per workgroup codegen aims for along x."""
+
+    global_max: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    local_max: tuple[int, int, int] = (1024, 1024, 64)
+    local_prod_max: int = 1024
+    local_size: int = 128
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A lowered kernel (spec/kernels.md §2). `uops` are in execution order, each after its sources; `globals`
+    are the buffer slots the kernel takes, `vars` its scalar arguments (DEFINE_VARs by name), `outs`/`ins` the
+    slots it stores to / loads from. Grid-style programs have `global_size` (number of workgroups) and
+    `local_size` (threads per workgroup), x first; loop-style programs have None for both."""
+
+    name: str
+    uops: tuple[UOp, ...]
+    globals: tuple[int, ...]
+    vars: tuple[UOp, ...]
+    outs: tuple[int, ...]
+    ins: tuple[int, ...]
+    global_size: tuple[int, int, int] | None = None
+    local_size: tuple[int, int, int] | None = None
+
+    def var_values(self, var_vals: Mapping[str, int]) -> tuple[int, ...]:
+        """The values of `vars`, in order, taken by name from `var_vals`."""
+        missing = [v.arg[0] for v in self.vars if v.arg[0] not in var_vals]
+        if missing:
+            raise KeyError(f"kernel {self.name} needs values for the variables {missing}")
+        return tuple(int(var_vals[v.arg[0]]) for v in self.vars)
+
+    def listing(self) -> str:
+        """One line per uop: position, op, dtype, source positions and arg (for debugging, golden tests)."""
+        pos = {u: i for i, u in enumerate(self.uops)}
+        lines = []
+        for i, u in enumerate(self.uops):
+            srcs = ", ".join(str(pos[s]) if s in pos else "?" for s in u.src)
+            arg = "" if u.arg is None else f" {u.arg!r}"
+            lines.append(f"{i:4d} {u.op.name:<11s} {u.dtype!r:<22s} ({srcs}){arg}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- well-formedness
+def _is_ptr(u: UOp) -> bool:
+    return isinstance(u.dtype, PtrDType)
+
+
+def _is_index(u: UOp) -> bool:
+    return u.dtype.count == 1 and dtypes.is_int(u.dtype) and not _is_ptr(u)
+
+
+def _range_ok(x: UOp) -> bool:
+    return isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[1] in ("loop", "reduce") and _is_index(x)
+
+
+def _index_ok(x: UOp, p: UOp, off: UOp) -> bool:
+    base = p.src[0] if p.op is Ops.AFTER else p
+    return base.op is Ops.PARAM and _is_ptr(base) and x.dtype == base.dtype and _is_index(off)
+
+
+def _load_ok(x: UOp) -> bool:
+    """LOAD(INDEX[, bool gate]) of memory, or LOAD(DEFINE_REG, *RANGE | END) of an accumulator."""
+    first, rest = x.src[0], x.src[1:]
+    if first.op is Ops.INDEX:
+        return x.dtype == first.dtype.base and (not rest or (len(rest) == 1 and rest[0].dtype == dtypes.bool))
+    if first.op is Ops.DEFINE_REG:
+        return x.dtype == first.dtype and (all(r.op is Ops.RANGE for r in rest) or
+                                           (len(rest) == 1 and rest[0].op is Ops.END))
+    return False
+
+
+def _store_ok(x: UOp) -> bool:
+    """STORE(INDEX, value[, bool gate]) to memory, or STORE(DEFINE_REG, value) to an accumulator."""
+    t, v, rest = x.src[0], x.src[1], x.src[2:]
+    if t.op is Ops.INDEX:
+        return t.dtype.base == v.dtype and (not rest or (len(rest) == 1 and rest[0].dtype == dtypes.bool))
+    return t.op is Ops.DEFINE_REG and t.dtype == v.dtype and not rest
+
+
+# kernel-level ops, shared by the lowered graph (between passes) and the final program
+pm_spec_kernel_ops = PatternMatcher([
+    (UPat(Ops.PARAM, src=(), name="x"), lambda x: _is_ptr(x) and isinstance(x.arg, int) and x.arg >= 0),
+    (UPat(Ops.RANGE, src=(UPat.var("b"),), name="x"), lambda x, b: _range_ok(x) and b.dtype == x.dtype),
+    (UPat(Ops.SPECIAL, src=(UPat(Ops.CONST),), name="x"), lambda x: isinstance(x.arg, str) and _is_index(x)),
+    (UPat(Ops.END, dtypes.void, src=(UPat(Ops.RANGE),), allow_any_len=True), lambda: True),
+    (UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
+     lambda x, c: x.dtype == c.dtype and isinstance(x.arg, int)),
+    (UPat(Ops.INDEX, src=(UPat((Ops.PARAM, Ops.AFTER), name="p"), UPat.var("off")), name="x"), _index_ok),
+    (UPat(Ops.AFTER, src=(UPat(Ops.PARAM),), allow_any_len=True, name="x"),
+     lambda x: x.dtype == x.src[0].dtype),
+    (UPat(Ops.LOAD, name="x"), _load_ok),
+    (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
+])
+
+# the graph between codegen passes: kernel ops, kernel-level REDUCE(value, *RANGE), SINK, the index dtype
+pm_spec_lowered = pm_spec_scalar + pm_spec_kernel_ops + PatternMatcher([
+    (UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
+     lambda x, v: x.arg in REDUCE_OPS and x.dtype == v.dtype and all(r.op is Ops.RANGE for r in x.src[1:])),
+]) + pm_spec_shared
+
+# the final program: no SINK, no REDUCE, no index dtype (int32/int64 instead)
+pm_spec_program = pm_spec_scalar + PatternMatcher([
+    (UPat(name="x"), lambda x: False if x.dtype.scalar() == dtypes.index or x.op is Ops.SINK else None),
+]) + pm_spec_kernel_ops + pm_spec_shared
+
+
+def check(uops: UOp | Iterable[UOp], spec: PatternMatcher, what: str = "kernel") -> None:
+    """Check every node (all of `uops` in order, or the graph under one root) against `spec`'s rules; raises
+    VerifyError naming the first one no rule accepts. Unlike `verify`, shapes are not checked: kernel-level
+    values are scalars."""
+    nodes = list(uops.toposort()) if isinstance(uops, UOp) else list(uops)
+    for i, u in enumerate(nodes):
+        try:
+            ok = spec.rewrite(u)
+        except Exception as e:  # a malformed node may break a rule's own assumptions: report, don't crash
+            ok = f"a rule raised {type(e).__name__}: {e}"
+        if ok is not True:
+            why = ok if isinstance(ok, str) else "no rule accepts it" if ok is None else "a rule rejected it"
+            srcs = "\n".join(f"    src[{j}]: {s.short()}" for j, s in enumerate(u.src))
+            raise VerifyError(f"invalid {u.op.name} node in the {what} (#{i} of {len(nodes)}): {why}\n"
+                              f"  node: {u.short()}\n{srcs}", u, i)

@@ -1,0 +1,517 @@
+"""The scheduler (layer 10): a tensor graph becomes an ordered list of kernel CALLs over BUFFERs.
+
+Elementwise and movement ops fuse into their consumer. A kernel ends at a graph output, a CONTIGUOUS, a COPY,
+an assign, and a REDUCE whose result is broadcast again (read through an EXPAND). FUNCTIONs are inlined,
+except precompiled ones, which are scheduled as a unit of their own and reused from the schedule cache when
+the same body is called again. The forms produced are the contract of spec/kernels.md §1.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from uopgrad._util import all_int, dedup, prod
+from uopgrad.config import VERIFY
+from uopgrad.dtype import dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.uop import CallInfo, UOp, sint
+from uopgrad.verify import verify
+
+__all__ = ["Schedule", "clear_schedule_cache", "pm_early", "pm_kernelize", "schedule", "schedule_cache_info"]
+
+# ops the scheduler does not handle (yet): multi-device values and buffer views
+_UNSUPPORTED = frozenset({Ops.MULTI, Ops.MSELECT, Ops.MSTACK, Ops.ALLREDUCE, Ops.BUFFER_VIEW})
+# consumers that end a kernel's expression: a broadcast seen beyond them does not reach their sources
+_BOUNDARY = frozenset({Ops.STORE, Ops.AFTER, Ops.CALL, Ops.FUNCTION, Ops.COPY, Ops.SINK, Ops.CONTIGUOUS})
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """The result of `schedule`. `items` are CALLs in execution order: kernels
+    `CALL(SINK(STORE, ...), *BUFFERs)`, copies `CALL(COPY(PARAM 1, DEVICE), dst, src)` and custom kernels.
+    `outputs` maps every source of the input SINK to the view of the BUFFER holding its value afterwards;
+    `var_vals` are the values of the bound variables, the kernels' scalar arguments (by name)."""
+
+    items: tuple[UOp, ...]
+    outputs: dict[UOp, UOp]
+    var_vals: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kernels(self) -> tuple[UOp, ...]:
+        """The items that are code kernels (a SINK body): scheduled ones and custom kernels."""
+        return tuple(it for it in self.items if it.src[0].op is Ops.SINK)
+
+
+# ---------------------------------------------------------------------- helpers on views
+def _buffer_of(u: UOp) -> tuple[UOp, list[UOp]] | None:
+    """(BUFFER, effects to wait for) if `u` is a whole buffer seen through RESHAPEs and AFTERs, else None."""
+    deps: list[UOp] = []
+    while u.op in (Ops.RESHAPE, Ops.AFTER):
+        if u.op is Ops.AFTER:
+            deps.extend(u.src[1:])
+        u = u.src[0]
+    return (u, deps) if u.op is Ops.BUFFER else None
+
+
+def _view_chain(u: UOp) -> tuple[list[UOp], UOp, list[UOp]]:
+    """(movement ops from `u` down, the node under them, effects of the AFTERs passed on the way)."""
+    chain: list[UOp] = []
+    deps: list[UOp] = []
+    while u.op in GroupOp.Movement or u.op is Ops.AFTER:
+        if u.op is Ops.AFTER:
+            deps.extend(u.src[1:])
+        else:
+            chain.append(u)
+        u = u.src[0]
+    return chain, u, deps
+
+
+def _rebuild_chain(chain: list[UOp], base: UOp) -> UOp:
+    """The movement ops of `chain` (outermost first) applied again over `base`."""
+    for m in reversed(chain):
+        base = m.replace(src=(base, *m.src[1:]))
+    return base
+
+
+def _is_value(u: UOp) -> bool:
+    """A node with a tensor value (not an effect, a marker or a call)."""
+    return u.op not in (Ops.STORE, Ops.SINK, Ops.CALL, Ops.FUNCTION, Ops.TUPLE, Ops.DEVICE, Ops.NOOP)
+
+
+def _concrete_shape(u: UOp) -> bool:
+    return all_int(u.shape)
+
+
+def _precompiled_output(u: UOp) -> bool:
+    """An output of a precompiled FUNCTION (every other GETTUPLE was inlined): its unit gives it a buffer."""
+    return u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION
+
+
+# ---------------------------------------------------------------------- pass 1: inline functions
+class _Inliner:
+    """Binds the PARAMs of each FUNCTION body to its arguments once (memoised per FUNCTION node)."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[UOp, UOp] = {}
+
+    def element(self, g: UOp, k: UOp) -> UOp | None:
+        args = k.src[1:]
+        if k.arg.precompile and all(_is_value(a) and (a.op is Ops.BIND or _concrete_shape(a)) for a in args):
+            return None  # scheduled as a unit of its own
+        if k not in self.bodies:
+            args = k.src[1:]
+            params = {p: args[p.arg] for p in k.src[0].toposort(enter_calls=False) if p.op is Ops.PARAM}
+            self.bodies[k] = k.src[0].substitute(params, walk=True)
+        element: UOp = self.bodies[k].src[g.arg]
+        return element
+
+
+pm_early = PatternMatcher([
+    (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),  # detach(x) -> x
+    (UPat(Ops.GETTUPLE, src=(UPat(Ops.TUPLE, name="t"),), name="g"),
+     lambda g, t: t.src[g.arg]),  # (a, b)[0] -> a
+    (UPat(Ops.GETTUPLE, src=(UPat(Ops.FUNCTION, name="k"),), name="g"),
+     lambda ctx, g, k: ctx.element(g, k)),  # f(args)[i] -> body[i], PARAMs := args (unless precompiled)
+])
+
+
+# ---------------------------------------------------------------------- pass 2: kernel bodies
+class _KernelCtx:
+    """State of one kernel's rewrite: the realized views, the PARAM of each buffer (slot 0 the output)."""
+
+    def __init__(self, views: dict[UOp, UOp], root: UOp | None, out: UOp) -> None:
+        self.views, self.root = views, root
+        self.params: dict[UOp, UOp] = {}
+        self.after: list[UOp] = []          # effects this kernel waits for
+        self.after_bufs: set[UOp] = set()   # buffers read through those AFTERs
+        self.param(out)
+
+    def param(self, buf: UOp) -> UOp:
+        if buf not in self.params:
+            self.params[buf] = UOp.param(len(self.params), buf.dtype.base.ptr(int(buf.arg)))
+        return self.params[buf]
+
+    def realized(self, x: UOp) -> UOp | None:
+        return None if x is self.root else self.views.get(x)
+
+    def strip_after(self, x: UOp) -> UOp:
+        self.after.extend(x.src[1:])
+        if (b := _view_chain(x.src[0])[1]).op is Ops.BUFFER:
+            self.after_bufs.add(b)
+        return x.src[0]
+
+
+# run bottom-up (parents first), so a realized node is replaced before its sources are visited
+pm_kernelize = PatternMatcher([
+    (UPat(name="x"), lambda ctx, x: ctx.realized(x)),  # a realized node -> a read of its buffer's view
+    (UPat(Ops.BUFFER, name="x"), lambda ctx, x: ctx.param(x)),  # BUFFER -> PARAM(slot, dtype.ptr(size))
+    (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx.strip_after(x)),  # AFTER(x, effects) -> x, after effects
+    (UPat(Ops.CONST, name="x"), lambda x: x.replace(src=()) if x.src else None),  # CONST(DEVICE) -> CONST
+    (UPat(Ops.BIND, src=(UPat.var("v"), UPat()),), lambda v: v),  # BIND(var, c) -> var (a kernel argument)
+])
+
+
+@dataclass
+class _Item:
+    """A schedule item with what it touches: buffers written, buffers read plainly (their contents from before
+    this schedule's writes), effects waited for, and earlier items it must follow."""
+
+    call: UOp
+    writes: tuple[UOp, ...]
+    reads: tuple[UOp, ...]
+    after: tuple[UOp, ...] = ()
+    follows: tuple[int, ...] = ()
+
+
+def _access(call: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
+    """(buffers written, buffers read) by an item: a kernel's STORE targets and sources, a copy's dst, src."""
+    args = call.src[1:]
+    if call.src[0].op is Ops.COPY:
+        return (args[0],), (args[1],)
+    stores = [st for st in call.src[0].toposort(enter_calls=False) if st.op is Ops.STORE]
+    written = {_view_chain(st.src[0])[1].arg for st in stores}
+    reads = {p.arg for st in stores for p in st.src[1].toposort(enter_calls=False) if p.op is Ops.PARAM}
+    return tuple(dedup(args[s] for s in sorted(written))), tuple(dedup(args[s] for s in sorted(reads)))
+
+
+def _in_place_ok(target: UOp, value: UOp) -> bool:
+    """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view."""
+    reads_out = [u for u in value.toposort() if u.op is Ops.PARAM and u.arg == 0]
+    if not reads_out:
+        return True
+    for u in value.toposort():
+        if u.op is Ops.REDUCE and any(p.op is Ops.PARAM and p.arg == 0 for p in u.toposort()):
+            return False
+        if u.op not in GroupOp.Movement:
+            for s in u.src:
+                if s.base.op is Ops.PARAM and s.base.arg == 0 and s is not target:
+                    return False
+    return not (value.base.op is Ops.PARAM and value.base.arg == 0 and value is not target)
+
+
+class _Scheduler:
+    """Schedules one (early-rewritten) graph: decides the realized nodes, builds the items, orders them."""
+
+    def __init__(self, sink: UOp) -> None:
+        self.sink = graph_rewrite(sink, pm_early, ctx=_Inliner(), name="schedule: inline functions")
+        self.nodes = list(self.sink.toposort(enter_calls=False))
+        if bad := {u.op for u in self.nodes} & _UNSUPPORTED:
+            raise NotImplementedError(f"the scheduler does not handle {sorted(o.name for o in bad)} yet")
+        self.var_vals = {u.src[0].arg[0]: u.src[1].arg for u in self.sink.toposort() if u.op is Ops.BIND}
+        self.views: dict[UOp, UOp] = {}     # realized node -> the view of its buffer
+        self.items: list[_Item] = []
+        self.effects: dict[UOp, int] = {}   # STORE/CALL effect -> its item
+        self.fresh: set[UOp] = set()        # buffers this schedule allocates
+
+    # -------------------------------------------------------------- which nodes get a buffer
+    def realize_points(self) -> dict[UOp, None]:
+        r: dict[UOp, None] = {}
+        for s in self.sink.src:
+            if _is_value(s) and _buffer_of(s) is None and _view_chain(s)[1].op is not Ops.BUFFER:
+                r[s] = None  # a graph output
+        for u in self.nodes:
+            if u.op in (Ops.CONTIGUOUS, Ops.COPY):
+                r[u] = None
+            if u.op is Ops.COPY and _buffer_of(u.src[0]) is None:
+                r[u.src[0]] = None  # a copy moves a whole buffer
+            if u.op is Ops.STORE and (base := _view_chain(u.src[0])[1]).op is not Ops.BUFFER:
+                r[base] = None  # an assign into a value: the value gets a buffer first
+            if u.op is Ops.CALL or (u.op is Ops.FUNCTION and u.arg.precompile):
+                r.update((a, None) for a in u.src[1:] if a.op is not Ops.BIND and _buffer_of(a) is None)
+        self._broadcast_reduces(r)
+        return {u: None for u in r if not _precompiled_output(u)}
+
+    def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
+        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed."""
+        consumers: dict[UOp, list[UOp]] = defaultdict(list)
+        for u in self.nodes:
+            for s in (u.src[1:] if u.op in GroupOp.Call else u.src):
+                consumers[s].append(u)
+        expanded: dict[UOp, bool] = {}
+        for u in reversed(self.nodes):
+            expanded[u] = any(c.op is Ops.EXPAND or (c not in r and c.op not in _BOUNDARY and expanded[c])
+                              for c in consumers[u])
+            if u.op is Ops.REDUCE and expanded[u]:
+                r[u] = None
+
+    def allocate(self, u: UOp) -> UOp:
+        """A fresh buffer for the realized node `u`; returns its view, which has `u`'s shape."""
+        if not isinstance(u.device, str):
+            raise RuntimeError(f"can't realize a value with device {u.device!r}: {u.short()}")
+        shape = u.shape
+        size: sint = prod(shape)
+        limit = size if isinstance(size, int) else size.vmax
+        if not isinstance(limit, int):
+            raise RuntimeError(f"can't realize shape {shape}: a symbolic dimension has no finite upper bound")
+        buf = UOp.new_buffer(u.device, limit, u.dtype.base)
+        self.fresh.add(buf)
+        view = buf if isinstance(size, int) else buf.shrink(((0, size),))
+        self.views[u] = view.reshape(shape)
+        return self.views[u]
+
+    # -------------------------------------------------------------- items
+    def buffer_for(self, u: UOp) -> tuple[UOp, list[UOp]]:
+        """The buffer holding the whole value `u` (a realized node or a plain view of a buffer), and the
+        effects a read of it waits for."""
+        if u in self.views:
+            return _view_chain(self.views[u])[1], []
+        if (found := _buffer_of(u)) is None:
+            raise RuntimeError(f"no buffer holds {u.short()}")
+        return found
+
+    def add(self, call: UOp, after: list[UOp], after_bufs: set[UOp], follows: tuple[int, ...] = ()) -> int:
+        """Append an item; buffers in `after_bufs` are read through AFTERs, every other read is plain."""
+        writes, reads = _access(call)
+        plain = tuple(b for b in reads if b not in after_bufs)
+        self.items.append(_Item(call, writes, plain, tuple(dedup(after)), follows))
+        return len(self.items) - 1
+
+    def kernel(self, target: UOp, value: UOp, root: UOp | None) -> int:
+        """The kernel STORE(target, value), realized sources read from their buffers. `root` is the realized
+        node this kernel computes (it is not replaced by its own buffer)."""
+        out = _view_chain(target)[1]
+        if out.op is not Ops.BUFFER:
+            out = _view_chain(self.views[out])[1]
+        ctx = _KernelCtx(self.views, root, out)
+        body = graph_rewrite(target.store(value).sink(), pm_kernelize, ctx=ctx, bottom_up=True,
+                             name="schedule: kernelize")
+        st = body.src[0]
+        if not _in_place_ok(st.src[0], st.src[1]):
+            # the value reads the written buffer at other elements: compute it into a buffer of its own first
+            self.kernel(self.allocate(value), value, value)
+            return self.kernel(target, value, root)
+        call = body.call(*ctx.params)
+        if VERIFY:
+            verify(call)
+        return self.add(call, ctx.after, ctx.after_bufs)
+
+    def copy(self, u: UOp) -> None:
+        src, deps = self.buffer_for(u.src[0])
+        dst = _view_chain(self.views[u])[1]
+        body = UOp(Ops.COPY, u.dtype, (UOp.param(1, src.dtype.base.ptr(int(src.arg))), u.src[1]))
+        self.add(body.call(dst, src), deps, {src} if deps else set())
+
+    def custom_kernel(self, k: UOp) -> None:
+        bufs, deps, after_bufs = [], [], set()
+        for a in k.src[1:]:
+            b, d = self.buffer_for(a)
+            bufs.append(b)
+            deps.extend(d)
+            if d:
+                after_bufs.add(b)
+        self.effects[k] = self.add(k.src[0].call(*bufs, name=k.arg.name), deps, after_bufs)
+
+    def precompiled(self, k: UOp) -> None:
+        """A precompiled FUNCTION: its body is scheduled on its own (a cache hit when the same body was
+        scheduled before) over the buffers of its arguments, and its items are spliced in, in their order."""
+        args, deps, bound = k.src[1:], [], {}
+        after_bufs: set[UOp] = set()
+        for p in k.src[0].toposort(enter_calls=False):
+            if p.op is not Ops.PARAM:
+                continue
+            a = args[p.arg]
+            if a.op is Ops.BIND:
+                bound[p] = a
+                continue
+            b, d = self.buffer_for(a)
+            deps.extend(d)
+            if d:
+                after_bufs.add(b)
+            bound[p] = b.reshape(p.shape)
+        body = UOp(Ops.SINK, dtypes.void, k.src[0].src).substitute(bound, walk=True)
+        sub = schedule(body)
+        self.var_vals.update(sub.var_vals)
+        inputs = {b for v in bound.values() for b in v.toposort() if b.op is Ops.BUFFER}
+        prev: tuple[int, ...] = ()
+        for it in sub.items:
+            self.fresh.update(b for b in it.src[1:] if b not in inputs)
+            writes, reads = _access(it)
+            plain = tuple(b for b in reads if b in inputs and b not in after_bufs)
+            self.items.append(_Item(it, writes, plain, tuple(dedup(deps)), prev))
+            prev = (len(self.items) - 1,)
+        for i, out in enumerate(body.src):
+            self.views[k.gettuple(i)] = sub.outputs[out]
+
+    def build(self) -> tuple[list[UOp], list[UOp | None]]:
+        """Allocate the realized nodes, make every item (sources first), and order them."""
+        for u in self.realize_points():
+            self.allocate(u)
+        for u in self.nodes:
+            if u.op is Ops.FUNCTION and u.arg.precompile:
+                self.precompiled(u)
+            elif u.op is Ops.CALL:
+                self.custom_kernel(u)
+            elif u.op is Ops.STORE:
+                self.effects[u] = self.kernel(u.src[0], u.src[1], None)
+            elif u.op is Ops.COPY and u in self.views:
+                self.copy(u)
+            elif u in self.views and not _precompiled_output(u):
+                self.kernel(self.views[u], u.src[0] if u.op is Ops.CONTIGUOUS else u, u)
+        return self.order(), self.outputs()
+
+    def outputs(self) -> list[UOp | None]:
+        """For each source of the SINK (by position): the view of the buffer that holds its value."""
+        out: list[UOp | None] = []
+        for s in self.sink.src:
+            if s in self.views:
+                out.append(self.views[s])
+            elif s.op is Ops.STORE:
+                out.append(self.view_of(s.src[0]))
+            else:
+                out.append(self.view_of(s) if _is_value(s) else None)
+        return out
+
+    def view_of(self, u: UOp) -> UOp:
+        """`u` (a view over a buffer or a realized node, through AFTERs) as a view over a BUFFER."""
+        chain, base, _ = _view_chain(u)
+        if base.op is not Ops.BUFFER:
+            base = self.views[base]
+        return _rebuild_chain(chain, base)
+
+    # -------------------------------------------------------------- order
+    def dependencies(self) -> list[set[int]]:
+        """For each item, the items that must run before it: the producer of each fresh buffer it touches, the
+        effects it reads through AFTERs, the items it follows; and a plain read of a buffer comes before
+        every later write of it (other than its producer's)."""
+        n = len(self.items)
+        deps: list[set[int]] = [set() for _ in range(n)]
+        producer: dict[UOp, int] = {}
+        writers: dict[UOp, list[int]] = defaultdict(list)
+        for i, it in enumerate(self.items):
+            for b in it.writes:
+                if b in self.fresh and b not in producer:
+                    producer[b] = i
+                writers[b].append(i)
+        for i, it in enumerate(self.items):
+            deps[i].update(producer[b] for b in (*it.reads, *it.writes) if b in producer and producer[b] != i)
+            deps[i].update(self.effects[e] for e in it.after if e in self.effects)
+            deps[i].update(it.follows)
+            for b in it.reads:
+                for w in writers[b]:
+                    if w != i and producer.get(b) != w:
+                        deps[w].add(i)
+        return deps
+
+    def order(self) -> list[UOp]:
+        """The items in Kahn's toposort of their dependencies, ties in creation order."""
+        deps, n = self.dependencies(), len(self.items)
+        users: list[list[int]] = [[] for _ in range(n)]
+        for i, d in enumerate(deps):
+            for j in d:
+                users[j].append(i)
+        indeg = [len(d) for d in deps]
+        ready = [i for i in range(n) if indeg[i] == 0]
+        heapq.heapify(ready)
+        out: list[UOp] = []
+        while ready:
+            i = heapq.heappop(ready)
+            out.append(self.items[i].call)
+            for j in users[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(out) != n:
+            raise RuntimeError("the schedule has a cycle: assigns read each other's buffers before writing")
+        return out
+
+
+# ---------------------------------------------------------------------- the cache (keyed by structure)
+def _structure(sink: UOp) -> tuple[bytes, list[UOp], dict[str, int]]:
+    """A key equal for graphs that differ only in which buffers they use and the values of their BINDs; the
+    graph's BUFFERs in order of first use; the bound values."""
+    h: dict[UOp, bytes] = {}
+    buffers: list[UOp] = []
+    var_vals: dict[str, int] = {}
+    for u in sink.toposort():
+        if u.op is Ops.BUFFER:
+            buffers.append(u)
+            text = f"BUFFER|{len(buffers)}|{u.dtype!r}|{u.arg}|{u.src[1].arg!r}"
+        elif u.op is Ops.UNIQUE:
+            text = "UNIQUE"
+        elif u.op is Ops.BIND:
+            var_vals[u.src[0].arg[0]] = u.src[1].arg
+            text = f"BIND|{u.dtype!r}"
+        else:
+            arg = u.arg
+            if isinstance(arg, CallInfo):  # the gradient function and metadata do not change the schedule
+                arg = (arg.name, arg.precompile, arg.precompile_backward)
+            text = f"{u.op}|{u.dtype!r}|{arg!r}|{u.tag!r}"
+        m = hashlib.sha256(text.encode())
+        if u.op is not Ops.BIND:
+            for s in u.src:
+                m.update(h[s])
+        else:
+            m.update(h[u.src[0]])
+        h[u] = m.digest()
+    return h[sink], buffers, var_vals
+
+
+@dataclass(frozen=True, eq=False)
+class _Template:
+    """A schedule with placeholder buffers: `inputs` stand for the graph's buffers, `fresh` for new ones."""
+
+    items: tuple[UOp, ...]
+    outputs: tuple[UOp | None, ...]
+    inputs: tuple[UOp, ...]
+    fresh: tuple[UOp, ...]
+
+    def instantiate(self, sink: UOp, inputs: list[UOp], var_vals: dict[str, int]) -> Schedule:
+        mapping = dict(zip(self.inputs, inputs))
+        mapping.update((f, UOp.new_buffer(str(f.src[1].arg), int(f.arg), f.dtype)) for f in self.fresh)
+        outputs = {s: v.substitute(mapping) for s, v in zip(sink.src, self.outputs) if v is not None}
+        return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, dict(var_vals))
+
+
+_cache: dict[bytes, _Template] = {}
+_stats = {"hits": 0, "misses": 0}
+
+
+def _rebind(item: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """A schedule item with its buffer arguments replaced (kernel bodies hold no buffers)."""
+    return item.replace(src=(item.src[0], *(mapping.get(b, b) for b in item.src[1:])))
+
+
+def _placeholder(b: UOp, n: int) -> UOp:
+    return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.LUNIQUE, arg=n), b.src[1]), b.arg)
+
+
+def _template(sink: UOp, inputs: list[UOp]) -> _Template:
+    sched = _Scheduler(sink)
+    items, outputs = sched.build()
+    known = set(inputs)
+    used = dedup([b for it in items for b in it.src[1:]] +
+                 [b for v in outputs if v is not None for b in v.toposort() if b.op is Ops.BUFFER])
+    fresh = [b for b in used if b not in known]
+    mapping = {b: _placeholder(b, i) for i, b in enumerate([*inputs, *fresh])}
+    return _Template(
+        tuple(_rebind(it, mapping) for it in items),
+        tuple(None if v is None else v.substitute(mapping) for v in outputs),
+        tuple(mapping[b] for b in inputs), tuple(mapping[b] for b in fresh))
+
+
+def schedule(sink: UOp) -> Schedule:
+    """Schedule the tensor graph under `sink` (a SINK of values, STOREs and AFTERs) into kernel CALLs over
+    BUFFERs. Graphs of the same structure (buffers and bound values aside) share one cached schedule."""
+    if sink.op is not Ops.SINK:
+        sink = UOp(Ops.SINK, dtypes.void, (sink,))
+    key, inputs, var_vals = _structure(sink)
+    if (tmpl := _cache.get(key)) is None:
+        _stats["misses"] += 1
+        tmpl = _cache[key] = _template(sink, inputs)
+    else:
+        _stats["hits"] += 1
+    return tmpl.instantiate(sink, inputs, var_vals)
+
+
+def schedule_cache_info() -> dict[str, int]:
+    """Hits, misses and size of the schedule cache."""
+    return {**_stats, "size": len(_cache)}
+
+
+def clear_schedule_cache() -> None:
+    """Forget every cached schedule (the counters too)."""
+    _cache.clear()
+    _stats.update(hits=0, misses=0)
