@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uopgrad import Ops, UOp
+from uopgrad import Ops, UOp, dtypes
 from uopgrad.function import function
 from uopgrad.tensor import Tensor
 
@@ -214,6 +214,28 @@ class TestGradients:
         assert len(bwd.src) == 3 and bwd.src[1] is a.uop
         assert {u.arg for u in bwd.src[0].toposort(enter_calls=False) if u.op is Ops.PARAM} == {1}
 
+    def test_nested_precompiled_backward_compaction_quirk(self):
+        # semantics §3.6: compaction counts PARAM slots inside nested bodies. The precompiled inner backward
+        # takes (x, g, forward output) as slots 0..2; inside a plain outer backward, whose candidates are only
+        # (x, g), slot 2 has no candidate: IndexError, as at the reference. A precompiled outer is fine.
+        @function(precompile=True)
+        def inner(x: Tensor) -> Tensor:
+            return x.pow(x)
+
+        @function
+        def outer(x: Tensor) -> Tensor:
+            return inner(x)
+
+        @function(precompile=True)
+        def outer_precompiled(x: Tensor) -> Tensor:
+            return inner(x)
+
+        x = Tensor([1.0, 2.0], requires_grad=True)
+        with pytest.raises(IndexError):
+            outer(x).sum().gradient(x)
+        (gx,) = outer_precompiled(x).sum().gradient(x)
+        np.testing.assert_allclose(gx.numpy(), [1.0, 4 * (np.log(2) + 1)], rtol=1e-6)
+
     def test_unused_param_backward(self):
         @function
         def f(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
@@ -227,6 +249,20 @@ class TestGradients:
         np.testing.assert_equal(a.grad.numpy(), [1, 1, 1])
         np.testing.assert_equal(b.grad.numpy(), [0, 0, 0])
         np.testing.assert_equal(c.grad.numpy(), [1, 1, 1])
+
+    def test_input_returned_as_unused_output_gets_a_noop_gradient(self):
+        # semantics §3.8 item 3: b's PARAM is a TUPLE element whose output gradient is NOOP; that NOOP is not
+        # filtered, so b's gradient is a void GETTUPLE of a NOOP element of the backward TUPLE
+        @function
+        def f(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+            return a * 2, b
+
+        a, b = Tensor([1.0, 2.0]), Tensor([3.0, 4.0])
+        t1, _ = f(a, b)
+        ga, gb = t1.sum().gradient(a, b)
+        assert gb.uop.op is Ops.GETTUPLE and gb.uop.dtype == dtypes.void
+        assert backward_of(gb).src[0].src[gb.uop.arg].op is Ops.NOOP
+        np.testing.assert_equal(ga.numpy(), [2, 2])
 
     def test_unused_param_backward_structure(self):
         # §3.7: the backward is FUNCTION(TUPLE(P0, P0), g) named "f_backward"; b gets zeros, not a GETTUPLE
