@@ -708,7 +708,7 @@ def run_program(prg: Program, buffers: Sequence[Array], var_vals: Mapping[str, i
                 regs[s[0]] = vals[s[1]]
             elif op is Ops.STORE:
                 buf, off, g = _memory(prg, u, vals[s[0]], vals[s[2]] if len(s) > 2 else None)
-                value = np.broadcast_to(np.asarray(vals[s[1]], dtype=buf.dtype), g.shape)
+                value, off, g = np.broadcast_arrays(np.asarray(vals[s[1]], dtype=buf.dtype), off, g)
                 buf[off[g]] = value[g]
             else:
                 vals[pc] = _linear_leaf(u, s, vals, buffers, var_vals or {}, special, regs, pc)
@@ -741,7 +741,8 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
     if op is Ops.CAST:
         return cast(np.asarray(vals[s[0]]), u.dtype)
     if op is Ops.BITCAST:
-        return bitcast(np.asarray(vals[s[0]]), u.src[0].dtype, u.dtype)
+        x = np.asarray(vals[s[0]])
+        return bitcast(x, u.src[0].dtype, u.dtype).reshape(x.shape)
     raise RuntimeError(f"REFERENCE can't run {u.op} in a linear program: {u.short()}")
 
 

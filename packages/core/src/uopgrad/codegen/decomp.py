@@ -59,9 +59,13 @@ def _nonneg(x: UOp) -> bool:
 
 # ---------------------------------------------------------------------- the decompositions
 def _max(a: UOp, b: UOp) -> UOp:
-    """max(a, b) = b if a < b else a; for floats a NaN b is kept (a NaN a already is)."""
-    m = _where(_alu(Ops.CMPLT, a, b), b, a)
-    return _where(_alu(Ops.CMPNE, b, b), b, m) if dtypes.is_float(a.dtype) else m
+    """numpy's maximum: a if a is NaN or a > b, else b (so a NaN b is kept); float16 keeps a on a tie
+    (its loop compares with >=), float32/float64 keep b (max(0.0, -0.0) is -0.0)."""
+    if a.dtype == dtypes.float16:
+        ge = _or(_alu(Ops.CMPLT, b, a), _eq(a, b))  # a >= b (false when either is NaN)
+        return _where(_or(_alu(Ops.CMPNE, a, a), ge), a, b)
+    m = _where(_alu(Ops.CMPLT, b, a), a, b)
+    return _where(_alu(Ops.CMPNE, a, a), a, m) if dtypes.is_float(a.dtype) else m
 
 
 def _floor_fix(r: UOp, b: UOp) -> UOp:
@@ -132,6 +136,9 @@ def _int_pow(b: UOp, e: UOp) -> UOp:
 
 
 def _pow(x: UOp, b: UOp, e: UOp) -> UOp:
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):  # computed in float32, rounded once
+        f = dtypes.float32
+        return UOp(Ops.CAST, x.dtype, (_float_pow(UOp(Ops.CAST, f, (b,)), UOp(Ops.CAST, f, (e,))),))
     if dtypes.is_float(x.dtype):
         return _float_pow(b, e)
     if x.dtype == dtypes.bool:

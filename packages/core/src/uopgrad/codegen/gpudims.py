@@ -1,13 +1,15 @@
 """GPU launch dimensions (codegen, layer 11): output loops become grid indices on grid-style backends.
 
 The output RANGEs of a kernel are mapped onto at most three hardware dimensions, the contiguous (innermost)
-axis first, so it is x. More than three axes are merged (outer ones together); an axis larger than a
-dimension's limit is split over the next free dimension. Along x a workgroup has `GridLimits.local_size`
+axis first, so it is x. Axes are grouped (outer ones merged first) into the fewest merges that fit the
+dimensions' limits; when no grouping fits, the output is flattened and spread over x, y and z. Along x a workgroup has `GridLimits.local_size`
 threads when that divides the axis, else the largest power of two that does; when that would be a small
 workgroup the axis is padded up to it, and every load and store is gated by the index being in bounds.
 Reduce ranges stay loops. Each hardware index is a SPECIAL: `gidx<d>` (workgroup id), `lidx<d>` (thread id).
 """
 from __future__ import annotations
+
+import itertools
 
 from uopgrad._util import prod
 from uopgrad.codegen.program import GridSpec
@@ -38,28 +40,33 @@ def _local_size(n: int, grid: GridSpec) -> tuple[int, bool]:
     return min(want, 1 << max(0, (n - 1).bit_length())), True
 
 
-def _plan(sizes: list[int], grid: GridSpec) -> list[list[tuple[int, int, int]]]:
-    """For each group of axes (innermost first): its hardware dims as (dim, workgroups, local size)."""
-    groups = [sizes[-1 - k] for k in range(len(sizes))]
-    while len(groups) > 3:
-        groups[-2] *= groups.pop()
-    out: list[list[tuple[int, int, int]]] = []
-    d = 0
-    for g, n in enumerate(groups):
-        local, _ = _local_size(n, grid) if g == 0 else (1, False)
-        count = -(-n // local)
-        if d > 2:
-            raise RuntimeError(f"output of {sizes} does not fit a 3-dimensional grid with limits {grid}")
-        if count <= grid.global_max[d]:
-            out.append([(d, count, local)])
-            d += 1
-            continue
-        if d + 1 > 2 or len(groups) - g - 1 > 2 - (d + 1):
-            raise RuntimeError(f"output of {sizes} does not fit the grid limits {grid}")
-        first = grid.global_max[d]
-        out.append([(d, first, local), (d + 1, -(-count // first), 1)])
-        d += 2
-    return out
+Plan = list[tuple[list[int], list[tuple[int, int, int]]]]
+
+
+def _plan(sizes: list[int], grid: GridSpec) -> Plan:
+    """Groups of output axes (innermost first, as positions in `sizes`) with their hardware dims as
+    (dim, workgroups, local size). The first grouping (fewest merges, outer axes merged first) in which
+    every group fits its dimension wins; when none does, all axes are flattened and split over x, y, z."""
+    order = list(range(len(sizes) - 1, -1, -1))  # innermost axis first: it becomes x
+    for k in range(min(3, len(order)), 0, -1):
+        for cuts in itertools.combinations(range(1, len(order)), k - 1):
+            bounds = [0, *cuts, len(order)]
+            plan: Plan = []
+            for d in range(k):
+                axes = order[bounds[d]:bounds[d + 1]]
+                n = prod(sizes[a] for a in axes)
+                local = _local_size(n, grid)[0] if d == 0 else 1
+                plan.append((axes, [(d, -(-n // local), local)]))
+            if all(hw[0][1] <= grid.global_max[hw[0][0]] for _, hw in plan):
+                return plan
+    n = prod(sizes)
+    local = _local_size(n, grid)[0]
+    c0 = min(-(-n // local), grid.global_max[0])
+    c1 = min(-(-n // (local * c0)), grid.global_max[1])
+    c2 = -(-n // (local * c0 * c1))
+    if c2 > grid.global_max[2]:
+        raise RuntimeError(f"an output of shape {sizes} does not fit a grid with limits {grid}")
+    return [(order, [(0, c0, local), (1, c1, 1), (2, c2, 1)])]
 
 
 def add_gpudims(sink: UOp, grid: GridSpec) -> tuple[UOp, Dims, Dims]:
@@ -70,14 +77,10 @@ def add_gpudims(sink: UOp, grid: GridSpec) -> tuple[UOp, Dims, Dims]:
     if not loops or len(sink.src) > 1 or any(r.src[0].op is not Ops.CONST for r in loops):
         return sink, (1, 1, 1), (1, 1, 1)
     sizes = [int(r.src[0].arg) for r in loops]
-    plan = _plan(sizes, grid)
     global_size, local_size = [1, 1, 1], [1, 1, 1]
     mapping: dict[UOp, UOp] = {}
     valid: UOp | None = None
-    groups = [[len(loops) - 1 - k] for k in range(len(loops))]
-    while len(groups) > 3:
-        groups[-2] += groups.pop()
-    for axes, hw in zip(groups, plan):
+    for axes, hw in _plan(sizes, grid):
         flat, stride, covered = UOp(Ops.CONST, dtypes.index, (), 0), 1, 1
         for d, count, local in hw:
             global_size[d], local_size[d] = count, local
