@@ -2,10 +2,11 @@
 
 The output RANGEs of a kernel are mapped onto at most three hardware dimensions, the contiguous (innermost)
 axis first, so it is x. Axes are grouped (outer ones merged first) into the fewest merges that fit the
-dimensions' limits; when no grouping fits, the output is flattened and spread over x, y and z. Along x a workgroup has `GridLimits.local_size`
-threads when that divides the axis, else the largest power of two that does; when that would be a small
-workgroup the axis is padded up to it, and every load and store is gated by the index being in bounds.
-Reduce ranges stay loops. Each hardware index is a SPECIAL: `gidx<d>` (workgroup id), `lidx<d>` (thread id).
+dimensions' limits; when no grouping fits, the output is flattened and spread over x, y and z. Along x a
+workgroup has `local_size` threads (128 by default) when that divides the axis, else the largest power of
+two that does; when that would be a small workgroup the axis is padded up to it instead, and every load and
+store is gated by the index being in bounds. Reduce ranges stay loops. Each hardware index is a SPECIAL:
+`gidx<d>` (workgroup id) or `lidx<d>` (thread id in the workgroup).
 """
 from __future__ import annotations
 
