@@ -70,12 +70,11 @@ class UOpMetaClass(type):
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None, metadata: tuple[Metadata, ...] | None = None) -> UOp:
+        if type(src) is not tuple:
+            src = tuple(src)
         key = (op, dtype, src, arg, tag)
         if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
             return live
-        if type(src) is not tuple:
-            src = tuple(src)
-            key = (op, dtype, src, arg, tag)
         created: UOp = super().__call__(op, dtype, src, arg, tag)
         # the callback names no module globals: it may run while the interpreter tears modules down
         cache = UOpMetaClass.ucache
@@ -326,6 +325,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def const_like(self, b: ConstType) -> UOp:
         """A constant of this node's dtype, device and shape."""
+        if (axis := self.axis) is not None and isinstance(self.device, tuple):
+            shard = tuple(s // len(self.device) if i == axis else s for i, s in enumerate(self.shape))
+            return UOp(Ops.MULTI, self.dtype.base, (UOp.const(self.dtype.base, b, self.device, shard),), axis)
         return UOp.const(self.dtype.base, b, self.device, self._shape)
 
     @staticmethod
@@ -648,6 +650,8 @@ def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa:
         return new
     if op is Ops.EXPAND:
         new = vec_values(u.src[1])
+        if any(isinstance(n, int) and n < 0 for n in new):
+            raise ValueError(f"EXPAND to {new}: dimensions must be non-negative")
         if len(new) != len(src) or any(not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)):
             raise ValueError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must match")
         return new
@@ -687,7 +691,11 @@ def _sadd(a: sint, b: sint) -> sint:
 
 
 def _ssub(a: sint, b: sint) -> sint:
-    return a - b  # type: ignore[operator,return-value]
+    """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    diff = a - b  # type: ignore[operator]
+    return ssimplify(diff) if _simplifier is not None else diff  # type: ignore[return-value]
 
 
 def _infer_device(u: UOp) -> str | tuple[str, ...] | None:
@@ -762,6 +770,8 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
         return (min(u.arg), max(u.arg))
     if op is Ops.DEFINE_VAR:
         return (u.arg[1], u.arg[2])
+    if op is Ops.PARAM and len(u.src) >= 4 and u.src[2].op is Ops.CONST and u.src[3].op is Ops.CONST:
+        return (u.src[2].arg, u.src[3].arg)
     if op is Ops.BIND:
         return mm[0]
     if op in (Ops.RANGE, Ops.SPECIAL):
