@@ -89,7 +89,7 @@ class _Function(Generic[P, R]):
         self.precompile_backward = precompile_backward
         self.allow_implicit = allow_implicit
         self.grad_fxn = grad_fxn
-        functools.update_wrapper(self, fxn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fxn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # as a method: the instance is the first positional argument, so its tensors are explicit inputs
