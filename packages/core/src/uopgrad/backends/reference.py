@@ -630,7 +630,8 @@ class ReferenceBackend(Backend):
 # REFERENCE also executes the linear programs of spec/kernels.md §2, so codegen is tested end to end without a
 # compiler. A program runs once over "lanes": one lane for a loop-style program, one per thread of the whole
 # grid for a grid-style one (all threads in lockstep: a value is an array over the lanes, SPECIALs give each
-# lane its indices). Loops step one iteration at a time; ALU ops are the table above, on those arrays.
+# lane its indices). Loops step one iteration at a time; ALU ops are the table above, on those arrays. Values
+# are never 0-d: numpy computes some ops on 0-d arrays by another code path than on arrays (float32 pow).
 
 REFERENCE_OPS: frozenset[Ops] = frozenset(reference_alu)  # every ALU op: nothing is decomposed for REFERENCE
 
@@ -690,12 +691,12 @@ def run_program(prg: Program, buffers: Sequence[Array], var_vals: Mapping[str, i
                 if bounds[pc] <= 0:
                     pc = ends[pc] + 1
                     continue
-                vals[pc] = np.array(0, dtype=np_dtype(u.dtype))
+                vals[pc] = np.zeros((1,), dtype=np_dtype(u.dtype))
             elif op is Ops.END:
                 r = s[0]
-                nxt = int(vals[r]) + 1
+                nxt = int(vals[r][0]) + 1
                 if nxt < bounds[r]:
-                    vals[r] = np.array(nxt, dtype=np_dtype(uops[r].dtype))
+                    vals[r] = np.full((1,), nxt, dtype=np_dtype(uops[r].dtype))
                     pc = r + 1
                     continue
             elif op is Ops.LOAD and uops[s[0]].op is Ops.DEFINE_REG:
@@ -722,13 +723,13 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
     """The value of a non-ALU, non-control uop of a linear program."""
     op = u.op
     if op is Ops.CONST:
-        return _finish(np.array(u.arg).astype(np_dtype(u.dtype)), u.dtype)
+        return _finish(np.array([u.arg]).astype(np_dtype(u.dtype)), u.dtype)
     if op is Ops.PARAM:
         return buffers[u.arg]
     if op is Ops.DEFINE_VAR:
         if u.arg[0] not in var_vals:
             raise RuntimeError(f"no value for the variable {u.arg[0]!r}")
-        return np.array(var_vals[u.arg[0]], dtype=np_dtype(u.dtype))
+        return np.full((1,), var_vals[u.arg[0]], dtype=np_dtype(u.dtype))
     if op is Ops.SPECIAL:
         return special[u.arg].astype(np_dtype(u.dtype))
     if op is Ops.INDEX:

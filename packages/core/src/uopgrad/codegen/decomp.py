@@ -157,6 +157,11 @@ def _neg_decomp(x: UOp) -> UOp:
 
 
 def _fdiv(a: UOp, b: UOp) -> UOp:
+    """a/b as a*(1/b) for floats (in float32 for the half types, so it rounds once to them); CDIV for ints."""
+    if a.dtype in (dtypes.float16, dtypes.bfloat16):
+        f = dtypes.float32
+        quotient = _alu(Ops.MUL, UOp(Ops.CAST, f, (a,)), _alu(Ops.RECIPROCAL, UOp(Ops.CAST, f, (b,))))
+        return UOp(Ops.CAST, a.dtype, (quotient,))
     if dtypes.is_float(a.dtype):
         return _alu(Ops.MUL, a, _alu(Ops.RECIPROCAL, b))
     return _alu(Ops.CDIV, a, b)

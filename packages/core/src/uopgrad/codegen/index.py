@@ -151,9 +151,10 @@ class _Indexer:
     def address(self, view: UOp, o: Index) -> tuple[UOp, UOp | None]:
         """INDEX(PARAM, offset) of a store target (movement ops over a PARAM), and its gate."""
         valid: UOp | None = None
-        while view.op in GroupOp.Movement:
-            o, cond = self.move(view, o)
-            valid = _and(valid, cond)
+        while view.op in GroupOp.Movement or view.op is Ops.AFTER:
+            if view.op is not Ops.AFTER:
+                o, cond = self.move(view, o)
+                valid = _and(valid, cond)
             view = view.src[0]
         if view.op is not Ops.PARAM or not isinstance(view.dtype, PtrDType):
             raise RuntimeError(f"a kernel stores into movement ops over a pointer PARAM, not {view.short()}")
@@ -185,6 +186,8 @@ class _Indexer:
             return [(u.src[0], i, inner)], lambda v: UOp(Ops.WHERE, u.dtype, (cond, v[0], zero))
         if op is Ops.REDUCE:
             return self.plan_reduce(u, o, valid)
+        if op is Ops.AFTER:  # a read after an earlier STORE of this kernel: nests run in order anyway
+            return [(u.src[0], o, valid)], lambda v: v[0]
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
             return [(s, o, valid) for s in u.src], lambda v: UOp(op, u.dtype.base, tuple(v), u.arg)
         raise RuntimeError(f"{op} can't appear in a kernel body (spec/kernels.md §1): {u.short()}")
