@@ -1,0 +1,310 @@
+"""The scheduler (uopgrad.schedule, spec/kernels.md §1): fusion and kernel counts, the kernel form, FUNCTION
+inlining and precompiled units, assigns, copies, custom kernels, the structure cache, and that running a
+schedule on REFERENCE (kernels as custom kernels) gives what REFERENCE gives for the graph directly."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from uopgrad import Ops, UOp
+from uopgrad.backend import Device
+from uopgrad.backends.reference import evaluate, run_schedule
+from uopgrad.function import function
+from uopgrad.schedule import Schedule, clear_schedule_cache, schedule, schedule_cache_info
+from uopgrad.tensor import Tensor
+
+DEV = "REFERENCE"
+# ops a scheduled kernel body never holds (spec/kernels.md §1)
+NOT_IN_KERNELS = {Ops.FUNCTION, Ops.GETTUPLE, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.COPY,
+                  Ops.AFTER, Ops.BUFFER, Ops.BIND, Ops.DEVICE, Ops.TUPLE}
+
+
+@pytest.fixture(autouse=True)
+def _reference_default():
+    old = Device.DEFAULT
+    Device.DEFAULT = DEV
+    yield
+    Device.DEFAULT = old
+
+
+def rnd(*shape: int, seed: int = 0) -> Tensor:
+    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def sched(*ts: Tensor) -> Schedule:
+    return schedule(ts[0].uop.sink(*(t.uop for t in ts[1:])))
+
+
+def n_kernels(*ts: Tensor) -> int:
+    return len(sched(*ts).kernels)
+
+
+def run(*ts: Tensor) -> list[np.ndarray]:
+    """Schedule `ts`, run the items on REFERENCE as custom kernels, and read each tensor's output view."""
+    s = sched(*ts)
+    run_schedule(s, lower_kernels=False)
+    return [evaluate(s.outputs[t.uop])[0] for t in ts]
+
+
+def same_as_direct(*ts: Tensor) -> None:
+    direct = evaluate(*(t.uop for t in ts))
+    for got, want in zip(run(*ts), direct):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- kernel counts
+def test_elementwise_chain_is_one_kernel():
+    x, y = rnd(4, 5), rnd(4, 5, seed=1)
+    out = ((x * 2 + y).exp().sqrt() - x.sin()).relu().reshape(5, 4).T.flip(0)[1:3] * 3
+    assert n_kernels(out) == 1
+    same_as_direct(out)
+
+
+def test_sum_is_one_kernel():
+    x = rnd(4, 5)
+    assert n_kernels(x.sum()) == 1
+    assert n_kernels((x * 2).sum(1).sum(0)) == 1
+    same_as_direct(x.sum(), (x * 2).sum(1).sum(0))
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_softmax_is_at_most_three_kernels(fn: str):
+    x = rnd(3, 7)
+    out = getattr(x, fn)()
+    assert n_kernels(out) <= 3
+    same_as_direct(out)
+
+
+def test_a_broadcast_reduce_ends_a_kernel():
+    x, w = rnd(4, 6), rnd(6, 5, seed=1)
+    assert n_kernels(x.sum(1, keepdim=True) + x) == 2   # the reduce is read through an EXPAND
+    assert n_kernels(x - x.mean()) == 2
+    assert n_kernels((x @ w).relu()) == 1                  # matmul: a reduce of a broadcast multiply
+    assert n_kernels((x @ w).T + 1) == 1
+    assert n_kernels(x.max(0) + x.prod(0)) == 1            # two reduces, one kernel
+    same_as_direct(x.sum(1, keepdim=True) + x, (x @ w).relu(), x.max(0) + x.prod(0))
+
+
+def test_contiguous_ends_a_kernel_and_wrappers_vanish():
+    x = rnd(3, 4)
+    out = (x * 2).contiguous().detach().contiguous_backward() + 1
+    s = sched(out)
+    assert len(s.kernels) == 2
+    for k in s.kernels:
+        assert not {u.op for u in k.src[0].toposort()} & NOT_IN_KERNELS
+    same_as_direct(out)
+
+
+def test_several_outputs_share_inputs_not_kernels():
+    x = rnd(3, 4)
+    outs = (x + 1, x.sum(0), (x * 2).T)
+    assert n_kernels(*outs) == 3
+    same_as_direct(*outs)
+
+
+# ---------------------------------------------------------------------- the kernel form (spec/kernels.md §1)
+def test_kernel_form():
+    x, y = rnd(3, 4), rnd(4, seed=1)
+    (k,) = sched((x + y).sum(1)).items
+    body, bufs = k.src[0], k.src[1:]
+    assert k.op is Ops.CALL and body.op is Ops.SINK and all(b.op is Ops.BUFFER for b in bufs)
+    (st,) = body.src
+    assert st.op is Ops.STORE and st.src[0].base.op is Ops.PARAM and st.src[0].base.arg == 0
+    params = {u.arg: u for u in body.toposort() if u.op is Ops.PARAM}
+    assert sorted(params) == list(range(len(bufs)))
+    for slot, p in params.items():
+        assert p.dtype == bufs[slot].dtype.ptr(bufs[slot].arg) and p.shape == (bufs[slot].arg,)
+    assert not {u.op for u in body.toposort()} & NOT_IN_KERNELS
+
+
+def test_identical_kernels_are_one_node():
+    a, b = rnd(3, 4), rnd(3, 4, seed=1)
+    ka, = sched(a * 2 + 1).items
+    kb, = sched(b * 2 + 1).items
+    assert ka.src[0] is kb.src[0] and ka is not kb  # same body, other buffers
+
+
+def test_outputs_are_buffer_views():
+    x = rnd(2, 3)
+    out = x + 1
+    s = sched(out, x)
+    view = s.outputs[out.uop]
+    assert view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and view.shape == (2, 3)
+    assert s.outputs[x.uop] is x.uop  # already a buffer: no kernel
+    assert len(s.items) == 1
+
+
+# ---------------------------------------------------------------------- functions
+def test_function_is_inlined():
+    @function
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a * b + 1).exp()
+    x, y = rnd(3, 4), rnd(3, 4, seed=1)
+    out = f(x, y) * 2
+    assert n_kernels(out) == 1
+    same_as_direct(out)
+
+
+def test_precompiled_function_is_a_unit_and_reused():
+    @function(precompile=True)
+    def f(a: Tensor) -> Tensor:
+        return (a * 2 + 1).sum(0)
+    x1, x2 = rnd(3, 4), rnd(3, 4, seed=1)
+    out = f(x1) + f(x2)
+    clear_schedule_cache()
+    s = sched(out)
+    info = schedule_cache_info()
+    assert len(s.kernels) == 3           # one kernel per call (not fused into the add), plus the add
+    assert info["hits"] >= 1             # the second call's body came from the cache
+    same_as_direct(out)
+
+
+def test_precompiled_function_with_several_outputs_and_gradient():
+    @function(precompile=True, precompile_backward=True)
+    def f(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        return a @ b, (a * 2).sum()
+    a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    b = Tensor(np.ones((3, 2), dtype=np.float32), requires_grad=True)
+    p, q = f(a, b)
+    loss = (p * p).sum() + q
+    ga, gb = loss.gradient(a, b)
+    same_as_direct(loss, ga, gb)
+
+
+# ---------------------------------------------------------------------- assigns
+def test_assign_into_a_view():
+    b = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+    view = b[:, 1:3]
+    s = schedule(view.uop.store((view * 10).uop).sink())
+    assert len(s.items) == 1
+    run_schedule(s, lower_kernels=False)
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want[:, 1:3] *= 10
+    np.testing.assert_array_equal(evaluate(b.uop)[0], want)
+
+
+def test_assign_that_reads_other_elements_computes_the_value_first():
+    b = Tensor(np.arange(9, dtype=np.float32).reshape(3, 3)).realize()
+    s = schedule(b.uop.store(b.T.uop + 0).sink())
+    assert len(s.items) == 2  # b.T into a buffer of its own, then copied into b
+    run_schedule(s, lower_kernels=False)
+    np.testing.assert_array_equal(evaluate(b.uop)[0], np.arange(9, dtype=np.float32).reshape(3, 3).T)
+
+
+def test_assign_in_place_is_one_kernel_and_assigns_chain():
+    b = Tensor(np.zeros(4, np.float32)).realize()
+    b += 1
+    b += 2
+    s = sched(b)
+    assert len(s.items) == 2
+    run_schedule(s, lower_kernels=False)
+    np.testing.assert_array_equal(evaluate(s.outputs[b.uop])[0], [3, 3, 3, 3])
+
+
+def test_a_plain_read_runs_before_a_later_write():
+    b = Tensor(np.arange(4, dtype=np.float32)).realize()
+    old = b.uop
+    before = Tensor(old) + 1                           # reads b as it was
+    st = old.store((Tensor(old) * 10).uop)
+    s = schedule(before.uop.sink(st))
+    run_schedule(s, lower_kernels=False)
+    np.testing.assert_array_equal(evaluate(s.outputs[before.uop])[0], [1, 2, 3, 4])
+    np.testing.assert_array_equal(evaluate(old)[0], [0, 10, 20, 30])
+
+
+# ---------------------------------------------------------------------- copies, custom kernels, variables
+def test_copy_is_an_item_of_its_own():
+    a = rnd(4)
+    out = (a * 2).to("REFERENCE:1") + 1
+    s = sched(out)
+    ops = [it.src[0].op for it in s.items]
+    assert ops == [Ops.SINK, Ops.COPY, Ops.SINK]
+    copy = s.items[1]
+    assert copy.src[0].src[0].op is Ops.PARAM and copy.src[0].src[1].arg == "REFERENCE:1"
+    assert s.outputs[out.uop].device == "REFERENCE:1"
+    same_as_direct(out)
+
+
+def test_custom_kernel_passes_through():
+    a = Tensor(np.arange(4, dtype=np.float32))
+    o, _ = Tensor.empty(4).custom_kernel(a, fxn=lambda out, x: out.store(x * 2 + 1).sink())
+    r = o + 1
+    s = sched(r)
+    assert len(s.items) == 2 and s.items[0].src[0] is o.uop.src[1].src[0]  # the custom body, unchanged
+    assert run(r)[0].tolist() == [2, 4, 6, 8]
+
+
+def test_bound_variable_becomes_a_kernel_argument():
+    n = UOp.variable("n", 1, 8)
+    a = Tensor(np.arange(8, dtype=np.float32))
+    out = a[:n.bind(5)] * 2
+    s = sched(out)
+    (k,) = s.kernels
+    assert s.var_vals == {"n": 5}
+    ops = {u.op for u in k.src[0].toposort()}
+    assert Ops.DEFINE_VAR in ops and Ops.BIND not in ops
+    run_schedule(s, lower_kernels=False)
+    assert evaluate(s.outputs[out.uop])[0].tolist() == [0, 2, 4, 6, 8]
+
+
+# ---------------------------------------------------------------------- the structure cache
+def test_cache_hit_on_a_second_training_step_with_other_buffers():
+    clear_schedule_cache()
+    rng = np.random.default_rng(0)
+    w = Tensor(rng.standard_normal((4, 3)).astype(np.float32), requires_grad=True).realize()
+    w_ref = evaluate(w.uop)[0]
+    for step in range(3):
+        xb = Tensor(rng.standard_normal((5, 4)).astype(np.float32)).realize()
+        loss = ((xb @ w).relu() ** 2).mean()
+        (g,) = loss.gradient(w)
+        w.assign(w - g * 0.1)
+        s = sched(loss, w)
+        assert schedule_cache_info() == {"hits": step, "misses": 1, "size": 1}
+        run_schedule(s, lower_kernels=False)
+        x_np = evaluate(xb.uop)[0]
+        h = x_np @ w_ref
+        want_loss = (np.maximum(h, 0) ** 2).mean()
+        w_ref = w_ref - 0.1 * (x_np.T @ (2 * np.maximum(h, 0) / h.size))
+        np.testing.assert_allclose(evaluate(s.outputs[loss.uop])[0], want_loss, rtol=1e-5)
+        np.testing.assert_allclose(evaluate(s.outputs[w.uop])[0], w_ref, rtol=1e-5)
+        w = Tensor(s.outputs[w.uop], requires_grad=True)
+
+
+def test_a_cache_hit_gets_fresh_output_buffers():
+    x = rnd(3)
+    s1, s2 = sched(x + 1), sched(x + 1)
+    assert s1.items[0].src[0] is s2.items[0].src[0]
+    assert s1.items[0].src[1] is not s2.items[0].src[1]  # the output buffer
+    assert s1.items[0].src[2] is s2.items[0].src[2]      # the input buffer
+
+
+# ---------------------------------------------------------------------- whole programs and scale
+def test_mlp_forward_and_backward_equals_direct_reference():
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((8, 5)).astype(np.float32))
+    w1 = Tensor(rng.standard_normal((5, 7)).astype(np.float32), requires_grad=True)
+    w2 = Tensor(rng.standard_normal((7, 3)).astype(np.float32), requires_grad=True)
+    labels = Tensor(rng.integers(0, 3, 8).astype(np.int32))
+    logits = (x @ w1).relu() @ w2
+    loss = logits.sparse_categorical_crossentropy(labels)
+    g1, g2 = loss.gradient(w1, w2)
+    same_as_direct(loss, g1, g2, logits.softmax())
+
+
+def test_a_2001_op_chain_and_its_gradient_schedule_fast():
+    x = Tensor(np.linspace(0.5, 1.5, 8).astype(np.float32), requires_grad=True)
+    y = x
+    for i in range(2001):
+        y = y * 1.001 if i % 2 else y + 0.01
+    (g,) = y.sum().gradient(x)
+    limit = sys.getrecursionlimit()
+    start = time.perf_counter()
+    assert n_kernels(y, g) == 2
+    elapsed = time.perf_counter() - start
+    print(f"scheduling a 2001-op chain and its gradient: {elapsed:.3f}s")
+    assert sys.getrecursionlimit() == limit
+    same_as_direct(y, g)
