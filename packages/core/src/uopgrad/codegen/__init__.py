@@ -1,13 +1,12 @@
 """Codegen (layer 11): a kernel (spec/kernels.md §1) becomes a linear program (§2), for one backend.
 
-`lower(kernel, ops, grid)` runs the passes in `lower` in order (each a named graph_rewrite or a named
-function); with UOPGRAD_VERIFY=1 the graph is checked after every pass. `ops` are the ALU ops the backend
-renders natively (everything else is decomposed); `grid` is given for grid-style backends (GPUs) and maps the
-output loops onto launch dimensions. Programs are cached by the kernel's structure, the op set and the grid.
+`lower(kernel, ops, grid)` runs the passes listed in its body, in order (each a named graph_rewrite or a
+named function), then linearizes; with UOPGRAD_VERIFY=1 the graph is checked after every pass. `ops` are
+the ALU ops the backend renders natively (everything else is decomposed); `grid` is given for grid-style
+backends (GPUs) and maps the output loops onto launch dimensions. Programs are cached by the kernel's
+structure, the op set and the grid.
 """
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
@@ -47,19 +46,15 @@ def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None) -> Pro
     _stats["misses"] += 1
     if VERIFY:
         verify(kernel)
-    passes: list[tuple[str, Callable[[UOp], UOp]]] = [
-        ("index", lower_indexing),  # movement ops -> index arithmetic, one loop nest per STORE, PAD -> gates
-        ("gpudims", lambda s: s),   # output loops -> grid indices (grid-style backends only; see below)
-        ("reduce", lambda s: graph_rewrite(s, pm_reduce, ctx=reduce_context(), name="codegen: reduce")),
-        ("index dtype", lambda s: graph_rewrite(s, pm_index_dtype, ctx=index_dtype(s), name="codegen: idx")),
-        ("decompositions", lambda s: graph_rewrite(s, pm_decomp, ctx=ops, name="codegen: decompositions")),
-    ]
-    sink, sizes = body, None
-    for name, fn in passes:
-        if name == "gpudims" and grid is not None:
-            sink, *dims = add_gpudims(sink, grid)
-            sizes = (dims[0], dims[1])
-        sink = _checked(name, fn(sink))
+    sink = _checked("index", lower_indexing(body))  # movement ops -> index arithmetic, loop nests, PAD gates
+    global_size = local_size = None
+    if grid is not None:  # output loops -> grid indices
+        sink, global_size, local_size = add_gpudims(sink, grid)
+        sink = _checked("gpudims", sink)
+    sink = _checked("reduce", graph_rewrite(sink, pm_reduce, ctx=reduce_context(), name="codegen: reduce"))
+    sink = _checked("index dtype", graph_rewrite(sink, pm_index_dtype, ctx=index_dtype(sink),
+                                                 name="codegen: index dtype"))  # index -> int32 / int64
+    sink = _checked("decompositions", graph_rewrite(sink, pm_decomp, ctx=ops, name="codegen: decompositions"))
     uops = _with_all_params(linearize(sink), body, nargs)
     if VERIFY:
         check(uops, pm_spec_program, "program")
@@ -67,8 +62,7 @@ def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None) -> Pro
         raise NotImplementedError(f"the backend does not render {missing}, and codegen can't decompose them")
     prg = Program(_name(kernel, body), uops, tuple(u.arg for u in uops if u.op is Ops.PARAM),
                   tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),
-                  _slots(uops, Ops.STORE), _slots(uops, Ops.LOAD),
-                  None if sizes is None else sizes[0], None if sizes is None else sizes[1])
+                  _slots(uops, Ops.STORE), _slots(uops, Ops.LOAD), global_size, local_size)
     _cache[key] = prg
     return prg
 
