@@ -11,6 +11,7 @@ import pytest
 
 from uopgrad import Ops, UOp, dtypes
 from uopgrad.function import function
+from uopgrad.schedule import schedule
 from uopgrad.tensor import Tensor
 
 
@@ -550,8 +551,8 @@ class TestFunctionTuple:
         np.testing.assert_equal(c.numpy(), [2, 4, 6, 8])
         np.testing.assert_equal(d.numpy(), [3, 6, 9, 12])
 
-    def test_custom_kernel_precompile(self):
-        # the kernel-count part of the reference check needs a scheduler; the gradient part is checked here
+    def test_custom_kernel_precompile_gradient(self):
+        # the gradient part of test_custom_kernel_precompile_no_copy_kernel (its output is a zeros scratch)
         def my_grad(d_c: UOp, call: UOp) -> tuple[UOp | None, ...]:
             return None, (Tensor(d_c) * 2.0).uop
 
@@ -564,6 +565,20 @@ class TestFunctionTuple:
         c.sum().backward()
         assert a.grad is not None
         np.testing.assert_equal(a.grad.numpy(), [2, 2, 2, 2])
+        np.testing.assert_equal(c.numpy(), [2, 4, 6, 8])
+
+    def test_custom_kernel_precompile_no_copy_kernel(self):
+        # the scheduler part: a precompiled function around one custom kernel schedules as that kernel
+        # alone, with no copy of its output. (The output buffer is a fresh BUFFER here, captured implicitly;
+        # the reference uses an invalids constant, which has no counterpart in uopgrad.)
+        @function(precompile=True, precompile_backward=True, allow_implicit=True)
+        def f(a: Tensor) -> Tensor:
+            return Tensor.custom_kernel(Tensor.empty(4), a, fxn=double_kernel)[0]
+
+        a = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+        c = f(a)
+        sched = schedule(c.uop.sink())
+        assert len(sched.kernels) == 1 and len(sched.items) == 1
         np.testing.assert_equal(c.numpy(), [2, 4, 6, 8])
 
     def test_custom_kernel_precompile_further_compute(self):
