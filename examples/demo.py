@@ -17,12 +17,7 @@ import time
 
 import numpy as np
 
-from uopgrad import dtypes
-from uopgrad.backend import Device
-from uopgrad.function import function
-
-# the facade does not export Tensor yet (ARCHITECTURE §4 says `from uopgrad import Tensor`)
-from uopgrad.tensor import Tensor  # noqa: TID251
+from uopgrad import Device, Tensor, dtypes, function
 
 
 @function

@@ -4,9 +4,13 @@ The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; ever
 module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 """
 from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
+from uopgrad.backend import Device
 from uopgrad.dtype import DType, dtypes
+from uopgrad.function import function
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp
 
-__all__ = ["DType", "GroupOp", "Ops", "PatternMatcher", "UOp", "UPat", "dtypes", "graph_rewrite"]
+__all__ = ["DType", "Device", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "function",
+           "graph_rewrite"]
