@@ -1,0 +1,25 @@
+"""The public facade is exactly the contract of ARCHITECTURE §4, and importing it loads no backend."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_facade_names_are_pinned():
+    import uopgrad
+    assert sorted(uopgrad.__all__) == ["DType", "Device", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat",
+                                       "dtypes", "function", "graph_rewrite"]
+    assert all(hasattr(uopgrad, n) for n in uopgrad.__all__)
+
+
+def test_second_tier_names():
+    from uopgrad.function import function, pm_transform_unique_const
+    from uopgrad.gradient import call_gradient, compute_gradient, pm_gradient
+    assert callable(function) and callable(call_gradient) and callable(compute_gradient)
+    assert len(pm_gradient) > 0 and len(pm_transform_unique_const) == 1
+
+
+def test_import_loads_no_backend():
+    code = "import sys, uopgrad; print(sorted(m for m in sys.modules if m.startswith('uopgrad_')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
