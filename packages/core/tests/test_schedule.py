@@ -205,6 +205,14 @@ def test_assign_in_place_is_one_kernel_and_assigns_chain():
     np.testing.assert_array_equal(evaluate(s.outputs[b.uop])[0], [3, 3, 3, 3])
 
 
+def test_assign_into_a_computed_value():
+    y = (Tensor(np.arange(4, dtype=np.float32)) * 2).uop
+    out = Tensor(y.after(y.shrink(((1, 3),)).store(Tensor(np.full(2, 7, np.float32)).uop)))
+    assert len(sched(out).items) == 2  # x*2 into a buffer of its own, then the assign into it
+    assert run(out)[0].tolist() == [0, 7, 7, 6]
+    same_as_direct(out)
+
+
 def test_a_plain_read_runs_before_a_later_write():
     b = Tensor(np.arange(4, dtype=np.float32)).realize()
     old = b.uop
@@ -272,6 +280,17 @@ def test_cache_hit_on_a_second_training_step_with_other_buffers():
         np.testing.assert_allclose(evaluate(s.outputs[loss.uop])[0], want_loss, rtol=1e-5)
         np.testing.assert_allclose(evaluate(s.outputs[w.uop])[0], w_ref, rtol=1e-5)
         w = Tensor(s.outputs[w.uop], requires_grad=True)
+
+
+def test_a_cache_hit_takes_the_bound_values_of_its_graph():
+    n = UOp.variable("n", 1, 8)
+    a = Tensor(np.arange(8, dtype=np.float32))
+    for v in (5, 3):
+        out = a[:n.bind(v)] * 2
+        s = sched(out)
+        assert s.var_vals == {"n": v}
+        run_schedule(s, lower_kernels=False)
+        assert evaluate(s.outputs[out.uop])[0].tolist() == [2.0 * i for i in range(v)]
 
 
 def test_a_cache_hit_gets_fresh_output_buffers():

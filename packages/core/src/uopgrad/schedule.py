@@ -102,7 +102,6 @@ class _Inliner:
         if k.arg.precompile and all(_is_value(a) and (a.op is Ops.BIND or _concrete_shape(a)) for a in args):
             return None  # scheduled as a unit of its own
         if k not in self.bodies:
-            args = k.src[1:]
             params = {p: args[p.arg] for p in k.src[0].toposort(enter_calls=False) if p.op is Ops.PARAM}
             self.bodies[k] = k.src[0].substitute(params, walk=True)
         element: UOp = self.bodies[k].src[g.arg]
@@ -178,18 +177,17 @@ def _access(call: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
 
 
 def _in_place_ok(target: UOp, value: UOp) -> bool:
-    """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view."""
-    reads_out = [u for u in value.toposort() if u.op is Ops.PARAM and u.arg == 0]
-    if not reads_out:
-        return True
+    """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view: not
+    through another view, and not inside a REDUCE (which reads other elements)."""
+    reads_out: dict[UOp, bool] = {}
     for u in value.toposort():
-        if u.op is Ops.REDUCE and any(p.op is Ops.PARAM and p.arg == 0 for p in u.toposort()):
+        reads_out[u] = (u.op is Ops.PARAM and u.arg == 0) or any(reads_out[s] for s in u.src)
+        if u.op is Ops.REDUCE and reads_out[u]:
             return False
-        if u.op not in GroupOp.Movement:
-            for s in u.src:
-                if s.base.op is Ops.PARAM and s.base.arg == 0 and s is not target:
-                    return False
-    return not (value.base.op is Ops.PARAM and value.base.arg == 0 and value is not target)
+        if u.op not in GroupOp.Movement and any(reads_out[s] and s.base.op is Ops.PARAM and s is not target
+                                                 for s in u.src):
+            return False
+    return not (reads_out[value] and value.base.op is Ops.PARAM and value is not target)
 
 
 class _Scheduler:
@@ -210,8 +208,9 @@ class _Scheduler:
     def realize_points(self) -> dict[UOp, None]:
         r: dict[UOp, None] = {}
         for s in self.sink.src:
-            if _is_value(s) and _buffer_of(s) is None and _view_chain(s)[1].op is not Ops.BUFFER:
-                r[s] = None  # a graph output
+            _, base, deps = _view_chain(s)
+            if _is_value(s) and base.op is not Ops.BUFFER and not deps:
+                r[s] = None  # a graph output (an assign into a value is read from that value's buffer)
         for u in self.nodes:
             if u.op in (Ops.CONTIGUOUS, Ops.COPY):
                 r[u] = None
@@ -419,12 +418,24 @@ class _Scheduler:
 
 
 # ---------------------------------------------------------------------- the cache (keyed by structure)
-def _structure(sink: UOp) -> tuple[bytes, list[UOp], dict[str, int]]:
-    """A key equal for graphs that differ only in which buffers they use and the values of their BINDs; the
-    graph's BUFFERs in order of first use; the bound values."""
+@dataclass
+class _Structure:
+    """What makes a graph's schedule: `key`, equal for graphs that differ only in which buffers they use and
+    in the values of their BINDs; the graph's BUFFERs in order of first use; its BINDs (by variable)."""
+
+    key: bytes
+    buffers: list[UOp]
+    binds: dict[UOp, UOp]
+
+    @property
+    def var_vals(self) -> dict[str, int]:
+        return {v.arg[0]: b.src[1].arg for v, b in self.binds.items()}
+
+
+def _structure(sink: UOp) -> _Structure:
     h: dict[UOp, bytes] = {}
     buffers: list[UOp] = []
-    var_vals: dict[str, int] = {}
+    binds: dict[UOp, UOp] = {}
     for u in sink.toposort():
         if u.op is Ops.BUFFER:
             buffers.append(u)
@@ -432,7 +443,7 @@ def _structure(sink: UOp) -> tuple[bytes, list[UOp], dict[str, int]]:
         elif u.op is Ops.UNIQUE:
             text = "UNIQUE"
         elif u.op is Ops.BIND:
-            var_vals[u.src[0].arg[0]] = u.src[1].arg
+            binds[u.src[0]] = u
             text = f"BIND|{u.dtype!r}"
         else:
             arg = u.arg
@@ -446,7 +457,7 @@ def _structure(sink: UOp) -> tuple[bytes, list[UOp], dict[str, int]]:
         else:
             m.update(h[u.src[0]])
         h[u] = m.digest()
-    return h[sink], buffers, var_vals
+    return _Structure(h[sink], buffers, binds)
 
 
 @dataclass(frozen=True, eq=False)
@@ -458,11 +469,16 @@ class _Template:
     inputs: tuple[UOp, ...]
     fresh: tuple[UOp, ...]
 
-    def instantiate(self, sink: UOp, inputs: list[UOp], var_vals: dict[str, int]) -> Schedule:
-        mapping = dict(zip(self.inputs, inputs))
+    def instantiate(self, sink: UOp, graph: _Structure) -> Schedule:
+        """This schedule for `sink`: its buffers, fresh buffers for the new ones, its bound values."""
+        mapping = dict(zip(self.inputs, graph.buffers))
         mapping.update((f, UOp.new_buffer(str(f.src[1].arg), int(f.arg), f.dtype)) for f in self.fresh)
-        outputs = {s: v.substitute(mapping) for s, v in zip(sink.src, self.outputs) if v is not None}
-        return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, dict(var_vals))
+        outputs = {}
+        for s, view in zip(sink.src, self.outputs):
+            if view is not None:
+                binds = {b: graph.binds[b.src[0]] for b in view.toposort() if b.op is Ops.BIND}
+                outputs[s] = view.substitute({**mapping, **binds})  # symbolic sizes: this graph's values
+        return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
 
 
 _cache: dict[bytes, _Template] = {}
@@ -497,13 +513,13 @@ def schedule(sink: UOp) -> Schedule:
     BUFFERs. Graphs of the same structure (buffers and bound values aside) share one cached schedule."""
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
-    key, inputs, var_vals = _structure(sink)
-    if (tmpl := _cache.get(key)) is None:
+    graph = _structure(sink)
+    if (tmpl := _cache.get(graph.key)) is None:
         _stats["misses"] += 1
-        tmpl = _cache[key] = _template(sink, inputs)
+        tmpl = _cache[graph.key] = _template(sink, graph.buffers)
     else:
         _stats["hits"] += 1
-    return tmpl.instantiate(sink, inputs, var_vals)
+    return tmpl.instantiate(sink, graph)
 
 
 def schedule_cache_info() -> dict[str, int]:
