@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from uopgrad._util import prod
 from uopgrad.codegen.reduce import identity_element
-from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.dtype import ConstType, DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import sym
@@ -25,12 +25,10 @@ Index = tuple[UOp, ...]
 Key = tuple[UOp, Index, "UOp | None"]
 Plan = tuple[list[Key], Callable[[list[UOp]], UOp]]
 _ZERO = UOp(Ops.CONST, dtypes.index, (), 0)
-_TRUE = UOp(Ops.CONST, dtypes.bool, (), True)
-_FALSE = UOp(Ops.CONST, dtypes.bool, (), False)
 
 
-def _const(dtype: object, v: object) -> UOp:
-    return UOp(Ops.CONST, dtype, (), dtypes.as_const(v, dtype))  # type: ignore[arg-type]
+def _const(dtype: DType, v: ConstType) -> UOp:
+    return UOp(Ops.CONST, dtype, (), dtypes.as_const(v, dtype))
 
 
 def _idx(v: sint) -> UOp:
@@ -91,7 +89,8 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
 
 
 class _Indexer:
-    """Lowers the values of one loop nest; `ranges` numbers RANGEs across the whole kernel."""
+    """Lowers the values of one loop nest. `counter` numbers the RANGEs across the whole kernel (outer loops
+    get smaller numbers: the linearizer nests by them); `params` maps a slot to the node reads go through."""
 
     def __init__(self, counter: list[int], params: dict[int, UOp]) -> None:
         self.counter, self.params = counter, params
