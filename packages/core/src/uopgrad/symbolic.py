@@ -1,12 +1,235 @@
-"""Symbolic simplification (layer 7): placeholder until the `sym` table lands."""
+"""Symbolic simplification (layer 7): `exec_alu`, the value of an ALU op on constants, and `sym`, the table
+of algebraic and index-arithmetic laws behind `UOp.simplify`. Every law holds for every value of its dtype:
+ints wrap at their width, `index` is unbounded, floats are IEEE. The laws are listed in spec/symbolic.md.
+"""
 from __future__ import annotations
 
-from uopgrad.rewrite import PatternMatcher, graph_rewrite
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from uopgrad.dtype import ConstType, DType, dtypes, truncate
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import UOp, register_simplifier
 
-__all__ = ["sym"]
+__all__ = ["exec_alu", "sym"]
 
-sym = PatternMatcher([])
+_INTS = (*dtypes.ints, dtypes.index)
+_INTS_BOOL = (*_INTS, dtypes.bool)
+_INTS_FLOATS = (*_INTS, *dtypes.floats)
+
+
+# ---------------------------------------------------------------------- exec_alu: ALU ops on Python scalars
+def _cdiv(a: int, b: int) -> int:
+    """C division: the quotient rounds toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _cmod(a: int, b: int) -> int:
+    """C remainder: takes the sign of the dividend, so a == b*cdiv(a, b) + cmod(a, b)."""
+    return a - b * _cdiv(a, b)
+
+
+def _ipow(a: int, b: int) -> int:
+    """Integer power; a negative exponent has no integer result."""
+    if b < 0:
+        raise ArithmeticError(f"{a} ** {b} has no integer value")
+    if abs(a) > 1 and b > 4096:
+        raise OverflowError(f"{a} ** {b} is too large to fold")
+    return a**b  # type: ignore[no-any-return]  # int ** non-negative int is an int
+
+
+_INT_OPS: dict[Ops, Callable[..., int]] = {
+    Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.NEG: operator.neg, Ops.MAX: max,
+    Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.TRUNC: operator.pos,
+    Ops.FLOORDIV: operator.floordiv, Ops.FLOORMOD: operator.mod, Ops.CDIV: _cdiv, Ops.CMOD: _cmod,
+    Ops.POW: _ipow,
+}
+# numpy float64 ufuncs: IEEE results (1/0 = inf, log2(0) = -inf, sqrt(-1) = nan, maximum propagates NaN)
+_FLOAT_OPS: dict[Ops, Callable[..., Any]] = {
+    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
+    Ops.FDIV: np.divide, Ops.POW: np.power, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
+    Ops.SQRT: np.sqrt, Ops.RECIPROCAL: np.reciprocal, Ops.TRUNC: np.trunc, Ops.FLOORDIV: np.floor_divide,
+    Ops.FLOORMOD: np.remainder, Ops.CMOD: np.fmod, Ops.CDIV: lambda a, b: np.trunc(np.divide(a, b)),
+}
+_COMPARE: dict[Ops, Callable[[Any, Any], bool]] = {Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne,
+                                                   Ops.CMPEQ: operator.eq}
+_FOLDABLE = frozenset({*_INT_OPS, *_FLOAT_OPS, *_COMPARE, Ops.SHL, Ops.SHR, Ops.WHERE})
+
+
+def _shift(op: Ops, a: int, b: int, bits: int) -> int:
+    """a << b or a >> b (arithmetic); a count outside the width is undefined, as in C."""
+    if not 0 <= b < bits:
+        raise ArithmeticError(f"shift count {b} is outside [0, {bits})")
+    return a << b if op is Ops.SHL else a >> b
+
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
+    """The value of `op` on constant operands, truncated to the result `dtype` (ints wrap, floats round).
+
+    Comparisons and WHERE act on the operand values; other ops use integer semantics for int, index and
+    bool results (FLOORDIV/FLOORMOD round toward -inf, CDIV/CMOD toward zero, bool NEG is `not`) and
+    IEEE float64 semantics, rounded, for float results. Where the value is undefined it raises
+    ArithmeticError (integer division by zero, a negative integer exponent, a shift count outside the
+    width); an op that means nothing for `dtype` (a float AND) raises TypeError.
+    """
+    dt = dtype.scalar()
+    vals = [float(v) if isinstance(v, float) else v for v in operands]  # FloatConst compares by bits
+    if op in _COMPARE:
+        return _COMPARE[op](vals[0], vals[1])
+    if op is Ops.WHERE:
+        return truncate(dt, vals[1] if vals[0] else vals[2])
+    if dt in dtypes.floats:
+        if op not in _FLOAT_OPS:
+            raise TypeError(f"{op} has no value on {dtype}")
+        with np.errstate(all="ignore"):
+            return truncate(dt, float(_FLOAT_OPS[op](*(np.float64(v) for v in vals))))
+    if dt not in _INTS_BOOL or any(isinstance(v, float) for v in vals):
+        raise TypeError(f"{op} has no value on {dtype} operands {vals}")
+    if dt == dtypes.bool and op is Ops.NEG:
+        return not vals[0]
+    if op in (Ops.SHL, Ops.SHR):
+        return truncate(dt, _shift(op, int(vals[0]), int(vals[1]), 8 * dt.itemsize))
+    if op not in _INT_OPS:
+        raise TypeError(f"{op} has no value on {dtype}")
+    return truncate(dt, _INT_OPS[op](*vals))
+
+
+# ---------------------------------------------------------------------- helpers of the rules
+def _fold(a: UOp) -> UOp | None:
+    """alu(c1, ..., cn) -> c; an undefined or meaningless value (x//0, a float AND) leaves the node."""
+    try:
+        return a.const_like(exec_alu(a.op, a.dtype, [s.arg for s in a.src]))
+    except (ArithmeticError, TypeError):
+        return None
+
+
+def _fold_cast(a: UOp, c: UOp) -> UOp | None:
+    """cast(c) -> c': ints wrap, floats round, a float to an int truncates toward zero; inf/NaN stay casts."""
+    try:
+        return a.const_like(c.arg)
+    except ValueError:
+        return None
+
+
+def _const_right(a: UOp, c: UOp, x: UOp) -> UOp | None:
+    """c op x -> x op c; not a float MAX, where maximum(-0.0, 0.0) is 0.0 but maximum(0.0, -0.0) is -0.0."""
+    if x.op is Ops.CONST or (a.op is Ops.MAX and a.dtype.scalar() in dtypes.floats):
+        return None
+    return a.replace(src=(x, c))
+
+
+def _is_neg_zero(v: ConstType) -> bool:
+    """v is -0.0, the float that x + v leaves unchanged for every x."""
+    return isinstance(v, float) and v == 0 and math.copysign(1.0, v) < 0
+
+
+def _bounds(u: UOp) -> tuple[int, int] | None:
+    """[vmin, vmax] of an integer node as ints, or None when a bound is infinite (unbounded index)."""
+    lo, hi = u.vmin, u.vmax
+    return (int(lo), int(hi)) if isinstance(lo, int) and isinstance(hi, int) else None
+
+
+def _fits(dt: DType, lo: int, hi: int) -> bool:
+    """Every integer in [lo, hi] is a value of `dt` (always true for the unbounded index)."""
+    return dt.scalar() == dtypes.index or (dtypes.min(dt) <= lo and hi <= dtypes.max(dt))
+
+
+def _no_wrap(x: UOp, c: UOp, y: UOp | None = None) -> bool:
+    """c != 0, and x*c (+ y) equals its integer value in x's dtype: it never wraps (judged by vmin/vmax)."""
+    if c.arg == 0:
+        return False
+    if x.dtype.scalar() == dtypes.index:
+        return True
+    xb, yb = _bounds(x), (0, 0) if y is None else _bounds(y)
+    if xb is None or yb is None:
+        return False
+    lo, hi = sorted((xb[0] * c.arg, xb[1] * c.arg))
+    return _fits(x.dtype, lo + yb[0], hi + yb[1])
+
+
+def _quotient(x: UOp, c: int) -> int | None:
+    """The one value x//c takes over the whole range of x, if there is one."""
+    if c == 0 or (b := _bounds(x)) is None:
+        return None
+    return b[0] // c if b[0] // c == b[1] // c else None
+
+
+def _nest_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
+    """(x//a)//b -> x//(a*b) for a, b > 0, when a*b is a value of the dtype."""
+    a, b = c1.arg, c2.arg
+    return x // (a * b) if a > 0 and b > 0 and _fits(x.dtype, a * b, a * b) else None
+
+
+def _fold_range(x: UOp) -> UOp | None:
+    """x -> c when vmin == vmax == c."""
+    b = _bounds(x)
+    return x.const_like(b[0]) if b is not None and b[0] == b[1] else None
+
+
+# ---------------------------------------------------------------------- the table
+_x, _y, _a, _b = UPat.var("x"), UPat.var("y"), UPat.var("a"), UPat.var("b")
+_xi, _xib, _xb = UPat.var("x", _INTS), UPat.var("x", _INTS_BOOL), UPat.var("x", dtypes.bool)
+_xf = UPat.var("x", dtypes.floats)
+# CONST only (not VCONST): the helpers read `c.arg` as one number
+_c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.CONST, name="c2")
+
+sym = PatternMatcher([
+    # ** constant folding **
+    (UPat(_FOLDABLE, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
+    (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
+    # ** canonical order: constants go right **
+    (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),
+     _const_right),  # c op x -> x op c
+    # ** identities **
+    (_xib + 0, lambda x: x),  # x+0 -> x (ints, bool; for floats -0.0+0.0 is 0.0, and 1/0.0 != 1/-0.0)
+    (_xf + _c, lambda x, c: x if _is_neg_zero(c.arg) else None),  # x+(-0.0) -> x (floats)
+    (_x * 1, lambda x: x),  # x*1 -> x
+    (_xib * 0, lambda x: x.const_like(0)),  # x*0 -> 0 (ints, bool; a float NaN*0 is NaN)
+    (_xi // 1, lambda x: x),  # x//1 -> x
+    (_xi % 1, lambda x: x.const_like(0)),  # x%1 -> 0
+    (UPat(GroupOp.Idempotent, src=(_x, _x)), lambda x: x),  # max(x,x) -> x, x&x -> x, x|x -> x
+    ((_x < _x).named("r"), lambda r, x: r.const_like(False)),  # x<x -> False
+    (_xib.ne(_xib).named("r"), lambda r, x: r.const_like(False)),  # x!=x -> False (ints, bool; NaN != NaN)
+    # ** combining terms (ints wrap, so these hold modulo 2**bits) **
+    (UPat.var("x", _INTS_FLOATS) + UPat.var("x", _INTS_FLOATS), lambda x: x * 2),  # x+x -> x*2
+    ((_xi + _c1) + _c2, lambda x, c1, c2: x + (c1 + c2)),  # (x+c1)+c2 -> x+(c1+c2)
+    ((_xi * _c1) * _c2, lambda x, c1, c2: x * (c1 * c2)),  # (x*c1)*c2 -> x*(c1*c2)
+    (_xi * _c1 + _xi * _c2, lambda x, c1, c2: x * (c1 + c2)),  # x*c1+x*c2 -> x*(c1+c2)
+    (_xi * _c + _xi, lambda x, c: x * (c + 1)),  # x*c+x -> x*(c+1)
+    # ** where **
+    (UPat.const(dtypes.bool, True).where(_a, _b), lambda a, b: a),  # where(True, a, b) -> a
+    (UPat.const(dtypes.bool, False).where(_a, _b), lambda a, b: b),  # where(False, a, b) -> b
+    (UPat.var("c").where(_a, _a), lambda c, a: a),  # where(c, a, a) -> a
+    # ** bool **
+    (_xb & True, lambda x: x),  # x&True -> x
+    (_xb & False, lambda x: x.const_like(False)),  # x&False -> False
+    (_xb | False, lambda x: x),  # x|False -> x
+    (_xb | True, lambda x: x.const_like(True)),  # x|True -> True
+    (_xb.ne(False), lambda x: x),  # x!=False -> x
+    (_xb.ne(True).ne(True), lambda x: x),  # not(not(x)) -> x
+    # ** floor division and modulo of integers: c != 0, and the dividend must not wrap where that matters **
+    ((_xi % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
+    ((_xi % _c) + (_xi // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
+    ((_xi // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0
+    ((_xi * _c) // _c, lambda x, c: x if _no_wrap(x, c) else None),  # (x*c)//c -> x
+    ((_xi * _c) % _c, lambda x, c: x.const_like(0) if _no_wrap(x, c) else None),  # (x*c)%c -> 0
+    ((_xi * _c + _y) // _c,
+     lambda x, c, y: x + y // c if _no_wrap(x, c, y) else None),  # (x*c+y)//c -> x+y//c
+    ((_xi * _c + _y) % _c,
+     lambda x, c, y: y % c if _no_wrap(x, c, y) else None),  # (x*c+y)%c -> y%c
+    # when all of x's range [vmin, vmax] has one quotient q = vmin//c = vmax//c:
+    (_xi // _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x.const_like(q)),  # x//c -> q
+    (_xi % _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x - q * c.arg),  # x%c -> x-q*c
+    # ** value ranges (vmin/vmax) **
+    (UPat(GroupOp.ALU, _INTS, name="x"), _fold_range),  # x -> c when vmin == vmax == c (ints)
+    (UPat(GroupOp.Comparison, src=(UPat(dtype=_INTS_BOOL), UPat(dtype=_INTS_BOOL)), name="x"),
+     _fold_range),  # a<b, a!=b -> True/False when the ranges of a and b decide it
+])
 
 register_simplifier(lambda u: graph_rewrite(u, sym, name="simplify"))
-_ = UOp
