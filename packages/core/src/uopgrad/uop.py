@@ -5,12 +5,13 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self, TypeAlias
+from typing import Any, ClassVar, TypeAlias, cast
 
 from uopgrad._util import all_int, prod
 from uopgrad.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype
@@ -44,7 +45,8 @@ class CallInfo:
 
     def __repr__(self) -> str:
         gf = None if self.grad_fxn is None else f"<grad_fxn {id(self.grad_fxn):#x}>"
-        return f"CallInfo({gf}, {self.metadata}, {self.name!r}, {self.precompile}, {self.precompile_backward})"
+        flags = f"{self.precompile}, {self.precompile_backward}"
+        return f"CallInfo({gf}, {self.metadata}, {self.name!r}, {flags})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # grad_fxn is code, not data: it is dropped when pickled
@@ -78,15 +80,22 @@ class UOpMetaClass(type):
         created: UOp = super().__call__(op, dtype, src, arg, tag)
         # the callback names no module globals: it may run while the interpreter tears modules down
         cache = UOpMetaClass.ucache
-        cache[key] = weakref.ref(created, lambda r, k=key, c=cache: c.pop(k) if c.get(k) is r else None)
+        cache[key] = weakref.ref(created, functools.partial(_drop_entry, cache, key))
         if metadata is not None:
             all_metadata[created] = metadata
         return created
 
 
+def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: tuple[Any, ...],
+                ref: weakref.ReferenceType[UOp]) -> None:
+    """Weakref callback: forget a dead node. Names no module globals (it may run at interpreter exit)."""
+    if cache.get(key) is ref:
+        del cache[key]
+
+
 _CALLS = GroupOp.Call
-_PASS_SHAPE = {Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE, Ops.MSTACK,
-               Ops.MSELECT, Ops.LOAD, Ops.PATCH}
+_PASS_SHAPE = {Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE,
+               Ops.MSTACK, Ops.MSELECT, Ops.LOAD, Ops.PATCH}
 _SCALAR_SHAPE = {Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL}
 _ELEMENTWISE_SHAPE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}
 _unique_counter = iter(range(1 << 62))
@@ -102,6 +111,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
+    _cache: dict[str, Any]  # derived facts (shape, device, key, ...), filled in by `_fact`
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:
@@ -122,7 +132,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
 
     def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of a {self.op} UOp is symbolic; compare with .eq/.ne or use vmin/vmax")
+        raise TypeError(f"the truth value of a {self.op} UOp is symbolic; use .eq/.ne or vmin/vmax")
 
     # ------------------------------------------------------------------ identity and printing
     def replace(self, **fields: Any) -> UOp:
@@ -161,10 +171,13 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             lines.append(f"{names[u]} = {u.op.name} {u.dtype!r}{arg} ({srcs}){tag}")
         if len(order) > limit:
             lines.insert(0, f"... {len(order) - limit} earlier nodes")
-        return "\n".join(lines) if len(lines) > 1 else f"UOp({self.op}, {self.dtype!r}, arg={self.arg!r}, src=())"
+        if len(lines) == 1:
+            return f"UOp({self.op}, {self.dtype!r}, arg={self.arg!r}, src=())"
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ traversal
-    def toposort(self, gate: Callable[[UOp], bool] | None = None, enter_calls: bool = True) -> dict[UOp, None]:
+    def toposort(self, gate: Callable[[UOp], bool] | None = None,
+                 enter_calls: bool = True) -> dict[UOp, None]:
         """Sources before consumers, left to right (iterative DFS post-order), as an ordered set.
         `gate(node)` False drops the node and stops the walk there; `enter_calls=False` skips call bodies."""
         visited: dict[UOp, None] = {}
@@ -182,7 +195,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         return visited
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
-        """Post-order `cache[node] = visitor(node)` over everything (bodies included); cached nodes are skipped."""
+        """Post-order `cache[node] = visitor(node)` over everything (bodies too), skipping cached nodes."""
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
             node, expanded = stack.pop()
@@ -213,7 +226,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def substitute(self, mapping: Mapping[UOp, UOp], name: str | None = None,
                    extra_pm: PatternMatcher | None = None, walk: bool = False) -> UOp:
-        """Replace nodes by `mapping`, bottom-up: to a fixpoint, or in one outermost-first pass with `walk=True`
+        """Replace nodes by `mapping`, bottom-up: to a fixpoint, or in one outermost-first pass (`walk=True`)
         (simultaneous renaming). CALL/FUNCTION bodies are never entered."""
         live = {k: v for k, v in mapping.items() if k is not v}
         if not live:
@@ -271,7 +284,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def axis(self) -> int | None:
         """The sharding axis of a multi-device value, or None."""
         ret = self._fact("axis", _infer_axis)
-        return None if isinstance(ret, _Err) else ret  # type: ignore[no-any-return]
+        return None if isinstance(ret, _Err) else ret
 
     @property
     def key(self) -> bytes:
@@ -340,7 +353,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if self.op is not Ops.DEFINE_VAR:
             raise TypeError(f"only a DEFINE_VAR can be bound, not {self.op}")
         if not self.arg[1] <= val <= self.arg[2]:
-            raise ValueError(f"{val} is out of the range [{self.arg[1]}, {self.arg[2]}] of variable {self.arg[0]!r}")
+            name, lo, hi = self.arg
+            raise ValueError(f"{val} is out of the range [{lo}, {hi}] of variable {name!r}")
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
 
     def unbind(self) -> tuple[UOp, int]:
@@ -357,13 +371,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @staticmethod
     def new_buffer(device: str, size: int, dtype: DType) -> UOp:
         """A fresh BUFFER of `size` elements on `device`."""
-        return UOp(Ops.BUFFER, dtype, (UOp(Ops.UNIQUE, arg=next(_unique_counter)), UOp(Ops.DEVICE, arg=device)), size)
+        unique = UOp(Ops.UNIQUE, arg=next(_unique_counter))
+        return UOp(Ops.BUFFER, dtype, (unique, UOp(Ops.DEVICE, arg=device)), size)
 
     @staticmethod
     def param(slot: int, dtype: DType, shape: tuple[sint, ...] | None = None,
-              device: str | tuple[str, ...] | None = None, vmin_vmax: tuple[ConstType, ConstType] | None = None,
+              device: str | tuple[str, ...] | None = None,
+              vmin_vmax: tuple[ConstType, ConstType] | None = None,
               name: str | None = None) -> UOp:
-        """A formal input of a call body: PARAM(shape vector|NOOP, DEVICE|NOOP[, vmin, vmax][, NOOP(name)])."""
+        """A formal input of a call body: PARAM(shape|NOOP, DEVICE|NOOP[, vmin, vmax][, NOOP(name)])."""
         src = [shape_vec(shape) if shape is not None else UOp(Ops.NOOP),
                UOp(Ops.DEVICE, arg=device) if device is not None else UOp(Ops.NOOP)]
         if vmin_vmax is not None:
@@ -402,7 +418,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         sizes = [s.size for s in contig]
         if not all_int(sizes):
             raise ValueError(f"custom_kernel needs concrete sizes, got {sizes}")
-        ph = [UOp.param(i, s.dtype.base.ptr(int(n)), device=s.device) for i, (s, n) in enumerate(zip(contig, sizes))]
+        ph = [UOp.param(i, s.dtype.base.ptr(cast(int, n)), device=s.device)
+              for i, (s, n) in enumerate(zip(contig, sizes))]
         kernel = fxn(*ph).call(*contig, grad_fxn=grad_fxn)
         return [s.after(kernel) for s in contig]
 
@@ -485,7 +502,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     # ------------------------------------------------------------------ MathMixin / MovementMixin hooks
     def alu(self, op: Ops, *src: UOp) -> UOp:
-        """Raw ALU node: broadcasts shaped operands, no promotion; dtype of the last operand (bool for compares)."""
+        """Raw ALU node: broadcasts shaped operands, no promotion; dtype of the last operand."""
         srcs = (self, *src)
         shapes = [s._shape for s in srcs]
         if all(sh is not None for sh in shapes) and len({tuple(map(id, sh)) for sh in shapes if sh}) > 0:
@@ -508,14 +525,17 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         return UOp.const(dt if keep else dtypes.from_py(x), x, self.device, self._shape)
 
     def _unop(self, op: Ops) -> UOp:
-        src = self.cast(dtypes.default_float) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
+        as_int = dtypes.is_int(self.dtype) or self.dtype == dtypes.bool
+        src = self.cast(dtypes.default_float) if as_int else self
         return UOp(op, src.dtype, (src,))
 
-    def _mop(self, op: Ops, arg: Any) -> UOp:
+    def _mop(self, op: Ops, arg: object) -> UOp:
         if op in (Ops.RESHAPE, Ops.EXPAND):
-            return UOp(op, self.dtype, (self, shape_vec(arg)))
+            return UOp(op, self.dtype, (self, shape_vec(arg)))  # type: ignore[arg-type]  # a shape from mixin
         if op in (Ops.PAD, Ops.SHRINK):
-            return UOp(op, self.dtype, (self, shape_vec(tuple(p[0] for p in arg)), shape_vec(tuple(p[1] for p in arg))))
+            pairs: Sequence[tuple[sint, sint]] = arg  # type: ignore[assignment]  # ((begin, end), ...) from mixin
+            begins, ends = shape_vec(tuple(p[0] for p in pairs)), shape_vec(tuple(p[1] for p in pairs))
+            return UOp(op, self.dtype, (self, begins, ends))
         return UOp(op, self.dtype, (self,), arg)
 
 
@@ -588,7 +608,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
 
 def _need_shape(u: UOp, consumer: UOp) -> tuple[sint, ...]:
     if (s := _shape_of(u)) is None:
-        raise RuntimeError(f"{consumer.op} needs a shaped source, but {u.op} has no shape: {consumer.short()}")
+        raise RuntimeError(f"{consumer.op} needs a shaped source; {u.op} has no shape: {consumer.short()}")
     return s
 
 
@@ -616,10 +636,11 @@ def _infer_shape(u: UOp) -> tuple[sint, ...] | None:  # noqa: C901  (one branch 
         return _movement_shape(u, _need_shape(u.src[0], u))
     if op in _ELEMENTWISE_SHAPE:
         shapes = [_shape_of(s) for s in u.src]
-        if any(s is None for s in shapes) or any(len(s) != len(shapes[0]) or  # type: ignore[arg-type]
-                                               not all(_is(a, b) for a, b in zip(s, shapes[0])) for s in shapes):  # type: ignore[arg-type]
+        first = shapes[0]
+        if first is None or any(s is None or len(s) != len(first) or
+                                not all(_is(a, b) for a, b in zip(s, first)) for s in shapes):
             raise RuntimeError(f"shape mismatch in {op}: source shapes {shapes}: {u.short()}")
-        return shapes[0]
+        return first
     return _shape_of(u.src[0]) if u.src else None
 
 
@@ -652,7 +673,8 @@ def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa:
         new = vec_values(u.src[1])
         if any(isinstance(n, int) and n < 0 for n in new):
             raise ValueError(f"EXPAND to {new}: dimensions must be non-negative")
-        if len(new) != len(src) or any(not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)):
+        grows = [not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)]
+        if len(new) != len(src) or any(grows):
             raise ValueError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must match")
         return new
     if op is Ops.PERMUTE:
@@ -668,7 +690,7 @@ def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa:
                 raise ValueError(f"PAD {tuple(zip(b, e))} must be non-negative")
             return tuple(_sadd(_sadd(s, bb), ee) for s, bb, ee in zip(src, b, e))
         for s, bb, ee in zip(src, b, e):
-            if all_int((s, bb, ee)) and not 0 <= bb <= ee <= s:  # type: ignore[operator]
+            if isinstance(s, int) and isinstance(bb, int) and isinstance(ee, int) and not 0 <= bb <= ee <= s:
                 raise ValueError(f"SHRINK {tuple(zip(b, e))} is out of bounds for shape {src}")
         return tuple(ee if isinstance(bb, int) and bb == 0 else _ssub(ee, bb) for bb, ee in zip(b, e))
     if op is Ops.FLIP:
@@ -681,20 +703,20 @@ def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
     assert op is Ops.MULTI
     ndev = len(u.device) if isinstance(u.device, tuple) else 1
-    return tuple(s * ndev if i == u.arg else s for i, s in enumerate(src))  # type: ignore[operator]
+    return tuple(s * ndev if i == u.arg else s for i, s in enumerate(src))
 
 
 def _sadd(a: sint, b: sint) -> sint:
     if isinstance(b, int) and b == 0:
         return a
-    return a + b  # type: ignore[operator,return-value]
+    return a + b
 
 
 def _ssub(a: sint, b: sint) -> sint:
     """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
     if isinstance(a, int) and isinstance(b, int):
         return a - b
-    diff = a - b  # type: ignore[operator]
+    diff = a - b
     return ssimplify(diff) if _simplifier is not None else diff  # type: ignore[return-value]
 
 
@@ -773,7 +795,7 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
     if op is Ops.PARAM and len(u.src) >= 4 and u.src[2].op is Ops.CONST and u.src[3].op is Ops.CONST:
         return (u.src[2].arg, u.src[3].arg)
     if op is Ops.BIND:
-        return mm[0]
+        return cast(tuple[ConstType, ConstType], mm[0])
     if op in (Ops.RANGE, Ops.SPECIAL):
         return (0, mm[0][1] - 1)
     if op is Ops.CAST and (dtypes.is_int(dt) or dt == dtypes.bool) and dtypes.is_int(u.src[0].dtype):
@@ -814,6 +836,6 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
     elif op is Ops.CMOD and mm[1][0] == mm[1][1] and mm[1][0] > 0 and mm[0][0] >= 0:
         ret = (0, min(mm[0][1], mm[1][0] - 1))
     if ret is None or (dt != dtypes.index and (ret[0] < lo or ret[1] > hi)):
-        return (lo, hi) if dt != dtypes.index else (-math.inf, math.inf)  # type: ignore[return-value]
+        return (lo, hi) if dt != dtypes.index else (-math.inf, math.inf)
     return ret
 
