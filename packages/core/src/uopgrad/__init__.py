@@ -12,5 +12,5 @@ from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp
 
-__all__ = ["DType", "Device", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "function",
-           "graph_rewrite"]
+__all__ = ["DType", "Device", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes",
+           "function", "graph_rewrite"]

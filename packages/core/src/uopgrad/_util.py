@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TypeVar
@@ -47,7 +46,3 @@ def to_tuple(x: int | Sequence[int]) -> tuple[int, ...]:
     """An int or a sequence of ints as a tuple."""
     return (x,) if isinstance(x, int) else tuple(x)
 
-
-def is_nan(x: float) -> bool:
-    """NaN test that works on ints too."""
-    return isinstance(x, float) and math.isnan(x)

@@ -5,7 +5,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-__all__ = ["Context", "ContextVar", "DEBUG", "VERIFY", "TRACK_MATCH_STATS", "ALLOW_DEVICE_USAGE", "getenv", "getenv_str"]
+__all__ = ["ALLOW_DEVICE_USAGE", "Context", "ContextVar", "DEBUG", "TRACK_MATCH_STATS", "VERIFY", "getenv",
+           "getenv_str"]
 
 
 def getenv(key: str, default: int = 0) -> int:

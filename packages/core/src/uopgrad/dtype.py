@@ -41,7 +41,8 @@ class DType:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
 
     def __lt__(self, other: DType) -> bool:
-        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name,
+        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize,
+                                                                        other.name,
                                                                         other.count)
 
     @property
@@ -63,7 +64,8 @@ class DType:
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to `size` elements of this type."""
-        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, size, addrspace)
+        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, size,
+                        addrspace)
 
     def const(self, value: ConstType) -> ConstType:
         """`value` canonicalised for a CONST of this dtype (see `dtypes.as_const`)."""
@@ -80,10 +82,12 @@ class PtrDType(DType):
 
     @property
     def base(self) -> DType:
+        """The element type pointed to."""
         return self._base
 
     def __repr__(self) -> str:
-        return f"{self._base!r}.ptr({self.size}{'' if self.addrspace is AddrSpace.GLOBAL else ', ' + str(self.addrspace)})"
+        space = "" if self.addrspace is AddrSpace.GLOBAL else f", {self.addrspace}"
+        return f"{self._base!r}.ptr({self.size}{space})"
 
 
 class FloatConst(float):
@@ -209,7 +213,7 @@ class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
             return False
         if dtypes.is_unsigned(dt):
             return 0
-        return -(2 ** (8 * dt.itemsize - 1))
+        return -(1 << (8 * dt.itemsize - 1))
 
     @staticmethod
     def max(dtype: DType) -> ConstType:
@@ -220,8 +224,8 @@ class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
         if dt == dtypes.bool:
             return True
         if dtypes.is_unsigned(dt):
-            return 2 ** (8 * dt.itemsize) - 1
-        return 2 ** (8 * dt.itemsize - 1) - 1
+            return (1 << (8 * dt.itemsize)) - 1
+        return (1 << (8 * dt.itemsize - 1)) - 1
 
     @staticmethod
     def fields() -> dict[str, DType]:
@@ -320,5 +324,5 @@ def truncate(dtype: DType, value: ConstType) -> ConstType:
             return f
         bits = struct.unpack("<I", struct.pack("<f", f))[0]
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # round to nearest even
-        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+        return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
     raise TypeError(f"can't truncate to {dtype}")

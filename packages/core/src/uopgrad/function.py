@@ -29,10 +29,10 @@ GradFxn = Callable[..., tuple[UOp | None, ...]]
 _depth = 0  # nesting of traces, for debug printing
 
 
-def _leaves(obj: Any) -> list[Any]:
+def _leaves(obj: object) -> list[Tensor | UOp]:
     """Every Tensor or UOp inside nested args, in a fixed order: lists/tuples by index, dicts by key,
     namedtuples through their dict form, other objects through their attributes. Other values are ignored."""
-    out: list[Any] = []
+    out: list[Tensor | UOp] = []
     seen: set[int] = set()
     stack = [obj]
     while stack:
@@ -72,7 +72,7 @@ def _capturable(x: UOp) -> bool:
 pm_ctx = PatternMatcher([
     (UPat((Ops.BUFFER, Ops.BIND), name="x"), _capture),  # a closed-over buffer or variable becomes an input
     (UPat((Ops.AFTER, Ops.CONTIGUOUS), name="x"),
-     lambda ctx, x: _capture(ctx, x) if _capturable(x) else None),  # an unrealized buffer value, captured whole
+     lambda ctx, x: _capture(ctx, x) if _capturable(x) else None),  # an unrealized buffer value, whole
 ]) + pm_transform_unique_const
 
 
@@ -91,9 +91,11 @@ class _Function(Generic[P, R]):
         self.grad_fxn = grad_fxn
         functools.update_wrapper(self, fxn)
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    def __get__(self, obj: object, objtype: type | None = None) -> Callable[..., R]:
         # as a method: the instance is the first positional argument, so its tensors are explicit inputs
-        return self if obj is None else functools.partial(self.__call__, obj)
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)  # type: ignore[arg-type]  # the instance is P's first arg
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         global _depth
@@ -120,8 +122,9 @@ class _Function(Generic[P, R]):
         implicit_buffers = [u for u in inputs[n_explicit:] if u.op is Ops.BUFFER]
         if implicit_buffers and not self.allow_implicit:
             listed = ", ".join(f"{b.dtype!r}[{b.arg}] on {b.device}" for b in implicit_buffers)
-            raise RuntimeError(f"function {name} has {len(implicit_buffers)} implicit buffer(s) but allow_implicit "
-                               f"is False: {listed}. Pass them as arguments or use @function(allow_implicit=True)")
+            raise RuntimeError(f"function {name} has {len(implicit_buffers)} implicit buffer(s) but "
+                               f"allow_implicit is False: {listed}. Pass them as arguments or use "
+                               "@function(allow_implicit=True)")
         fxn = body.call(*inputs, grad_fxn=self.grad_fxn, name=name, precompile=self.precompile,
                         precompile_backward=self.precompile_backward)
         if isinstance(ret, tuple):
@@ -136,7 +139,8 @@ def function(fxn: Callable[P, R], *, precompile: bool = False, precompile_backwa
 def function(fxn: None = None, *, precompile: bool = False, precompile_backward: bool = False,
              allow_implicit: bool = False, grad_fxn: GradFxn | None = None
              ) -> Callable[[Callable[P, R]], _Function[P, R]]: ...
-def function(fxn: Callable[P, R] | None = None, *, precompile: bool = False, precompile_backward: bool = False,
+def function(fxn: Callable[P, R] | None = None, *, precompile: bool = False,
+             precompile_backward: bool = False,
              allow_implicit: bool = False, grad_fxn: GradFxn | None = None) -> Any:
     """Trace `fxn` into a FUNCTION on every call. Use as `@function` or `@function(precompile=True, ...)`,
     or wrap a callable object: `function(obj, allow_implicit=True)`."""

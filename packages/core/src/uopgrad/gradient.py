@@ -13,8 +13,8 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import UOp, all_metadata
 
-__all__ = ["NOT_DIFFERENTIABLE", "call_gradient", "compute_gradient", "pm_gradient", "pm_transform_unique_const",
-           "reduce_gradient"]
+__all__ = ["NOT_DIFFERENTIABLE", "call_gradient", "compute_gradient", "pm_gradient",
+           "pm_transform_unique_const", "reduce_gradient"]
 
 LocalGrads = tuple[UOp | None, ...]
 NOOP = UOp(Ops.NOOP)  # the placeholder for "no gradient here" (interned: every bare NOOP is this node)
@@ -65,6 +65,14 @@ def _expand_grad(ctx: UOp, ret: UOp) -> LocalGrads:
     return (ctx.cast(acc)._rop(Ops.ADD, axes).cast(ctx.dtype), None)
 
 
+def _pad_grad(ctx: UOp, ret: UOp) -> LocalGrads:
+    return (ctx.shrink(tuple((b, b + s) for (b, _), s in zip(ret.marg, ret.src[0].shape))), None, None)
+
+
+def _shrink_grad(ctx: UOp, ret: UOp) -> LocalGrads:
+    return (ctx.pad(tuple((b, s - e) for (b, e), s in zip(ret.marg, ret.src[0].shape))), None, None)
+
+
 def _after_call_grad(ctx: UOp, d: UOp, k: UOp) -> LocalGrads:
     pos = next(i for i, s in enumerate(k.src) if s is d) - 1  # first occurrence among k's arguments
     return (ctx, UOp.maketuple(*(ctx if i == pos else NOOP for i in range(len(k.src) - 1))))
@@ -74,7 +82,7 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),  # d cast(x) = cast back
     (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),  # d(1/x) = -1/x^2
     (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ((math.pi / 2 - ret.src[0]).sin() * ctx,)),  # d sin = cos
-    (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),  # d log2 x = 1/(x ln2)
+    (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),  # d log2 x = 1/x ln2
     (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),  # d 2^x = 2^x ln2
     (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),  # d sqrt x = 1/(2 sqrt x)
     (UPat((Ops.CMPLT, Ops.CMPNE)), lambda: (None, None)),  # comparisons have no gradient
@@ -89,10 +97,8 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),  # force a contiguous gradient
     (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape), None)),  # reshape back
     (UPat(Ops.EXPAND, name="ret"), _expand_grad),  # sum over the broadcast axes
-    (UPat(Ops.PAD, name="ret"), lambda ctx, ret: (ctx.shrink(tuple((b, b + s) for (b, _), s in
-                                                                  zip(ret.marg, ret.src[0].shape))), None, None)),
-    (UPat(Ops.SHRINK, name="ret"), lambda ctx, ret: (ctx.pad(tuple((b, s - e) for (b, e), s in
-                                                                  zip(ret.marg, ret.src[0].shape))), None, None)),
+    (UPat(Ops.PAD, name="ret"), _pad_grad),  # keep the unpadded window
+    (UPat(Ops.SHRINK, name="ret"), _shrink_grad),  # zero-pad back to the input's shape
     (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(argsort(ret.arg)),)),  # inverse permutation
     (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),  # copy back
@@ -106,7 +112,7 @@ pm_gradient = PatternMatcher([
 # renumber "unique" constants per body from 0 so that two traces of one function have an equal key
 pm_transform_unique_const = PatternMatcher([
     (UPat(Ops.CONST, src=(UPat(Ops.UNIQUE), UPat(Ops.DEVICE, name="d")), name="c"),
-     lambda ctx, c, d: c.replace(src=(UOp(Ops.LUNIQUE, arg=next(ctx[1])), d))),  # CONST(UNIQUE) -> CONST(LUNIQUE n)
+     lambda ctx, c, d: c.replace(src=(UOp(Ops.LUNIQUE, arg=next(ctx[1])), d))),  # UNIQUE -> LUNIQUE(n)
 ])
 
 
@@ -204,7 +210,8 @@ def call_gradient(ctx: UOp, k: UOp, needed: set[int]) -> LocalGrads:
     nargs, out_grads = len(args), ctx.src
     slot_param = {u.arg: u for u in body.toposort(enter_calls=False) if u.op is Ops.PARAM}
     # output gradient i enters the backward body as slot nargs+i
-    seed = UOp.maketuple(*(NOOP if g.op is Ops.NOOP else g.param_like(nargs + i) for i, g in enumerate(out_grads)))
+    seed = UOp.maketuple(*(NOOP if g.op is Ops.NOOP else g.param_like(nargs + i)
+                           for i, g in enumerate(out_grads)))
     inner = compute_gradient(body, seed, set(slot_param.values()))
     # precompile: forward output i is an input (slot nargs+nout+i) instead of being recomputed
     fwd_inputs: tuple[UOp, ...] = ()
@@ -216,6 +223,7 @@ def call_gradient(ctx: UOp, k: UOp, needed: set[int]) -> LocalGrads:
     bwd = UOp.maketuple(*(gb for _, gb in kept)).substitute(fwd_params, walk=True)
     bwd, bwd_args = _compact_params(bwd, (*args, *out_grads, *fwd_inputs))
     bwd = graph_rewrite(bwd, pm_transform_unique_const, ctx=(None, itertools.count(0)))
-    bwd_call = bwd.call(*bwd_args, name=(k.arg.name or "") + "_backward", precompile=k.arg.precompile_backward)
+    name = (k.arg.name or "") + "_backward"
+    bwd_call = bwd.call(*bwd_args, name=name, precompile=k.arg.precompile_backward)
     position = {i: j for j, (i, _) in enumerate(kept)}
     return (None, *(bwd_call.gettuple(position[i]) if i in position else None for i in range(nargs)))

@@ -29,14 +29,16 @@ class MathMixin:
 
     # the three hooks a subclass provides
     def alu(self, op: Ops, *src: Self) -> Self:
+        """The node (or pattern) `op(self, *src)`."""
         raise NotImplementedError
 
     def const_like(self, b: ConstType) -> Self:
+        """A constant `b` like self (dtype, device, shape)."""
         raise NotImplementedError
 
     def ufix(self, x: Self | ConstType) -> Self:
         """A Python scalar as a constant like `self`; anything else unchanged."""
-        return x if isinstance(x, MathMixin) else self.const_like(x)  # type: ignore[return-value]
+        return x if isinstance(x, MathMixin) else self.const_like(x)
 
     def _binop(self, op: Ops, x: Self | ConstType, reverse: bool) -> Self:
         return self.ufix(x).alu(op, self) if reverse else self.alu(op, self.ufix(x))
@@ -174,9 +176,9 @@ class MathMixin:
     def where(self, x: Self | ConstType, y: Self | ConstType) -> Self:
         """`x` where self is true, else `y`; a Python branch becomes a constant like the other branch."""
         if isinstance(x, MathMixin):
-            return self.alu(Ops.WHERE, x, x.ufix(y))  # type: ignore[arg-type]
+            return self.alu(Ops.WHERE, x, x.ufix(y))
         if isinstance(y, MathMixin):
-            return self.alu(Ops.WHERE, y.ufix(x), y)  # type: ignore[arg-type]
+            return self.alu(Ops.WHERE, y.ufix(x), y)
         raise TypeError("where needs at least one branch that is not a Python scalar")
 
     # unary math
@@ -213,15 +215,16 @@ def resolve_shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class MovementMixin:
-    """The six movement ops with argument normalisation; each returns `self` when the shape would not change."""
+    """The six movement ops with argument normalisation; each returns `self` when the shape stays the same."""
 
     __slots__ = ()
 
     @property
     def shape(self) -> tuple[sint, ...]:
+        """The shape (ints, or UOps for symbolic sizes)."""
         raise NotImplementedError
 
-    def _mop(self, op: Ops, arg: Any) -> Self:
+    def _mop(self, op: Ops, arg: object) -> Self:
         raise NotImplementedError
 
     @property
@@ -244,7 +247,7 @@ class MovementMixin:
             total = prod(self.shape)
             if isinstance(known, int) and isinstance(total, int) and (known == 0 or total % known != 0):
                 raise ValueError(f"can't reshape {self.shape} to {tuple(new)}")
-            new = [total // known if isinstance(s, int) and s == -1 else s for s in new]  # type: ignore[operator]
+            new = [total // known if isinstance(s, int) and s == -1 else s for s in new]
         if tuple(new) == self.shape:
             return self
         return self._mop(Ops.RESHAPE, tuple(new))
@@ -255,7 +258,8 @@ class MovementMixin:
         if len(new) < self.ndim:
             raise ValueError(f"can't expand {self.shape} to fewer dimensions {new}")
         base = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
-        out = tuple(b if s is None or (isinstance(s, int) and s == -1) else s for s, b in zip(new, base.shape))
+        keep = [s is None or (isinstance(s, int) and s == -1) for s in new]
+        out = tuple(b if k else s for s, b, k in zip(new, base.shape, keep))
         if out == base.shape:
             return base
         return base._mop(Ops.EXPAND, out)
@@ -310,7 +314,8 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     for dims in zip(*padded):
         non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
         if any(d is not non1[0] and d != non1[0] for d in non1[1:]):
-            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} can't be broadcast together")
+            listed = " and ".join(str(tuple(s)) for s in shapes)
+            raise ValueError(f"shapes {listed} can't be broadcast together")
         out.append(non1[0] if non1 else 1)
     return tuple(out)
 

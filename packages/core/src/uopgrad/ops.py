@@ -1,4 +1,4 @@
-"""The op vocabulary of the IR (layer 3): `Ops`, whose declaration order defines toposort tie-breaks, and `GroupOp`."""
+"""The op vocabulary of the IR (layer 3): `Ops` (declaration order = toposort tie-breaks) and `GroupOp`."""
 # ruff: noqa: E702  (the enum is a table: one row per family of ops)
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ class Ops(Enum):
     GROUP = auto(); GEP = auto(); STACK = auto(); TUPLE = auto(); GETTUPLE = auto(); INDEX = auto()
     LOAD = auto(); STORE = auto(); WMMA = auto(); SHAPED_WMMA = auto(); CAST = auto(); BITCAST = auto()
     # unary ALU
-    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIPROCAL = auto(); NEG = auto(); TRUNC = auto()
+    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIPROCAL = auto(); NEG = auto()
+    TRUNC = auto()
     # binary ALU
     ADD = auto(); MUL = auto(); SHL = auto(); SHR = auto(); CDIV = auto(); MAX = auto(); CMOD = auto()
     CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); XOR = auto(); OR = auto(); AND = auto(); THREEFRY = auto()
@@ -41,8 +42,8 @@ class GroupOp:
     """Named sets of ops used by patterns, shape inference and the tables' completeness checks."""
 
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
-    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.CDIV, Ops.MAX, Ops.CMOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.XOR,
-                        Ops.SHL, Ops.SHR, Ops.OR, Ops.AND, Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW,
+    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.CDIV, Ops.MAX, Ops.CMOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+                        Ops.XOR, Ops.SHL, Ops.SHR, Ops.OR, Ops.AND, Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW,
                         Ops.FLOORDIV, Ops.FLOORMOD})
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
@@ -54,7 +55,8 @@ class GroupOp:
     # an op in here may never be rewritten into a different value just because its sources are equal
     UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.CDIV, Ops.POW, Ops.FDIV, Ops.FLOORDIV})
     # bodies of calls that are kernels or effects, not values: they make CALL, everything else FUNCTION
-    OpaqueBody = frozenset({Ops.SINK, Ops.PROGRAM, Ops.LINEAR, Ops.COPY, Ops.BUFFER_VIEW, Ops.CUSTOM_FUNCTION})
+    OpaqueBody = frozenset({Ops.SINK, Ops.PROGRAM, Ops.LINEAR, Ops.COPY, Ops.BUFFER_VIEW,
+                            Ops.CUSTOM_FUNCTION})
     Call = frozenset({Ops.CALL, Ops.FUNCTION})
     # ops whose result has no shape at the tensor level
     Shapeless = frozenset({Ops.UNIQUE, Ops.LUNIQUE, Ops.DEVICE, Ops.SINK, Ops.TUPLE, Ops.CALL, Ops.FUNCTION,

@@ -11,7 +11,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from uopgrad.config import TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
@@ -36,7 +36,8 @@ class UPat(MathMixin):
     """A pattern over UOps. `src` is a tuple (positional), a list (any permutation), one UPat (every source)
     or None (sources not inspected). A `name` binds the matched UOp; a repeated name demands the same node."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings", "_required_ops")
+    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings",
+                 "_required_ops")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -57,7 +58,8 @@ class UPat(MathMixin):
         if isinstance(src, UPat):
             self._orderings = src
         elif isinstance(src, list):
-            self._orderings = [src] if all(s is src[0] for s in src) else [list(p) for p in itertools.permutations(src)]
+            same = all(s is src[0] for s in src)
+            self._orderings = [src] if same else [list(p) for p in itertools.permutations(src)]
         elif src is not None:
             self._orderings = [tuple(src)]
         else:
@@ -77,7 +79,7 @@ class UPat(MathMixin):
         return UPat((Ops.CONST, Ops.VCONST), dtype, name=name)
 
     @staticmethod
-    def const(dtype: DType | tuple[DType, ...] | None, b: ConstType) -> UPat:
+    def const(dtype: DType | Iterable[DType] | None, b: ConstType) -> UPat:
         """A CONST with value `b` (compared with ==, so 0 matches 0.0 and False)."""
         return UPat(Ops.CONST, dtype, arg=b)
 
@@ -101,11 +103,13 @@ class UPat(MathMixin):
 
     # MathMixin hooks: arithmetic on patterns builds ALU patterns; commutative ops try both orders
     def alu(self, op: Ops, *src: UPat) -> UPat:
+        """An ALU pattern; commutative ops get list sources (both orders tried), compares are bool."""
         asrc = (self, *src)
         dt = (dtypes.bool,) if op in GroupOp.Comparison else asrc[-1].dtype
         return UPat(op, dt, list(asrc) if op in GroupOp.Commutative else asrc)
 
     def const_like(self, b: ConstType) -> UPat:
+        """A CONST pattern with value `b` and this pattern's dtype."""
         return UPat.const(self.dtype, b)
 
     def __repr__(self) -> str:
@@ -125,7 +129,8 @@ class UPat(MathMixin):
             return out
         if (self.op is not None and uop.op not in self.op) or \
                 (self.name is not None and store.setdefault(self.name, uop) is not uop) or \
-                (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype) or \
+                (self.dtype is not None and uop.dtype not in self.dtype and
+                 uop.dtype.scalar() not in self.dtype) or \
                 (self.arg is not None and not self.arg == uop.arg):
             return []
         if self._orderings is None:
@@ -221,7 +226,8 @@ _Entry = tuple["UOp", int, "UOp"]  # (node, stage, work node) on the fixpoint en
 
 
 class _RewriteContext:
-    def __init__(self, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any, enter_calls: bool) -> None:
+    def __init__(self, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any,
+                 enter_calls: bool) -> None:
         self.pm, self.bpm, self.ctx, self.enter_calls = pm, bpm, ctx, enter_calls
         self.replace: dict[UOp, UOp] = {}
         self.bpm_cache: dict[UOp, UOp | None] = {}
@@ -230,7 +236,7 @@ class _RewriteContext:
         if x in self.bpm_cache:
             return self.bpm_cache[x]
         assert self.bpm is not None
-        ret = self.bpm.rewrite(x, self.ctx)
+        ret: UOp | None = self.bpm.rewrite(x, self.ctx)
         self.bpm_cache[x] = ret
         return ret
 
@@ -249,7 +255,7 @@ class _RewriteContext:
         stages = (self._descend, self._rebuild, self._link)
         while self.stack:
             if len(self.stack) > STACK_LIMIT:
-                raise RuntimeError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule is probably looping")
+                raise RuntimeError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
             n, stage, new_n = self.stack.pop()
             if n not in self.replace:
                 stages[stage](n, new_n)
@@ -329,10 +335,11 @@ class _RewriteContext:
         return replace.get(root, root)
 
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None,
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+                  name: str | None = None,
                   bpm: PatternMatcher | None = None, walk: bool = False, enter_calls: bool = False) -> UOp:
     """Rewrite the graph under `sink` with `pm`: top-down (post-order) by default, bottom-up (pre-order) with
     `bottom_up=True`, both directions when `bpm` is given; to a fixpoint, or in one pass with `walk=True`.
-    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass for debugging."""
+    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass."""
     rc = _RewriteContext(None if bottom_up else pm, pm if bottom_up else bpm, ctx, enter_calls)
     return rc.walk(sink) if walk else rc.fixpoint(sink)

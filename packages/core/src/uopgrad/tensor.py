@@ -1017,7 +1017,8 @@ class Tensor(MathMixin, MovementMixin):
         AFTER(argument, CALL) per argument: the outputs are the arguments the kernel wrote."""
         ts = (self, *lst)
         rg = _requires_grad(ts)
-        return [Tensor(u, requires_grad=rg) for u in UOp.custom_kernel(*(t.uop for t in ts), fxn=fxn, grad_fxn=grad_fxn)]
+        outs = UOp.custom_kernel(*(t.uop for t in ts), fxn=fxn, grad_fxn=grad_fxn)
+        return [Tensor(u, requires_grad=rg) for u in outs]
 
     # These three shadow builtins inside the class body, so they come last (mypy resolves annotations in the
     # class scope).
