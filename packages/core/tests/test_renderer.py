@@ -4,23 +4,23 @@ constants, casts, guards of what C leaves undefined, and SSA temporaries for ver
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 
+from uopgrad.codegen import GridLimits, Program
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.renderer import CStyleRenderer, GridLimits, Renderer
+from uopgrad.renderer import CStyleRenderer, Renderer
 from uopgrad.renderer.cstyle import RenderError
 from uopgrad.uop import UOp
 
 i32, f32, f16 = dtypes.int32, dtypes.float32, dtypes.float16
 
 
-@dataclass(frozen=True)
-class Prog:
-    name: str
-    uops: tuple[UOp, ...]
+def prog(name: str, uops: tuple[UOp, ...]) -> Program:
+    """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
+    slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
+    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), ())
 
 
 def param(slot: int, dt: DType, n: int) -> UOp:
@@ -64,7 +64,7 @@ def linear(*roots: UOp) -> tuple[UOp, ...]:
 
 
 def render(name: str, *roots: UOp) -> str:
-    return CStyleRenderer().render(Prog(name, linear(*roots)))
+    return CStyleRenderer().render(prog(name, linear(*roots)))
 
 
 def elementwise(op: Ops, dt: DType, n: int = 16, out_dt: DType | None = None) -> str:
@@ -106,7 +106,7 @@ def test_golden_reduce_with_register_and_variable():
     e1 = end(r1)
     final = UOp(Ops.LOAD, f32, (acc, e1))
     uops = linear(out, a, n, r0, acc, r1, cur, upd, e1, final, store(out, r0, final), end(r0))
-    src = CStyleRenderer().render(Prog("r_4_n", uops))
+    src = CStyleRenderer().render(prog("r_4_n", uops))
     assert src == """\
 #include <math.h>
 
@@ -144,12 +144,8 @@ def test_read_only_buffers_are_const_and_unused_slots_keep_their_place():
     out, b = param(0, i32, 4), param(2, i32, 4)
     r = rng(0, 4)
 
-    @dataclass(frozen=True)
-    class WithGlobals(Prog):
-        globals: tuple[int, ...] = (0, 1, 2)
-
     uops = linear(store(out, r, load(b, r)), end(r))
-    src = CStyleRenderer().render(WithGlobals("k", uops))
+    src = CStyleRenderer().render(Program("k", uops, (0, 1, 2), (), (0,), (2,)))
     assert "void k(int* restrict data0, const void* data1, const int* restrict data2) {" in src
 
 
@@ -259,9 +255,9 @@ def test_ops_outside_supports_are_an_error():
 
     out, a = param(0, f32, 4), param(1, f32, 4)
     r = rng(0, 4)
-    prog = Prog("k", linear(store(out, r, alu(Ops.MUL, load(a, r), const(f32, 2.0))), end(r)))
+    program = prog("k", linear(store(out, r, alu(Ops.MUL, load(a, r), const(f32, 2.0))), end(r)))
     with pytest.raises(RenderError, match="does not render Ops.MUL"):
-        Small().render(prog)
+        Small().render(program)
 
 
 def test_unbalanced_loops_are_an_error():
@@ -298,7 +294,7 @@ def test_parallel_pragma_goes_on_large_output_loops_only():
     def kernel(n: int, kind: str) -> str:
         out, a = param(0, f32, n), param(1, f32, n)
         r = rng(0, n, kind)
-        return Par().render(Prog("k", linear(store(out, r, load(a, r)), end(r))))
+        return Par().render(prog("k", linear(store(out, r, load(a, r)), end(r))))
 
     assert "#pragma omp parallel for\n  for (int ridx0" in kernel(1 << 20, "loop")
     assert "#pragma" not in kernel(16, "loop")
@@ -318,7 +314,7 @@ def test_parallel_pragma_is_not_put_on_a_loop_that_updates_an_outer_register():
     e = end(r)
     final = UOp(Ops.LOAD, f32, (acc, e))
     uops = linear(out, a, acc, r, cur, upd, e, final, store(out, const(i32, 0), final))
-    assert "#pragma" not in Par().render(Prog("k", uops))
+    assert "#pragma" not in Par().render(prog("k", uops))
 
 
 def test_renderer_base():
@@ -328,7 +324,7 @@ def test_renderer_base():
 
     assert Grid().grid is not None and CStyleRenderer().grid is None
     with pytest.raises(NotImplementedError):
-        Grid().render(Prog("k", ()))
+        Grid().render(prog("k", ()))
 
 
 def test_special_indices_come_from_the_dialect_table():
@@ -337,7 +333,14 @@ def test_special_indices_come_from_the_dialect_table():
 
     out = param(0, f32, 64)
     g = UOp(Ops.SPECIAL, i32, (const(i32, 64),), "gidx0")
-    src = CL().render(Prog("k", linear(store(out, g, const(f32, 1.0)))))
+    src = CL().render(prog("k", linear(store(out, g, const(f32, 1.0)))))
     assert "const int gidx0 = get_group_id(0);" in src
     with pytest.raises(RenderError, match="no grid index 'gidx0'"):
-        CStyleRenderer().render(Prog("k", linear(store(out, g, const(f32, 1.0)))))
+        CStyleRenderer().render(prog("k", linear(store(out, g, const(f32, 1.0)))))
+
+
+@pytest.mark.parametrize(("name", "c"), [("E_4_4", "E_4_4"), ("long", "k_long"), ("sinf", "k_sinf"),
+                                         ("my kernel!", "my_kernel_"), ("3d", "k_3d"), ("__x", "k___x"),
+                                         ("main", "k_main"), ("exp2", "k_exp2"), ("", "kernel")])
+def test_function_names_are_safe_identifiers(name, c):
+    assert CStyleRenderer().function_name(name) == c

@@ -1,46 +1,22 @@
-"""Renderers (layer 12): a linear program (spec/kernels.md §2) printed as source text for one backend.
+"""Renderers (layer 12): a linear program (codegen's `Program`, spec/kernels.md §2) printed as source text.
 
 `Renderer` is what the pipeline reads from a backend: its device name, the ALU ops it renders natively
-(`supports`, handed to codegen so that every other op is decomposed first), its grid limits (None for a
-loop-style backend) and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit for
-C-family languages that the CPU, OpenCL and CUDA backends subclass.
+(`supports`, handed to codegen's `lower` so that every other op is decomposed first), its grid limits
+(None for a loop-style backend) and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit
+for C-family languages that the CPU, OpenCL and CUDA backends subclass.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
+from uopgrad.codegen import GridSpec, Program
 from uopgrad.ops import Ops
-from uopgrad.uop import UOp
 
-__all__ = ["CStyleRenderer", "GridLimits", "LinearProgram", "OpTemplate", "Renderer"]
+__all__ = ["CStyleRenderer", "OpTemplate", "Renderer"]
 
 # a per-op template: (renderer, operand dtype, operand strings...) -> C expression
 OpTemplate = Callable[..., str]
-
-
-class LinearProgram(Protocol):
-    """What a renderer reads from codegen's `Program`: a kernel name and the ordered kernel-level uops.
-    `globals` (buffer slots in signature order) and `vars` (DEFINE_VARs in signature order) are read when
-    present; otherwise they are taken from the uops (PARAMs by slot, DEFINE_VARs by first appearance)."""
-
-    @property
-    def name(self) -> str:
-        """The kernel's name (made a valid identifier by the renderer)."""
-
-    @property
-    def uops(self) -> tuple[UOp, ...]:
-        """The kernel-level uops in execution order."""
-
-
-@dataclass(frozen=True)
-class GridLimits:
-    """Launch limits of a grid-style backend: per-dimension maxima of the global and local sizes."""
-
-    global_max: tuple[int, ...] = (2**31 - 1, 65535, 65535)
-    local_max: tuple[int, ...] = (1024, 1024, 64)
-    local_prod_max: int = 1024
 
 
 class Renderer:
@@ -48,7 +24,7 @@ class Renderer:
 
     device: str = ""
     # None: loop-style (every output dimension is a loop); else the grid a kernel is launched on
-    grid: GridLimits | None = None
+    grid: GridSpec | None = None
     # op -> template; the keys are the capability declaration: anything else is decomposed by codegen
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {}
 
@@ -57,7 +33,11 @@ class Renderer:
         """The ALU ops this renderer prints natively (the keys of `code_for_op`)."""
         return frozenset(self.code_for_op)
 
-    def render(self, program: LinearProgram) -> str:
+    def function_name(self, name: str) -> str:
+        """The entry point's name in the source for a kernel named `name` (the runtime looks it up)."""
+        return name
+
+    def render(self, program: Program) -> str:
         """The source text of `program`: one entry point named after it."""
         raise NotImplementedError(f"{type(self).__name__} does not implement render")
 

@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from uopgrad.codegen import Program
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.renderer import LinearProgram, OpTemplate, Renderer
+from uopgrad.renderer import OpTemplate, Renderer
 from uopgrad.uop import UOp
 
 __all__ = ["CStyleRenderer", "RenderError"]
@@ -186,6 +187,11 @@ _RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx)\d+|__uopgrad
 _C_KEYWORDS = frozenset("auto break case char const continue default do double else enum extern float for "
                         "goto if inline int long register restrict return short signed sizeof static struct "
                         "switch typedef union unsigned void volatile while".split())
+# <math.h> functions (also with an f or l suffix): a kernel may not take their names
+_MATH_NAMES = frozenset("""acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp
+    exp2 expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log log10
+    log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow remainder remquo rint round
+    scalbln scalbn sin sinh sqrt tan tanh tgamma trunc""".split())
 
 
 class CStyleRenderer(Renderer):
@@ -225,6 +231,14 @@ class CStyleRenderer(Renderer):
     parallel_min_work = 1 << 15    # iterations of the whole nest below which a loop runs serially
 
     # ------------------------------------------------------------------ small hooks
+    def function_name(self, name: str) -> str:
+        """The kernel's function name: `name` as a C identifier that clashes with no keyword, reserved name
+        or math function (kernel names come from the graph: a custom kernel may be called anything)."""
+        ident = re.sub(r"\W", "_", name) or "kernel"
+        base = ident[:-1] if ident[-1] in "fl" and ident[:-1] in _MATH_NAMES else ident
+        clash = ident in _C_KEYWORDS or base in _MATH_NAMES or ident == "main" or ident.startswith("_")
+        return f"k_{ident}" if clash or not ident[0].isalpha() else ident
+
     def ctype(self, dt: DType) -> str:
         """The type name of `dt` (a pointer's element type for pointer dtypes)."""
         scalar = dt.base.scalar()
@@ -309,7 +323,7 @@ class CStyleRenderer(Renderer):
         return (f"{head}\n\n" if head else "") + sig + " {\n" + "\n".join(body) + "\n}\n"
 
     # ------------------------------------------------------------------ the walk
-    def render(self, program: LinearProgram) -> str:
+    def render(self, program: Program) -> str:
         """C source of `program`: one function named after it, SSA temporaries, loops for RANGE/END."""
         uops = tuple(program.uops)
         st = _State(uops)
@@ -326,7 +340,8 @@ class CStyleRenderer(Renderer):
         params = self._signature(program, uops, st)
         body = "\n".join(st.lines)
         used = [code for name, code in self.helpers.items() if name + "(" in body]
-        return self.render_kernel(_c_name(program.name), params, st.lines, [*self.prefix_lines, *used])
+        return self.render_kernel(self.function_name(program.name), params, st.lines,
+                                  [*self.prefix_lines, *used])
 
     def _plan(self, uops: tuple[UOp, ...], st: _State) -> None:
         """Name the arguments before the walk: buffers `data<slot>`, variables by their own names; constants
@@ -344,19 +359,17 @@ class CStyleRenderer(Renderer):
                 st.names[u] = name if ok and name not in taken else st.fresh("var")
                 taken.add(st.names[u])
 
-    def _signature(self, program: LinearProgram, uops: tuple[UOp, ...], st: _State) -> list[str]:
+    def _signature(self, program: Program, uops: tuple[UOp, ...], st: _State) -> list[str]:
+        """Buffers in `program.globals` order, then scalars in `program.vars` order (as they are passed)."""
         params = {u.arg: u for u in uops if u.op is Ops.PARAM}
-        written = {s.src[0].src[0].arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX}
-        slots: Sequence[int] = getattr(program, "globals", None) or sorted(params)
+        written = {_buffer(s.src[0]).arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX}
         out = []
-        for slot in slots:
+        for slot in program.globals:
             if slot in params:
                 out.append(self.render_param(slot, params[slot].dtype, slot in written))
             else:  # a buffer argument the kernel never touches keeps its place in the signature
                 out.append(f"{self.buffer_qualifier}const void* data{slot}")
-        variables: Sequence[UOp] = getattr(program, "vars", None) or \
-            [u for u in uops if u.op is Ops.DEFINE_VAR]
-        return out + [self.render_var(st.names[v], v.dtype) for v in variables]
+        return out + [self.render_var(st.names[v], v.dtype) for v in program.vars]
 
     # ------------------------------------------------------------------ one handler per op family
     def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
@@ -443,10 +456,12 @@ class CStyleRenderer(Renderer):
         self._value(st, u, "cast", self.render_bitcast(st.names[u.src[0]], u.src[0].dtype, u.dtype))
 
 
-def _c_name(name: str) -> str:
-    """`name` as a C identifier (kernel names come from the graph and may hold any character)."""
-    ident = re.sub(r"\W", "_", name) or "kernel"
-    return ident if ident[0].isalpha() or ident[0] == "_" else f"k_{ident}"
+def _buffer(index: UOp) -> UOp:
+    """The PARAM an INDEX points into (through the AFTERs that order it after other writes)."""
+    buf = index.src[0]
+    while buf.op is Ops.AFTER:
+        buf = buf.src[0]
+    return buf
 
 
 def _bound(r: UOp) -> int:
