@@ -16,19 +16,24 @@ import importlib
 import importlib.metadata
 import os
 import tempfile
+import threading
 import weakref
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from uopgrad.codegen import GridSpec, lower
+from uopgrad.codegen import Program as KernelProgram
 from uopgrad.config import DEBUG, getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.renderer import GridLimits, LinearProgram, Renderer
+from uopgrad.renderer import Renderer
+from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
@@ -51,7 +56,7 @@ class Capabilities:
 
     dtypes: frozenset[DType]
     ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
-    grid: GridLimits | None = None     # None: loop-style; else grid-style with these launch limits
+    grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
     compiled: bool = True              # generates and compiles code (False for REFERENCE)
 
     @property
@@ -118,6 +123,7 @@ class Compiler:
 
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()  # "disk_hit" / "compiled": what compile_cached did
+        self._lock = threading.Lock()  # compile_cached runs on several threads at once
 
     def compile(self, src: str) -> bytes:
         """Compile `src` (raises CompileError with the compiler's message and the source)."""
@@ -131,12 +137,14 @@ class Compiler:
         try:
             blob = path.read_bytes()
             if blob[:32] == hashlib.sha256(blob[32:]).digest():
-                self.stats["disk_hit"] += 1
+                with self._lock:
+                    self.stats["disk_hit"] += 1
                 return blob[32:]
         except OSError:
             pass
         lib = self.compile(src)
-        self.stats["compiled"] += 1
+        with self._lock:
+            self.stats["compiled"] += 1
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -153,15 +161,44 @@ class Compiler:
 
 
 class Allocator(Generic[H]):
-    """Device memory for buffers, as handles of type H: `alloc` (zero-filled), `free`, host copies, and
-    `as_buffer`, a zero-copy host view of a handle where the device shares host memory (None otherwise)."""
+    """Device memory for buffers, as handles of type H. `alloc` gives zero-filled memory unless told the
+    caller overwrites all of it; `free` keeps the memory for reuse by a later `alloc` of the same size (up to
+    `cache_limit` bytes), so a repeated step costs no fresh pages. Subclasses implement `_alloc` (zeroed),
+    `_free`, `_zero`, `copyin`, `copyout`, and `as_buffer` where the device shares host memory."""
 
-    def alloc(self, nbytes: int) -> H:
-        """A handle on `nbytes` of fresh, zeroed device memory."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement alloc")
+    cache_limit = 1 << 30
+
+    def __init__(self) -> None:
+        self._cache: dict[int, list[H]] = {}
+        self._cached_bytes = 0
+
+    def alloc(self, nbytes: int, zero: bool = True) -> H:
+        """A handle on `nbytes` of device memory, zeroed unless `zero` is False (reused memory is not)."""
+        cached = self._cache.get(nbytes)
+        if cached:
+            handle = cached.pop()
+            self._cached_bytes -= nbytes
+            if zero:
+                self._zero(handle)
+            return handle
+        return self._alloc(nbytes)
 
     def free(self, handle: H, nbytes: int) -> None:
-        """Release `handle` (called when its BUFFER is garbage collected)."""
+        """Give `handle` back (its BUFFER was collected): kept for reuse while the cache has room."""
+        if self._cached_bytes + nbytes <= self.cache_limit:
+            self._cache.setdefault(nbytes, []).append(handle)
+            self._cached_bytes += nbytes
+        else:
+            self._free(handle, nbytes)
+
+    def _alloc(self, nbytes: int) -> H:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _alloc")
+
+    def _free(self, handle: H, nbytes: int) -> None:
+        """Release device memory for good (nothing to do where the garbage collector owns it)."""
+
+    def _zero(self, handle: H) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not implement _zero")
 
     def copyin(self, handle: H, src: memoryview) -> None:
         """Copy host bytes into the device memory of `handle`."""
@@ -178,7 +215,7 @@ class Allocator(Generic[H]):
 
 class Program:
     """One compiled kernel, loaded and ready to launch: `prg(*buffer_handles, vals=..., global_size=...,
-    local_size=...)`. Buffers come in the kernel's slot order, `vals` in the order of its DEFINE_VARs."""
+    local_size=...)`. Buffers come in the kernel's `globals` order, `vals` in the order of its `vars`."""
 
     def __init__(self, name: str, lib: bytes) -> None:
         self.name, self.lib = name, lib
@@ -193,9 +230,24 @@ class Program:
 class _Kernel:
     """A kernel structure, lowered, rendered and compiled once per process and device."""
 
-    program: LinearProgram
+    program: KernelProgram
     src: str
     run: Program
+    overwrites: frozenset[int]  # buffer slots of which the kernel writes every element
+
+
+def _overwritten(body: UOp) -> frozenset[int]:
+    """The slots a kernel body writes entirely: STOREs into a PARAM seen through RESHAPEs only (no SHRINK,
+    PAD, ...); their buffers need no zeroing before the kernel runs."""
+    slots = set()
+    for st in body.src:
+        if st.op is Ops.STORE:
+            target = st.src[0]
+            while target.op is Ops.RESHAPE:
+                target = target.src[0]
+            if target.op is Ops.PARAM:
+                slots.add(int(target.arg))
+    return frozenset(slots)
 
 
 class CompiledBackend(Backend):
@@ -208,7 +260,7 @@ class CompiledBackend(Backend):
         super().__init__(device)
         self.renderer, self.compiler, self.allocator, self.runtime = renderer, compiler, allocator, runtime
         self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True)
-        # BUFFER -> device memory; the memory is freed when the BUFFER node is collected
+        # BUFFER -> device memory; the memory goes back to the allocator when the BUFFER node is collected
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
         self._kernels: dict[UOp, _Kernel] = {}
 
@@ -219,12 +271,13 @@ class CompiledBackend(Backend):
                             f"{sorted(d.name for d in self.capabilities.dtypes)})")
         return max(int(buf.arg), 1) * buf.dtype.base.itemsize
 
-    def handle(self, buf: UOp) -> object:
-        """The device memory of BUFFER `buf`, allocated (zeroed) on first use."""
+    def handle(self, buf: UOp, zero: bool = True) -> object:
+        """The device memory of BUFFER `buf`, allocated on first use: zeroed, unless the caller is about to
+        write every element (`zero=False`)."""
         h = self._handles.get(buf)
         if h is None:
             nbytes = self._nbytes(buf)
-            h = self._handles[buf] = self.allocator.alloc(nbytes)
+            h = self._handles[buf] = self.allocator.alloc(nbytes, zero)
             weakref.finalize(buf, self.allocator.free, h, nbytes)
         return h
 
@@ -234,7 +287,7 @@ class CompiledBackend(Backend):
         if arr.size != buf.arg:
             raise ValueError(f"copyin of {arr.size} elements into a BUFFER of {buf.arg}")
         if arr.size:
-            self.allocator.copyin(self.handle(buf), arr.data.cast("B"))
+            self.allocator.copyin(self.handle(buf, zero=False), arr.data.cast("B"))
 
     def copyout(self, buf: UOp) -> np.ndarray:
         """A copy of `buf`'s contents (zeros if nothing was ever written)."""
@@ -244,51 +297,53 @@ class CompiledBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ kernels
-    def kernel(self, body: UOp) -> _Kernel:
-        """The compiled kernel for a kernel body (the SINK of a scheduled CALL), built once per process."""
-        k = self._kernels.get(body)
-        if k is None:
-            program = _lower(body, self.renderer)
-            src = self.renderer.render(program)
-            if DEBUG >= 4:
-                print(src)
-            run = self.runtime(program.name, self.compiler.compile_cached(src))
-            k = self._kernels[body] = _Kernel(program, src, run)
-        return k
+    def kernel(self, call: UOp) -> _Kernel:
+        """The compiled kernel of a scheduled kernel CALL, built once per process for each body (the kernel's
+        structure: its buffers are arguments)."""
+        self.prepare([call])
+        return self._kernels[call.src[0]]
+
+    def prepare(self, calls: Sequence[UOp]) -> None:
+        """Lower, render and compile the kernels of `calls` that are not built yet. The compiles run side by
+        side (each is a separate compiler process), so a cold training step waits for the slowest one."""
+        todo: dict[UOp, UOp] = {}
+        for call in calls:
+            if call.src[0] not in self._kernels:
+                todo.setdefault(call.src[0], call)
+        programs = [lower(call, self.renderer.supports, self.renderer.grid) for call in todo.values()]
+        sources = [self.renderer.render(program) for program in programs]
+        if DEBUG >= 4:
+            print("\n".join(sources))
+        workers = min(len(sources), os.cpu_count() or 1)
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                libs = list(pool.map(self.compiler.compile_cached, sources))
+        else:
+            libs = [self.compiler.compile_cached(src) for src in sources]
+        for body, program, src, lib in zip(todo, programs, sources, libs):
+            run = self.runtime(self.renderer.function_name(program.name), lib)
+            self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
 
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
-        var_vals = {u.src[0]: int(u.src[1].arg) for u in sink.toposort() if u.op is Ops.BIND}
-        for item in _schedule(sink):
+        sched = schedule(sink)
+        self.prepare([item for item in sched.items if item.src[0].op is Ops.SINK])
+        for item in sched.items:
             body, bufs = item.src[0], item.src[1:]
             if body.op is Ops.COPY:
                 self._copy(bufs[0], bufs[1])
                 continue
-            k = self.kernel(body)
-            vals = [var_vals[v] for v in _program_vars(k.program)]
-            handles = [self.handle(b) for b in bufs]
-            k.run(*handles, vals=vals, global_size=getattr(k.program, "global_size", None),
-                  local_size=getattr(k.program, "local_size", None))
+            if body.op is not Ops.SINK:
+                raise RuntimeError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
+            k = self._kernels[body]
+            handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+            k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
+                  local_size=k.program.local_size)
 
     def _copy(self, dst: UOp, src: UOp) -> None:
         """COPY: the contents of `src` (on any device) into `dst` on this one."""
-        data = self.copyout(src) if src.device == self.name else Device[str(src.device)].copyout(src)
-        self.copyin(dst, data)
-
-
-def _program_vars(program: LinearProgram) -> list[UOp]:
-    listed = getattr(program, "vars", None)
-    return list(listed) if listed is not None else [u for u in program.uops if u.op is Ops.DEFINE_VAR]
-
-
-def _schedule(sink: UOp) -> list[UOp]:
-    from uopgrad.schedule import schedule  # lands with the scheduler (issue #4)
-    return list(schedule(sink).items)
-
-
-def _lower(body: UOp, renderer: Renderer) -> LinearProgram:
-    from uopgrad.codegen import lower  # lands with codegen (issue #4)
-    return lower(body, renderer.supports, renderer.grid)
+        source = self if src.device == self.name else Device[str(src.device)]
+        self.copyin(dst, source.copyout(src))
 
 
 @dataclass(frozen=True)
