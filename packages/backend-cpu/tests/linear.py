@@ -3,20 +3,19 @@ compiler and runtime on their own; and the REFERENCE value of the same elementwi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
+from uopgrad.codegen import Program
 
 i32 = dtypes.int32
 
 
-@dataclass(frozen=True)
-class Prog:
-    name: str
-    uops: tuple[UOp, ...]
+def prog(name: str, uops: tuple[UOp, ...]) -> Program:
+    """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
+    slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
+    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), ())
 
 
 def linear(*roots: UOp) -> tuple[UOp, ...]:
@@ -31,7 +30,7 @@ def const(dt: DType, v: float | int | bool) -> UOp:
     return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
 
 
-def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str = "k") -> Prog:
+def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str = "k") -> Program:
     """out[i] = op(in1[i], in2[i], ...) over one loop (op may be CAST or BITCAST)."""
     out = UOp(Ops.PARAM, out_dt.ptr(n), (), 0)
     ins = [UOp(Ops.PARAM, dt.ptr(n), (), i + 1) for i, dt in enumerate(in_dts)]
@@ -39,10 +38,10 @@ def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str =
     loads = [UOp(Ops.LOAD, p.dtype.base, (UOp(Ops.INDEX, p.dtype.base.ptr(), (p, r)),)) for p in ins]
     val = UOp(op, out_dt, tuple(loads))
     st = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out_dt.ptr(), (out, r)), val))
-    return Prog(name, linear(out, *ins, st, UOp(Ops.END, dtypes.void, (r,))))
+    return prog(name, linear(out, *ins, st, UOp(Ops.END, dtypes.void, (r,))))
 
 
-def run(backend: CompiledBackend, prog: Prog, out: tuple[int, DType], *ins: np.ndarray,
+def run(backend: CompiledBackend, prog: Program, out: tuple[int, DType], *ins: np.ndarray,
         vals: tuple[int, ...] = ()) -> np.ndarray:
     """Render, compile and launch `prog` on `backend`; returns the contents of buffer 0."""
     src = backend.renderer.render(prog)

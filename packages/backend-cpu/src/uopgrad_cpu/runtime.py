@@ -1,8 +1,9 @@
 """The CPU backend's runtime: buffers are numpy arrays in host memory, kernels are loaded with ctypes.
 
-A buffer handle is a zero-filled, 64-byte aligned `numpy.uint8` array, so copies in and out are `memcpy`s
-and `as_buffer` is a zero-copy view. A kernel's shared object is written to a private temporary file,
-loaded with `ctypes.CDLL` and unlinked; ctypes releases the GIL while the kernel runs.
+A buffer handle is a 64-byte aligned `numpy.uint8` array, so copies in and out are `memcpy`s and
+`as_buffer` is a zero-copy view; the memory is garbage collected when the allocator lets a handle go. A
+kernel's shared object is written to a private temporary file, loaded with `ctypes.CDLL` and unlinked;
+ctypes releases the GIL while the kernel runs.
 """
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ _ALIGN = 64  # a cache line: vector loads never straddle the start of a buffer
 
 
 class CPUAllocator(Allocator[np.ndarray]):
-    """Host memory as numpy byte arrays (zeroed by calloc, so an unused page costs nothing)."""
+    """Host memory as numpy byte arrays (fresh ones zeroed by calloc: an untouched page costs nothing)."""
 
-    def alloc(self, nbytes: int) -> np.ndarray:
-        """A zeroed, aligned byte array of `nbytes`."""
+    def _alloc(self, nbytes: int) -> np.ndarray:
         raw = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
         start = -raw.ctypes.data % _ALIGN
         return raw[start:start + nbytes]
+
+    def _zero(self, handle: np.ndarray) -> None:
+        handle.fill(0)
 
     def copyin(self, handle: np.ndarray, src: memoryview) -> None:
         """memcpy host bytes into the buffer."""
