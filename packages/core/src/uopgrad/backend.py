@@ -327,7 +327,7 @@ class CompiledBackend(Backend):
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
         sched = schedule(sink)
-        self.prepare([item for item in sched.items if item.src[0].op is Ops.SINK])
+        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._runs(it)])
         for item in sched.items:
             body, bufs = item.src[0], item.src[1:]
             if body.op is Ops.COPY:
@@ -335,15 +335,24 @@ class CompiledBackend(Backend):
                 continue
             if body.op is not Ops.SINK:
                 raise RuntimeError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
+            if not self._runs(item):  # a kernel of another device in this graph runs there
+                self._device(bufs[0]).realize(item.sink())
+                continue
             k = self._kernels[body]
             handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
             k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
                   local_size=k.program.local_size)
 
+    def _runs(self, item: UOp) -> bool:
+        """Whether a kernel item is this device's (its buffers live here)."""
+        return len(item.src) < 2 or item.src[1].device == self.name
+
+    def _device(self, buf: UOp) -> Backend:
+        return self if buf.device == self.name else Device[str(buf.device)]
+
     def _copy(self, dst: UOp, src: UOp) -> None:
-        """COPY: the contents of `src` (on any device) into `dst` on this one."""
-        source = self if src.device == self.name else Device[str(src.device)]
-        self.copyin(dst, source.copyout(src))
+        """COPY: the contents of `src` into `dst`, each on its own device (this one or another)."""
+        self._device(dst).copyin(dst, self._device(src).copyout(src))
 
 
 @dataclass(frozen=True)
