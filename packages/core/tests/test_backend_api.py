@@ -1,0 +1,261 @@
+"""The API of compiled backends (backend.py) without a C compiler: `Capabilities`, the on-disk compile cache,
+the reusing `Allocator`, and `CompiledBackend.realize` driving schedule -> lower -> render -> compile ->
+launch. The backend under test, PY, "renders" a program by pickling it and runs it with REFERENCE's
+linear-program interpreter, so every step of the compiled path runs here as it does for CPU."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import hashlib
+import pickle
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from uopgrad.backend import (
+    Allocator,
+    Backend,
+    Capabilities,
+    CompiledBackend,
+    CompileError,
+    Compiler,
+    Device,
+    Program,
+    compile_cache_dir,
+)
+from uopgrad.backends.reference import REFERENCE_OPS, np_dtype, run_program
+from uopgrad.codegen import GridLimits
+from uopgrad.codegen import Program as KernelProgram
+from uopgrad.dtype import dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.renderer import Renderer
+from uopgrad.uop import UOp
+
+f32 = dtypes.float32
+
+
+class PickleRenderer(Renderer):
+    device = "PY"
+    code_for_op = {op: (lambda *xs: "") for op in REFERENCE_OPS - {Ops.FLOORDIV, Ops.FLOORMOD, Ops.MAX}}
+
+    def render(self, program: KernelProgram) -> str:
+        return base64.b64encode(pickle.dumps(program)).decode()
+
+
+class ByteAllocator(Allocator[bytearray]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fresh = 0
+
+    def _alloc(self, nbytes: int) -> bytearray:
+        self.fresh += 1
+        return bytearray(nbytes)
+
+    def _zero(self, handle: bytearray) -> None:
+        handle[:] = bytes(len(handle))
+
+    def copyin(self, handle: bytearray, src: memoryview) -> None:
+        handle[:] = src
+
+    def copyout(self, dst: memoryview, handle: bytearray) -> None:
+        dst[:] = handle
+
+    def as_buffer(self, handle: bytearray) -> memoryview:
+        return memoryview(handle)
+
+
+class PickleProgram(Program):
+    launches = 0
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        super().__init__(name, lib)
+        self.prg: KernelProgram = pickle.loads(base64.b64decode(lib))
+
+    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
+                 local_size: Sequence[int] | None = None) -> None:
+        PickleProgram.launches += 1
+        params = {u.arg: u for u in self.prg.uops if u.op is Ops.PARAM}
+        arrays = [np.frombuffer(b, dtype=np_dtype(params[s].dtype.base)) if isinstance(b, bytearray) else b
+                  for s, b in zip(self.prg.globals, bufs)]
+        run_program(self.prg, arrays, {v.arg[0]: x for v, x in zip(self.prg.vars, vals)})
+
+
+class PyBackend(CompiledBackend):
+    def __init__(self, device: str = "PY") -> None:
+        super().__init__(device, PickleRenderer(), Compiler(), ByteAllocator(), PickleProgram,
+                         frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats} - {dtypes.bfloat16}))
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def py():
+    return PyBackend()
+
+
+def filled(backend: CompiledBackend, values: list[float], dt=f32) -> UOp:
+    b = UOp.new_buffer(backend.name, len(values), dt)
+    backend.copyin(b, np.asarray(values, dtype=dtypes.to_numpy(dt)))
+    return b
+
+
+# ---------------------------------------------------------------------- capabilities
+def test_capabilities_come_from_the_parts(py):
+    caps = py.capabilities
+    assert caps.compiled and caps.loop_style and caps.max_local_size is None
+    assert caps.ops == py.renderer.supports and Ops.MAX not in caps.ops
+    assert dtypes.bfloat16 not in caps.dtypes
+    grid = Capabilities(frozenset({f32}), frozenset({Ops.ADD}), GridLimits())
+    assert not grid.loop_style and grid.max_local_size == (1024, 1024, 64)
+
+
+def test_reference_claims_everything():
+    caps = Device["REFERENCE"].capabilities
+    assert caps.ops == GroupOp.ALU and not caps.compiled and dtypes.bfloat16 in caps.dtypes
+    assert Backend.capabilities is caps
+
+
+# ---------------------------------------------------------------------- realize
+def test_realize_runs_scheduled_kernels(py):
+    a, b = filled(py, [1.0, 2.0, 3.0]), filled(py, [10.0, 20.0, 30.0])
+    out = UOp.new_buffer("PY", 3, f32)
+    py.realize(out.store(a.reshape((3,)) * 2.0 + b.reshape((3,))).sink())
+    assert py.copyout(out).tolist() == [12.0, 24.0, 36.0]
+
+
+def test_ops_outside_supports_are_decomposed(py):
+    # MAX is not claimed by PY: codegen rewrites it into ops that are
+    a, b = filled(py, [1.0, 5.0, -2.0]), filled(py, [3.0, 4.0, -7.0])
+    out = UOp.new_buffer("PY", 3, f32)
+    py.realize(out.store(a.reshape((3,)).maximum(b.reshape((3,)))).sink())
+    assert py.copyout(out).tolist() == [3.0, 5.0, -2.0]
+
+
+def test_a_kernel_structure_is_compiled_once(py):
+    launches = PickleProgram.launches
+    for i in range(3):  # new buffers each time, the same structure
+        a = filled(py, [float(i), 1.0])
+        out = UOp.new_buffer("PY", 2, f32)
+        py.realize(out.store(a.reshape((2,)) + 1.0).sink())
+        assert py.copyout(out).tolist() == [i + 1.0, 2.0]
+    assert len(py._kernels) == 1 and py.compiler.stats == {"compiled": 1}
+    assert PickleProgram.launches == launches + 3
+
+
+def test_copies_between_devices(py):
+    ref = Device["REFERENCE"]
+    src = UOp.new_buffer("REFERENCE", 2, f32)
+    ref.copyin(src, np.array([4.0, 5.0], dtype=np.float32))
+    dst = UOp.new_buffer("PY", 2, f32)
+    py.realize(dst.store(src.reshape((2,)).copy_to_device("PY")).sink())
+    assert py.copyout(dst).tolist() == [4.0, 5.0]
+
+
+def test_variables_are_kernel_arguments(py):
+    n = UOp.variable("n", 1, 10, dtypes.int32)
+    a = filled(py, [1.0, 2.0])
+    out = UOp.new_buffer("PY", 2, f32)
+    py.realize(out.store(a.reshape((2,)) * n.bind(3).cast(f32)).sink())
+    assert py.copyout(out).tolist() == [3.0, 6.0]
+
+
+# ---------------------------------------------------------------------- buffers and the allocator
+def test_fresh_buffers_read_as_zeros_and_reuse_memory(py):
+    b = filled(py, [1.0, 2.0, 3.0])
+    memory = py.handle(b)
+    del b
+    gc.collect()
+    again = UOp.new_buffer("PY", 3, f32)
+    assert py.handle(again) is memory and py.copyout(again).tolist() == [0.0, 0.0, 0.0]
+    assert py.allocator.fresh == 1
+
+
+def test_fully_written_outputs_are_not_zeroed_first(py):
+    zeroed: list[int] = []
+    py.allocator._zero = lambda h: zeroed.append(len(h))  # type: ignore[method-assign]
+    gc.collect()
+    scratch = filled(py, [9.0, 9.0])
+    del scratch
+    gc.collect()  # its memory is cached for reuse
+    a = filled(py, [1.0, 2.0])
+    out = UOp.new_buffer("PY", 2, f32)
+    py.realize(out.store(a.reshape((2,)) * 3.0).sink())
+    assert py.copyout(out).tolist() == [3.0, 6.0] and zeroed == []
+
+
+def test_the_allocator_cache_is_bounded():
+    alloc = ByteAllocator()
+    alloc.cache_limit = 100
+    first, second = alloc.alloc(80), alloc.alloc(80)
+    alloc.free(first, 80)
+    alloc.free(second, 80)  # over the limit: released, not kept
+    assert alloc._cached_bytes == 80 and alloc.fresh == 2
+    assert alloc.alloc(80) is first and alloc.alloc(80) is not second
+
+
+def test_unsupported_dtypes_are_refused(py):
+    with pytest.raises(TypeError, match="PY has no dtypes.__bf16 buffers"):
+        py.handle(UOp.new_buffer("PY", 2, dtypes.bfloat16))
+
+
+# ---------------------------------------------------------------------- the compile cache
+class CountingCompiler(Compiler):
+    cache_key = "counting v1"
+
+    def compile(self, src: str) -> bytes:
+        if "bad" in src:
+            raise CompileError("counting", "error: bad source", src)
+        return src[::-1].encode()
+
+
+def test_compile_cache_hits_across_instances_and_processes():
+    first = CountingCompiler()
+    assert first.compile_cached("kernel A") == b"A lenrek" and first.stats == {"compiled": 1}
+    second = CountingCompiler()
+    assert second.compile_cached("kernel A") == b"A lenrek" and second.stats == {"disk_hit": 1}
+    code = textwrap.dedent("""
+        from uopgrad.backend import Compiler
+        class CountingCompiler(Compiler):
+            cache_key = "counting v1"
+            def compile(self, src): raise AssertionError("compiled again")
+        c = CountingCompiler()
+        print(c.compile_cached("kernel A"), dict(c.stats))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "b'A lenrek' {'disk_hit': 1}"
+
+
+def test_cache_key_separates_compilers():
+    class Other(CountingCompiler):
+        cache_key = "counting v2"
+
+    CountingCompiler().compile_cached("kernel B")
+    other = Other()
+    other.compile_cached("kernel B")
+    assert other.stats == {"compiled": 1}
+
+
+def test_cache_entries_are_written_atomically_with_a_checksum():
+    CountingCompiler().compile_cached("kernel C")
+    entries = [p for p in compile_cache_dir().rglob("*") if p.is_file()]
+    assert len(entries) == 1 and not entries[0].name.startswith(".tmp")
+    blob = entries[0].read_bytes()
+    assert blob[:32] == hashlib.sha256(blob[32:]).digest() and blob[32:] == b"C lenrek"
+    entries[0].write_bytes(blob[:36])  # damaged: rebuilt, not returned
+    again = CountingCompiler()
+    assert again.compile_cached("kernel C") == b"C lenrek" and again.stats == {"compiled": 1}
+
+
+def test_compile_errors_carry_the_numbered_source():
+    with pytest.raises(CompileError) as info:
+        CountingCompiler().compile_cached("line one\nbad line two")
+    assert "error: bad source" in str(info.value) and "   2  bad line two" in str(info.value)
+    assert info.value.src == "line one\nbad line two"
