@@ -191,6 +191,16 @@ def test_fully_written_outputs_are_not_zeroed_first(py):
     assert py.copyout(out).tolist() == [3.0, 6.0] and zeroed == []
 
 
+def test_an_in_place_update_of_a_fresh_buffer_reads_zeros(py):
+    scratch = filled(py, [9.0, 9.0])
+    del scratch
+    gc.collect()  # its memory, holding 9s, is cached for reuse
+    out = UOp.new_buffer("PY", 2, f32)
+    view = out.reshape((2,))
+    py.realize(out.store(view + 1.0).sink())  # reads the buffer it writes: it must start zeroed
+    assert py.copyout(out).tolist() == [1.0, 1.0]
+
+
 def test_the_allocator_cache_is_bounded():
     alloc = ByteAllocator()
     alloc.cache_limit = 100

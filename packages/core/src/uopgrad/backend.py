@@ -237,16 +237,18 @@ class _Kernel:
 
 
 def _overwritten(body: UOp) -> frozenset[int]:
-    """The slots a kernel body writes entirely: STOREs into a PARAM seen through RESHAPEs only (no SHRINK,
-    PAD, ...); their buffers need no zeroing before the kernel runs."""
+    """The slots a kernel body writes entirely without reading them first: STOREs into a PARAM seen through
+    RESHAPEs only (no SHRINK, PAD, ...), a PARAM no stored value reads. Their buffers need no zeroing before
+    the kernel runs (a buffer never written reads as zeros, also inside an in-place update like `x += 1`)."""
+    stores = [st for st in body.src if st.op is Ops.STORE]
+    read = {u.arg for st in stores for u in st.src[1].toposort() if u.op is Ops.PARAM}
     slots = set()
-    for st in body.src:
-        if st.op is Ops.STORE:
-            target = st.src[0]
-            while target.op is Ops.RESHAPE:
-                target = target.src[0]
-            if target.op is Ops.PARAM:
-                slots.add(int(target.arg))
+    for st in stores:
+        target = st.src[0]
+        while target.op is Ops.RESHAPE:
+            target = target.src[0]
+        if target.op is Ops.PARAM and target.arg not in read:
+            slots.add(int(target.arg))
     return frozenset(slots)
 
 
