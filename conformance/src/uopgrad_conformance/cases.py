@@ -1,0 +1,201 @@
+"""The case table of the forward checks (docs/conformance.md "What it checks" 1): every ALU op on every
+dtype the IR defines it for, CAST and BITCAST between dtypes, the six movement ops, REDUCE, CONTIGUOUS and
+COPY. Each case is uopgrad source text run on the backend and on REFERENCE; which cases run is derived from
+the backend's declared dtypes, and every case that does not run says why.
+
+The inputs C leaves undefined are never generated (spec/reference.md): integer division and remainder by
+zero and of the dtype's minimum by -1 (the hardware traps), shifts by a negative or too-large amount, and
+float -> int casts of values out of the target's range (NaN and inf included).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from uopgrad import DType, GroupOp, Ops, dtypes
+from uopgrad_conformance.numerics import (
+    ALL_DTYPES,
+    FLOATS,
+    name,
+    random_values,
+    representable,
+    special_values,
+)
+
+__all__ = ["ALU_SPECS", "NOT_CLAIMED_OPS", "AluSpec", "OpInputs", "alu_inputs", "bitcast_pairs",
+           "cast_inputs"]
+
+INTS = tuple(dt for dt in ALL_DTYPES if dtypes.is_int(dt))
+NUMBERS = INTS + FLOATS
+Mask = Callable[..., np.ndarray]  # the operand arrays -> the elements to keep
+
+
+@dataclass(frozen=True)
+class AluSpec:
+    """How one ALU op is checked: on which dtypes the IR defines it (spec/reference.md §3), which error
+    class of FORWARD_ULPS bounds it, which inputs are left out, and the expressions run. `a`, `b`, `c` are
+    the operand tensors; WHERE's `a` is its bool condition. Variants with a constant operand take other
+    code paths (decompositions read the operands' value ranges)."""
+
+    op: Ops
+    dtypes: tuple[DType, ...]
+    kind: str = "basic"            # "basic" | "transcendental" | "exact"
+    keep: Mask | None = None       # None: every input is defined
+    signed_zero: bool = True       # a zero result must have REFERENCE's sign
+    variants: tuple[str, ...] = ()  # extra expressions besides the plain op on buffers
+    cond: bool = False             # WHERE: the first operand is a bool condition
+
+    @property
+    def arity(self) -> int:
+        """Number of operands."""
+        return 1 if self.op in GroupOp.Unary else 2 if self.op in GroupOp.Binary else 3
+
+    def expressions(self, dt: DType) -> tuple[str, ...]:
+        """The source of every output this op's case computes on `dt`, the plain one first."""
+        names = ", ".join(f"{n}.uop" for n in "bc"[:self.arity - 1])
+        plain = f"Tensor(a.uop.alu(Ops.{self.op.name}{', ' if names else ''}{names}))"
+        signed, unsigned = dt in dtypes.sints, dt in dtypes.uints
+        consts = {"neg": "-3" if signed else "3" if unsigned else "2.5" if dt != dtypes.bool else "True",
+                  "m1": "3" if unsigned else "True" if dt == dtypes.bool else "-1",
+                  "bits": "True" if dt == dtypes.bool else "6"}
+        return (plain, *(v.format(**consts) for v in self.variants))
+
+
+def _int_divisor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division is defined unless b == 0 or a is the minimum of a signed dtype and b == -1."""
+    if a.dtype.kind not in "iu":
+        return np.ones(a.shape, dtype=bool)
+    ok = b != 0
+    if a.dtype.kind == "i":
+        ok &= ~((a == np.iinfo(a.dtype).min) & (b == -1))
+    return np.asarray(ok)
+
+
+def _shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    bits = a.dtype.itemsize * 8
+    return np.asarray((b.astype(np.int64) >= 0) & (b.astype(np.int64) < bits) if b.dtype != np.uint64
+                      else b < bits)
+
+
+def _const(op: str, value: str) -> str:
+    return f"Tensor(a.uop.alu(Ops.{op}, a.uop.const_like({value})))"
+
+
+def _div_variants(op: str) -> tuple[str, ...]:
+    """A constant divisor, and operands proven non-negative (decompositions pick C division then)."""
+    return (_const(op, "3"), _const(op, "{neg}"),
+            f"Tensor(a.maximum(0).uop.alu(Ops.{op}, b.maximum(1).uop))")
+
+
+_ARITH = NUMBERS + (dtypes.bool,)
+_LOGIC = INTS + (dtypes.bool,)
+_ALL = (dtypes.bool,) + NUMBERS
+
+ALU_SPECS: tuple[AluSpec, ...] = (
+    AluSpec(Ops.EXP2, FLOATS, "transcendental"),
+    AluSpec(Ops.LOG2, FLOATS, "transcendental"),
+    AluSpec(Ops.SIN, FLOATS, "transcendental"),
+    AluSpec(Ops.SQRT, FLOATS),
+    AluSpec(Ops.RECIPROCAL, FLOATS),
+    AluSpec(Ops.NEG, _ALL),
+    AluSpec(Ops.TRUNC, _ALL),
+    AluSpec(Ops.ADD, _ARITH, variants=(_const("ADD", "1"),)),
+    AluSpec(Ops.SUB, _ARITH, variants=(_const("SUB", "1"),)),
+    AluSpec(Ops.MUL, _ARITH, variants=(_const("MUL", "{m1}"),)),
+    AluSpec(Ops.SHL, INTS, keep=_shift, variants=(_const("SHL", "3"),)),
+    AluSpec(Ops.SHR, INTS, keep=_shift, variants=(_const("SHR", "3"),)),
+    AluSpec(Ops.CDIV, NUMBERS, keep=_int_divisor, variants=_div_variants("CDIV")),
+    AluSpec(Ops.CMOD, NUMBERS, keep=_int_divisor, variants=_div_variants("CMOD")),
+    AluSpec(Ops.FDIV, NUMBERS, keep=_int_divisor, variants=(_const("FDIV", "3"),)),
+    AluSpec(Ops.FLOORDIV, NUMBERS, keep=_int_divisor, variants=_div_variants("FLOORDIV")),
+    AluSpec(Ops.FLOORMOD, NUMBERS, keep=_int_divisor, variants=_div_variants("FLOORMOD")),
+    AluSpec(Ops.MAX, _ARITH, signed_zero=False, variants=(_const("MAX", "0"),)),
+    AluSpec(Ops.POW, _ARITH, "transcendental", variants=(_const("POW", "3"), _const("POW", "{m1}"))),
+    AluSpec(Ops.CMPLT, _ALL, variants=(_const("CMPLT", "1"),)),
+    AluSpec(Ops.CMPNE, _ALL, variants=(_const("CMPNE", "1"),)),
+    AluSpec(Ops.CMPEQ, _ALL, variants=(_const("CMPEQ", "1"),)),
+    AluSpec(Ops.AND, _LOGIC, variants=(_const("AND", "{bits}"),)),
+    AluSpec(Ops.OR, _LOGIC, variants=(_const("OR", "{bits}"),)),
+    AluSpec(Ops.XOR, _LOGIC, variants=(_const("XOR", "{bits}"),)),
+    AluSpec(Ops.THREEFRY, (dtypes.uint64,), variants=(_const("THREEFRY", "0x1234567890abcdef"),)),
+    AluSpec(Ops.WHERE, _ALL, cond=True),
+    AluSpec(Ops.MULACC, NUMBERS),
+)
+
+# ALU ops no backend is asked for, with the reason (an empty table: every op of GroupOp.ALU is expressible
+# at the UOp level on tensors, so every one is checked)
+NOT_CLAIMED_OPS: dict[Ops, str] = {}
+
+
+@dataclass
+class OpInputs:
+    """The operand arrays of one case (host dtypes), element i of each forming one input tuple."""
+
+    arrays: list[np.ndarray]
+    dtypes: list[DType]
+    names: list[str] = field(default_factory=lambda: ["a", "b", "c"])
+
+
+def _grid(values: Sequence[np.ndarray], limit: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Every combination of the special values (a random `limit` of them when there are more)."""
+    combos = np.array(list(itertools.product(*(range(len(v)) for v in values))))
+    if len(combos) > limit:
+        combos = combos[rng.choice(len(combos), limit, replace=False)]
+    return [v[combos[:, i]] for i, v in enumerate(values)]
+
+
+def alu_inputs(spec: AluSpec, dt: DType, rng: np.random.Generator, n_random: int = 64) -> OpInputs:
+    """Special-value combinations plus random values of `dt` for `spec`, minus the undefined ones."""
+    arity = spec.arity
+    dts = [dtypes.bool, dt, dt] if spec.cond else [dt] * arity
+    specials = [special_values(d) for d in dts]
+    arrays = _grid(specials, 700, rng)
+    randoms = [random_values(d, n_random, rng) for d in dts]
+    arrays = [np.concatenate([s, r]).astype(s.dtype) for s, r in zip(arrays, randoms)]
+    if spec.keep is not None:
+        mask = spec.keep(*arrays)
+        arrays = [x[mask] for x in arrays]
+    return OpInputs(arrays, dts)
+
+
+# ---------------------------------------------------------------------- casts
+def _in_range(x: np.ndarray, dst: DType) -> np.ndarray:
+    """Floats whose truncation `dst` holds (NaN and inf excluded): C defines only those conversions."""
+    bits = 8 * dst.itemsize
+    lo, hi = (0.0, 2.0 ** bits) if dtypes.is_unsigned(dst) else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
+    with np.errstate(all="ignore"):
+        t = np.trunc(x.astype(np.float64))
+        return np.asarray(np.isfinite(t) & (t >= lo) & (t < hi))
+
+
+def cast_inputs(src: DType, dst: DType, rng: np.random.Generator) -> np.ndarray:
+    """Values of `src` to cast to `dst`: specials and random values (floats in range for an int `dst`)."""
+    x = np.concatenate([special_values(src), random_values(src, 48, rng),
+                        random_values(src, 16, rng, scale=1e4) if dtypes.is_float(src) else
+                        random_values(src, 0, rng)]).astype(special_values(src).dtype)
+    if dtypes.is_float(src) and dtypes.is_int(dst):
+        x = np.concatenate([x, representable(rng.uniform(float(dtypes.min(dst)), float(dtypes.max(dst)), 16)
+                                             if dst.itemsize < 8 else rng.standard_normal(16) * 1e9, src)])
+        x = x[_in_range(x, dst)]
+    return x
+
+
+def bitcast_pairs() -> list[tuple[DType, DType]]:
+    """Every (src, dst) of equal item size and different dtypes."""
+    return [(s, d) for s in ALL_DTYPES for d in ALL_DTYPES if s != d and s.itemsize == d.itemsize]
+
+
+def bitcast_inputs(src: DType, dst: DType, rng: np.random.Generator) -> np.ndarray:
+    """Values of `src` whose bits are a valid `dst` (a bool byte must be 0 or 1)."""
+    x = np.concatenate([special_values(src), random_values(src, 32, rng)]).astype(special_values(src).dtype)
+    if dst == dtypes.bool:
+        x = x[(x == 0) | (x == 1)]
+    return x
+
+
+def case_id(row: str, dt: DType | None, check: str) -> str:
+    """The pytest id of a case: its row (op), dtype and check, e.g. `FLOORDIV-int32-forward`."""
+    return "-".join(p for p in (row.replace(" ", "_"), name(dt) if dt is not None else None, check) if p)

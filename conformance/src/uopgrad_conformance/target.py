@@ -1,0 +1,70 @@
+"""The backend under test, as the suite sees it: its name, what it claims, and where each part of a check
+runs. Backends are reached only through `uopgrad.Device` (the `uopgrad.backends` entry points)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from uopgrad import Device, DType, Tensor, dtypes
+from uopgrad.backend import Backend
+from uopgrad_conformance.numerics import ALL_DTYPES, host_dtype, name
+
+__all__ = ["REFERENCE", "Target"]
+
+REFERENCE = "REFERENCE"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The device a run checks. `second` is another device of the same backend (for COPY); finite
+    differences run in float64 on `fd_device`: the backend itself when it claims float64, else REFERENCE."""
+
+    name: str
+    claimed: frozenset[DType]
+
+    @staticmethod
+    def load(name: str) -> Target:
+        """Resolve `name` through the registry (raises RuntimeError naming the installed backends)."""
+        device = Device.canonicalize(name)
+        backend: Backend = Device[device]
+        claimed = frozenset(dt for dt in ALL_DTYPES if dt in backend.capabilities.dtypes)
+        return Target(device, claimed)
+
+    @property
+    def backend(self) -> Backend:
+        """The backend object of this device."""
+        return Device[self.name]
+
+    @property
+    def second(self) -> str:
+        """A second device of the same backend: `NAME:1` (or `NAME:2` when NAME is itself `X:1`)."""
+        base, _, index = self.name.partition(":")
+        return f"{base}:{int(index or 0) + 1}"
+
+    @property
+    def fd_device(self) -> str:
+        """Where float64 finite differences run."""
+        return self.name if dtypes.float64 in self.claimed else REFERENCE
+
+    @property
+    def is_reference(self) -> bool:
+        """True when the backend under test is REFERENCE itself (comparisons with it are then trivial)."""
+        return self.name.partition(":")[0] == REFERENCE
+
+    def claims(self, dt: DType) -> bool:
+        """Whether the backend declares `dt` in its capabilities."""
+        return dt in self.claimed
+
+    def not_claimed(self, *dts: DType) -> str | None:
+        """The skip reason when the backend does not claim one of `dts`, else None."""
+        missing = [dt for dt in dts if dt not in self.claimed]
+        if not missing:
+            return None
+        names = ", ".join(name(d) for d in missing)
+        return f"not claimed: {self.name} does not declare {names} in its capabilities"
+
+
+def tensor(arr: np.ndarray, dt: DType, device: str, requires_grad: bool | None = None) -> Tensor:
+    """A tensor of `dt` on `device` holding `arr` (given in `dt`'s host dtype)."""
+    return Tensor(np.asarray(arr, dtype=host_dtype(dt)), device=device, dtype=dt, requires_grad=requires_grad)
