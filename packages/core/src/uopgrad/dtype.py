@@ -4,7 +4,7 @@ from __future__ import annotations
 import builtins
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum, auto
 from typing import Final
 
@@ -36,6 +36,14 @@ class DType:
     fmt: str | None
     count: int = 1
     _scalar: DType | None = None
+
+    def __post_init__(self) -> None:
+        # dtypes are dictionary keys on every node (interning): hash the fields once
+        values = tuple(getattr(self, f.name) for f in fields(self))
+        object.__setattr__(self, "_hash", hash((type(self).__name__, *values)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return]  # set in __post_init__
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"

@@ -38,6 +38,11 @@ class Ops(Enum):
         return f"Ops.{self.name}"
 
 
+# members are singletons compared by identity: hash them the same way (Enum's default hashes the name in
+# Python code, which shows up in every rewrite's profile)
+Ops.__hash__ = object.__hash__  # type: ignore[assignment]  # a C slot, equal semantics
+
+
 class GroupOp:
     """Named sets of ops used by patterns, shape inference and the tables' completeness checks."""
 

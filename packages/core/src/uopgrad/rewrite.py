@@ -143,8 +143,10 @@ class UPat(MathMixin):
                 return []
             orderings = self._orderings
         res: list[Bindings] = []
+        # with one ordering `store` is ours to extend: every caller hands each dict to a single match
+        single = len(orderings) == 1
         for ordering in orderings:
-            stores = [dict(store)]
+            stores = [store if single else dict(store)]
             for u, p in zip(uop.src, ordering):
                 stores = [b for s in stores for b in p.match(u, s)]
                 if not stores:
@@ -295,7 +297,7 @@ class _RewriteContext:
                 return
             new_src.append(rx)
         src = tuple(new_src)
-        if all(a is b for a, b in zip(src, new_n.src)):
+        if src == new_n.src:  # element-wise identity: UOps compare by identity
             if self.pm is None or (cand := self.pm.rewrite(new_n, self.ctx)) is None:
                 self._finish(n, new_n)
                 return
