@@ -6,7 +6,7 @@ import math
 import struct
 from dataclasses import dataclass, fields
 from enum import Enum, auto
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class DType:
         object.__setattr__(self, "_hash", hash((type(self).__name__, *values)))
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]  # set in __post_init__
+        return cast(int, self.__dict__["_hash"])  # set in __post_init__
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"

@@ -40,7 +40,7 @@ class Ops(Enum):
 
 # members are singletons compared by identity: hash them the same way (Enum's default hashes the name in
 # Python code, which shows up in every rewrite's profile)
-Ops.__hash__ = object.__hash__  # type: ignore[assignment]  # a C slot, equal semantics
+Ops.__hash__ = object.__hash__  # type: ignore[method-assign]  # a C slot, equal semantics
 
 
 class GroupOp:
