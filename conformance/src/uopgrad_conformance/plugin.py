@@ -82,8 +82,8 @@ def pytest_configure(config: pytest.Config) -> None:
     report = config.getoption("conformance_report")
     if report is not None:
         state.report_path = Path(report)
-    elif config.cache is not None:
-        state.report_path = config.cache.mkdir("uopgrad-conformance") / f"{target.name}.json"
+    elif (cache := getattr(config, "cache", None)) is not None:  # absent under `-p no:cacheprovider`
+        state.report_path = cache.mkdir("uopgrad-conformance") / f"{target.name}.json"
     config.stash[_STATE] = state
 
 
