@@ -50,23 +50,28 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _fail(target: Target, prog: Program, inputs: Sequence[Input], what: str,
-          v: Sequence[np.ndarray] | None = None) -> Failure:
-    tail = ["print(*(o.numpy() for o in (out if isinstance(out, tuple) else (out,))), sep='\\n')"]
+          v: Sequence[np.ndarray] | None = None, ref: Sequence[np.ndarray] | None = None) -> Failure:
+    """The failure of a program: what differs, then the program as a snippet (REFERENCE's outputs as
+    comments), with the gradient computation when backward was checked."""
+    outs = ["out"] if len(prog.outputs) == 1 else [f"out[{k}]" for k in range(len(prog.outputs))]
+    tail = []
+    for k, o in enumerate(outs):
+        shown = "" if ref is None else "  # REFERENCE: " + np.array2string(
+            np.asarray(ref[k]), precision=6, separator=", ", threshold=12).replace("\n", "")
+        tail.append(f"print({o}.numpy()){shown}")
     if v is not None:
         names = ", ".join(i.name for i in inputs if i.requires_grad)
-        outs = ["out"] if len(v) == 1 else [f"out[{k}]" for k in range(len(v))]
         tail += [f"v{k} = Tensor({array_literal(x.astype(np.float32))}, device=dev, dtype={o}.dtype)"
                  for k, (x, o) in enumerate(zip(v, outs))]
         loss = " + ".join(f"({o} * v{k}).sum()" for k, o in enumerate(outs))
-        tail.append(f"print(*(g.numpy() for g in ({loss}).gradient({names})), sep='\\n')")
-    return Failure(f"{what}\nrepro (the program hypothesis shrank to; REFERENCE runs it with dev = "
-                   f"'REFERENCE'):\n" + snippet(target.name, prog.dtype, inputs, prog.body(), tail))
+        tail += [f"for g in ({loss}).gradient({names}):", "    print(g.numpy())"]
+    return Failure(f"{what}\nrepro (the program hypothesis shrank to; run it with dev = 'REFERENCE' for the "
+                   f"expected values):\n" + snippet(target.name, prog.dtype, inputs, prog.body(), tail))
 
 
 def check_program(target: Target, prog: Program, record: Recorder, rng: np.random.Generator) -> None:
     """Forward (and, for float programs, backward and finite differences) on the backend."""
     inputs = prog.inputs()
-    note(f"program:\n{prog.body()}")
     try:
         ref = _forward(REFERENCE, prog, inputs)
     except Exception as e:
@@ -78,11 +83,12 @@ def check_program(target: Target, prog: Program, record: Recorder, rng: np.rando
     try:
         got = _forward(target.name, prog, inputs)
     except Exception as e:
-        raise _fail(target, prog, inputs, f"raised on {target.name}:\n{format_exception(e)}") from e
+        what = f"raised on {target.name}:\n{format_exception(e)}"
+        raise _fail(target, prog, inputs, what, None, ref) from e
     for k, (g, r) in enumerate(zip(got, ref)):
         if not np.array_equal(g, r):
             raise _fail(target, prog, inputs, f"output {k} differs from REFERENCE:\n  {target.name}: {g}\n"
-                        f"  REFERENCE: {r}")
+                        f"  REFERENCE: {r}", None, ref)
 
 
 def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Sequence[np.ndarray],
@@ -98,7 +104,7 @@ def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Se
         outs, grads = vjp(gprog, gprog.body, inputs, run_env(target.name, prog.dtype, target.second), v)
     except Exception as e:
         raise _fail(target, prog, inputs, f"forward or backward raised on {target.name}:\n"
-                    f"{format_exception(e)}", v) from e
+                    f"{format_exception(e)}", v, ref) from e
     names = [f"output {k}" for k in range(len(outs))] + [f"gradient of {i.name}" for i in inputs
                                                         if i.requires_grad]
     problems = []
@@ -111,7 +117,7 @@ def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Se
     if not problems and prog.smooth and prog.dtype in FD_DTYPES:
         problems += _finite_differences(target, gprog, inputs, v, grads, tol, rng, record)
     if problems:
-        raise _fail(target, prog, inputs, "\n".join(problems), v)
+        raise _fail(target, prog, inputs, "\n".join(problems), v, ref)
 
 
 def _finite_differences(target: Target, gprog: GradProgram, inputs: Sequence[Input], v: Sequence[np.ndarray],

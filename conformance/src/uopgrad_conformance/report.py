@@ -34,6 +34,12 @@ class Case:
         parts = [self.row.replace(" ", "_"), name(self.dtype) if self.dtype is not None else "", self.check]
         return "-".join(p for p in parts if p)
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # noqa: ANN401  (hypothesis' pretty printer)
+        p.text(repr(self))
+
+    def __repr__(self) -> str:  # short in hypothesis' "Failing test case" printout
+        return f"Case({self.id})"
+
     @property
     def column(self) -> str:
         """The summary column: the dtype's short name, or `any`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -107,8 +108,11 @@ class Program:
         lines.append(f"out = {outs[0]}" if len(outs) == 1 else f"out = ({', '.join(outs)})")
         return "\n".join(lines)
 
-    def __repr__(self) -> str:  # hypothesis prints the falsifying example with this
+    def __repr__(self) -> str:
         return f"<Program {name(self.dtype)}: {len(self.steps)} steps>\n{self.body()}"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # noqa: ANN401  (how hypothesis prints a draw)
+        p.text(repr(self))
 
 
 def shapes(max_rank: int = 3, max_dim: int = 4) -> st.SearchStrategy[tuple[int, ...]]:

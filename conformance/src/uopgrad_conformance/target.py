@@ -3,6 +3,7 @@ runs. Backends are reached only through `uopgrad.Device` (the `uopgrad.backends`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,12 @@ class Target:
 
     name: str
     claimed: frozenset[DType]
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # noqa: ANN401  (hypothesis' pretty printer)
+        p.text(repr(self))
+
+    def __repr__(self) -> str:
+        return f"Target({self.name})"
 
     @staticmethod
     def load(name: str) -> Target:

@@ -20,7 +20,10 @@ DTYPES = frozenset({dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, d
 
 
 class NumpyVecBackend(CompiledBackend):
-    """Kernels as vectorised numpy code: correct everywhere, fast nowhere; a template for new backends."""
+    """Kernels as vectorised numpy code: correct everywhere, fast nowhere; a template for new backends.
+    A variant (say, with another op table) subclasses `NumpyRenderer` and names it in `renderer_class`."""
+
+    renderer_class: type[NumpyRenderer] = NumpyRenderer
 
     def __init__(self, device: str) -> None:
-        super().__init__(device, NumpyRenderer(), PyCompiler(), NumpyAllocator(), NumpyProgram, DTYPES)
+        super().__init__(device, self.renderer_class(), PyCompiler(), NumpyAllocator(), NumpyProgram, DTYPES)
