@@ -3,6 +3,7 @@ could hold."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import hashlib
 import os
@@ -209,3 +210,15 @@ def test_large_output_loops_run_in_parallel_and_agree(cpu):
 def test_cache_dir_default(monkeypatch):
     monkeypatch.delenv("UOPGRAD_CACHE_DIR")
     assert compile_cache_dir() == Path.home() / ".cache" / "uopgrad"
+
+
+def test_openmp_threads_follow_the_free_cores(monkeypatch):
+    # dynamic mode unless $OMP_DYNAMIC says otherwise (see runtime._load_aware_threads)
+    src = "#include <omp.h>\nint dynamic_mode(void) { return omp_get_dynamic(); }\n"
+    compiler = CCompiler()
+    if "-fopenmp" not in compiler.flags:
+        pytest.skip("the C compiler has no OpenMP")
+    monkeypatch.delenv("OMP_DYNAMIC", raising=False)
+    prg = CPUProgram("dynamic_mode", compiler.compile_cached(src))
+    prg._fn.restype = ctypes.c_int
+    assert prg._fn() == 1
