@@ -1,0 +1,234 @@
+"""The OpenCL C dialect on hand-built linear programs (spec/kernels.md §2): golden kernels with grid
+indices, address spaces, bools stored as uchar and the extension pragmas; the OpenCL spellings of types,
+literals, casts, bitcasts and helpers; safe names. Nothing here needs a device."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from uopgrad import DType, GroupOp, Ops, UOp, dtypes
+from uopgrad.codegen import GridLimits, Program
+from uopgrad.renderer import CStyleRenderer
+from uopgrad_opencl import OpenCLRenderer
+
+i32, f32, f64, f16 = dtypes.int32, dtypes.float32, dtypes.float64, dtypes.float16
+
+
+def param(slot: int, dt: DType, n: int) -> UOp:
+    return UOp(Ops.PARAM, dt.ptr(n), (), slot)
+
+
+def const(dt: DType, v: float | int | bool) -> UOp:
+    return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
+
+
+def special(name: str, n: int) -> UOp:
+    return UOp(Ops.SPECIAL, i32, (const(i32, n),), name)
+
+
+def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
+    return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)),
+                                          *(() if gate is None else (gate,))))
+
+
+def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
+    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val,
+                                        *(() if gate is None else (gate,))))
+
+
+def alu(op: Ops, *srcs: UOp) -> UOp:
+    return UOp(op, dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype, srcs)
+
+
+def linear(*roots: UOp) -> tuple[UOp, ...]:
+    out: dict[UOp, None] = {}
+    for root in roots:
+        out.update((u, None) for u in root.toposort() if u not in out)
+    return tuple(out)
+
+
+def render(name: str, *roots: UOp) -> str:
+    uops = linear(*roots)
+    slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
+    variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
+    return OpenCLRenderer().render(Program(name, uops, slots, variables, (), ()))
+
+
+def unary(op: Ops, src_dt: DType, dst_dt: DType) -> str:
+    out, a = param(0, dst_dt, 4), param(1, src_dt, 4)
+    g = special("gidx0", 4)
+    return render("k", store(out, g, UOp(op, dst_dt, (load(a, g),))))
+
+
+# ---------------------------------------------------------------------- golden kernels
+def test_golden_grid_elementwise():
+    # out[g*64 + l] = max(a[...] * 2, -0.0) where in bounds: a padded grid over 100 elements
+    out, a = param(0, f32, 100), param(1, f32, 100)
+    idx = alu(Ops.ADD, alu(Ops.MUL, special("gidx0", 2), const(i32, 64)), special("lidx0", 64))
+    ok = alu(Ops.CMPLT, idx, const(i32, 100))
+    val = alu(Ops.MAX, alu(Ops.MUL, load(a, idx, ok), const(f32, 2.0)), const(f32, -0.0))
+    assert render("E_100", store(out, idx, val, ok)) == """\
+#pragma OPENCL FP_CONTRACT OFF
+
+__kernel void E_100(__global float* restrict data0, __global const float* restrict data1) {
+  const int gidx0 = get_group_id(0);
+  const int alu0 = (gidx0*64);
+  const int lidx0 = get_local_id(0);
+  const int alu1 = (alu0+lidx0);
+  const bool alu2 = (alu1<100);
+  const float val0 = (alu2?data1[alu1]:0.0f);
+  const float alu3 = (val0*2.0f);
+  const float alu4 = (((alu3!=alu3)||(alu3>(-0.0f)))?alu3:(-0.0f));
+  if (alu2) data0[alu1] = alu4;
+}
+"""
+
+
+def test_golden_bools_are_uchar_in_buffers_and_bool_in_registers():
+    out, a, b = param(0, dtypes.bool, 8), param(1, f64, 8), param(2, dtypes.bool, 8)
+    g = special("gidx0", 8)
+    val = alu(Ops.AND, alu(Ops.CMPLT, load(a, g), const(f64, 0.5)), load(b, g))
+    assert render("E_8", store(out, g, val)) == """\
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#pragma OPENCL FP_CONTRACT OFF
+
+__kernel void E_8(__global uchar* restrict data0, __global const double* restrict data1, \
+__global const uchar* restrict data2) {
+  const int gidx0 = get_group_id(0);
+  const double val0 = data1[gidx0];
+  const bool alu0 = (val0<0.5);
+  const bool val1 = data2[gidx0];
+  const bool alu1 = (alu0&val1);
+  data0[gidx0] = alu1;
+}
+"""
+
+
+def test_golden_reduce_with_variable_and_unused_buffer():
+    n = UOp.variable("n", 1, 64, i32)
+    out, a = param(0, f32, 4), param(2, f32, 256)  # slot 1 is never used
+    g = special("gidx0", 4)
+    r = UOp(Ops.RANGE, i32, (n,), (1, "reduce"))
+    acc = UOp(Ops.DEFINE_REG, f32, (const(f32, 0.0),), 0)
+    cur = UOp(Ops.LOAD, f32, (acc, r))
+    upd = UOp(Ops.STORE, dtypes.void, (acc, alu(Ops.ADD, cur, load(a, alu(Ops.ADD, alu(Ops.MUL, g, n), r)))))
+    e = UOp(Ops.END, dtypes.void, (r, upd))
+    final = UOp(Ops.LOAD, f32, (acc, e))
+    uops = linear(out, a, n, g, acc, r, cur, upd, e, final, store(out, g, final))
+    src = OpenCLRenderer().render(Program("r_4_n", uops, (0, 1, 2), (n,), (0,), (2,)))
+    assert src == """\
+#pragma OPENCL FP_CONTRACT OFF
+
+__kernel void r_4_n(__global float* restrict data0, __global const void* data1, \
+__global const float* restrict data2, const int n) {
+  const int gidx0 = get_group_id(0);
+  float acc0 = 0.0f;
+  for (int ridx1 = 0; ridx1 < n; ridx1++) {
+    const float val0 = acc0;
+    const int alu0 = (gidx0*n);
+    const int alu1 = (alu0+ridx1);
+    const float val1 = data2[alu1];
+    const float alu2 = (val0+val1);
+    acc0 = alu2;
+  }
+  const float val2 = acc0;
+  data0[gidx0] = val2;
+}
+"""
+
+
+def test_grid_indices():
+    src = render("k", store(param(0, i32, 8), special("lidx2", 8), alu(Ops.ADD, special("gidx1", 8),
+                                                                          special("idx0", 8))))
+    assert "const int gidx1 = get_group_id(1);" in src
+    assert "const int idx0 = get_global_id(0);" in src
+    assert "const int lidx2 = get_local_id(2);" in src
+
+
+# ---------------------------------------------------------------------- types, literals, pragmas
+def test_opencl_type_names():
+    r = OpenCLRenderer()
+    names = {dt: r.ctype(dt) for dt in (dtypes.bool, *dtypes.ints, f16, f32, f64)}
+    assert names == {
+        dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
+        dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
+        dtypes.uint64: "ulong", f16: "half", f32: "float", f64: "double",
+    }
+
+
+@pytest.mark.parametrize(("value", "dt", "text"), [
+    (math.inf, f32, "INFINITY"), (-math.inf, f64, "(-INFINITY)"), (math.nan, f32, "NAN"),
+    (-0.0, f32, "(-0.0f)"), (-0.0, f64, "(-0.0)"), (0.5, f16, "((half)0.5f)"),
+    (-2**63, dtypes.int64, "(-9223372036854775807l-1)"), (2**64 - 1, dtypes.uint64, "18446744073709551615ul"),
+    (7, dtypes.int64, "7l"), (7, dtypes.uint32, "7u"), (-3, dtypes.int8, "((char)-3)"),
+    (True, dtypes.bool, "1"),
+])
+def test_constants(value, dt, text):
+    assert OpenCLRenderer().render_const(value, dt) == text
+
+
+def test_half_enables_cl_khr_fp16_and_computes_in_float():
+    out, a = param(0, f16, 4), param(1, f16, 4)
+    g = special("gidx0", 4)
+    src = render("k", store(out, g, alu(Ops.SQRT, load(a, g))))
+    assert src.startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n")
+    assert "const half alu0 = ((half)sqrt(((float)val0)));" in src
+    assert "cl_khr_fp64" not in src
+
+
+def test_math_builtins_are_overloaded():
+    assert "sqrt(" in unary(Ops.SQRT, f64, f64) and "sqrtf" not in unary(Ops.SQRT, f32, f32)
+    assert "exp2(val0)" in unary(Ops.EXP2, f32, f32) and "log2(val0)" in unary(Ops.LOG2, f64, f64)
+    assert "trunc(val0)" in unary(Ops.TRUNC, f32, f32) and "sin(val0)" in unary(Ops.SIN, f32, f32)
+
+
+def test_no_c99_only_spellings():
+    # the helpers, the guards and the literals in OpenCL C: no `long long`, no static locals, no unions
+    out, a, b = param(0, dtypes.int64, 4), param(1, dtypes.int64, 4), param(2, dtypes.uint64, 4)
+    g = special("gidx0", 4)
+    x, y = load(a, g), load(b, g)
+    val = alu(Ops.ADD, alu(Ops.SHL, x, x), alu(Ops.SHR, x, x))
+    val = alu(Ops.ADD, val, UOp(Ops.CAST, dtypes.int64, (alu(Ops.THREEFRY, y, y),)))
+    val = alu(Ops.ADD, val, alu(Ops.POW, x, x))
+    val = alu(Ops.ADD, val, UOp(Ops.BITCAST, dtypes.int64, (UOp(Ops.CAST, f64, (x,)),)))
+    val = alu(Ops.ADD, val, UOp(Ops.CAST, dtypes.int64, (UOp(Ops.CAST, f64, (x,)),)))
+    src = render("k", store(out, g, val))
+    assert "long long" not in src and not re.search(r"\bstatic\b", src) and "union" not in src
+    assert "__uopgrad_threefry" in src and "__uopgrad_ipow" in src and "__uopgrad_f2i(" in src
+    assert "as_long((double)" in src and "(((ulong)(val0))<64u?" in src
+
+
+def test_float_to_int_uses_the_float_helper_unless_the_source_is_double():
+    assert "((int)__uopgrad_f2if((float)val0))" in unary(Ops.CAST, f32, i32)
+    assert "((uchar)__uopgrad_f2if((float)val0))" in unary(Ops.CAST, f16, dtypes.uint8)
+    src = unary(Ops.CAST, f64, dtypes.int64)
+    assert "((long)__uopgrad_f2i((double)val0))" in src and "cl_khr_fp64" in src
+    assert "__uopgrad_f2if" not in src and "double" not in unary(Ops.CAST, f32, i32)
+
+
+def test_bitcasts():
+    assert "as_uint((float)val0)" in unary(Ops.BITCAST, f32, dtypes.uint32)
+    assert "as_half((short)val0)" in unary(Ops.BITCAST, dtypes.int16, f16)
+    assert "(val0!=0)" in unary(Ops.BITCAST, dtypes.uint8, dtypes.bool)
+    assert "((char)val0)" in unary(Ops.BITCAST, dtypes.bool, dtypes.int8)
+
+
+# ---------------------------------------------------------------------- names and the class
+@pytest.mark.parametrize(("name", "ident"), [
+    ("E_4_4", "E_4_4"), ("max", "k_max"), ("dot", "k_dot"), ("kernel", "k_kernel"), ("half", "k_half"),
+    ("get_global_id", "k_get_global_id"), ("convert_int", "k_convert_int"), ("sqrtf", "k_sqrtf"),
+    ("my kernel", "my_kernel"),
+])
+def test_kernel_names_never_clash_with_opencl(name, ident):
+    assert OpenCLRenderer().function_name(name) == ident
+
+
+def test_renderer_is_grid_style_with_the_device_limits():
+    limits = GridLimits(local_max=(256, 256, 256), local_prod_max=256, local_size=256)
+    r = OpenCLRenderer(limits)
+    assert r.grid is limits and r.device == "CL" and OpenCLRenderer().grid == GridLimits()
+    assert isinstance(r, CStyleRenderer) and r.supports == CStyleRenderer().supports
+    assert not {Ops.FLOORDIV, Ops.FLOORMOD} & r.supports  # floor semantics come from codegen
