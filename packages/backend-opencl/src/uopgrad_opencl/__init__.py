@@ -1,7 +1,28 @@
 """uopgrad_opencl: the OpenCL backend of uopgrad (OpenCL C built and launched through pyopencl).
 
-A skeleton for now: the renderer, compiler, runtime and the `uopgrad.backends` entry point are filled in
-by a later issue (ARCHITECTURE.md section 3).
+`CLBackend` is the `uopgrad.backends` entry point `CL`. It is core's `CompiledBackend` with this package's
+four parts: `OpenCLRenderer` (renderer.py), `CLCompiler` (compiler.py), `CLAllocator` and `CLProgram`
+(runtime.py), all on the device `$UOPGRAD_CL_DEVICE` chooses (runtime.py). See ARCHITECTURE.md section 3.
 """
+from __future__ import annotations
 
-__all__: list[str] = []
+from uopgrad.backend import CompiledBackend
+from uopgrad_opencl import runtime
+from uopgrad_opencl.compiler import CLCompiler
+from uopgrad_opencl.renderer import OpenCLRenderer
+from uopgrad_opencl.runtime import CLAllocator, CLDevice, CLProgram
+
+__all__ = ["CLAllocator", "CLBackend", "CLCompiler", "CLDevice", "CLProgram", "OpenCLRenderer"]
+
+
+class CLBackend(CompiledBackend):
+    """An OpenCL device: every kernel is a `__kernel` launched on a grid of work-groups. `CL` is the device
+    `$UOPGRAD_CL_DEVICE` names (default: the first), `CL:n` the n-th after it."""
+
+    def __init__(self, device: str) -> None:
+        self.dev = dev = runtime.open_device(runtime.device_position(device))
+        super().__init__(device, OpenCLRenderer(dev.grid), CLCompiler(dev.context, dev.device, dev.target),
+                         CLAllocator(dev), runtime.program_class(dev), dev.dtypes)
+
+    def __repr__(self) -> str:
+        return f"<CLBackend {self.name}: {self.dev.label}>"
