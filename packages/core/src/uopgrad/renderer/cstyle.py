@@ -3,7 +3,8 @@
 A dialect (C99 for the CPU, OpenCL C, CUDA C) subclasses `CStyleRenderer` and overrides tables and hooks:
 `type_map` (dtype -> type name), `code_for_op` (one template per ALU op; its keys are what the backend
 claims natively), `helpers` (support functions emitted when a kernel uses them), and the hooks for
-constants, casts, bitcasts, math functions, special indices, the kernel prefix and parameter qualifiers.
+constants, casts, bitcasts, buffer loads and stores, math functions, special indices, the kernel prefix and
+parameter qualifiers.
 
 Every value gets its own SSA-style temporary (`const float alu3 = (alu1+alu2);`): a kernel that fuses
 thousands of ops is thousands of short statements, never one expression nested thousands deep (C
@@ -305,6 +306,14 @@ class CStyleRenderer(Renderer):
             raise RenderError(f"{type(self).__name__} has no grid index {name!r} (is it loop-style?)")
         return self.special_index[m.group(1)].format(int(m.group(2)), "xyz"[int(m.group(2))])
 
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """An expression reading element `offset` of buffer `buf`, a value of `dt`."""
+        return f"{buf}[{offset}]"
+
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """A statement writing `value`, of `dt`, to element `offset` of buffer `buf`."""
+        return f"{buf}[{offset}] = {value};"
+
     def render_param(self, slot: int, dt: DType, writable: bool) -> str:
         """One buffer parameter: `float* restrict data0`; read-only buffers are `const`."""
         const = "" if writable else "const "
@@ -388,8 +397,8 @@ class CStyleRenderer(Renderer):
         xs = [f"((float){st.names[s]})" if via_float and s.dtype.scalar() == dtypes.float16 else st.names[s]
               for s in u.src]
         expr = template(self, dt, *xs)
-        if via_float and u.dtype.scalar() == dtypes.float16:
-            expr = f"(({self.ctype(u.dtype)}){expr})"
+        if via_float and u.dtype.scalar() == dtypes.float16:  # the float result rounded back to half
+            expr = self.render_cast(expr, dtypes.float32, u.dtype)
         self._value(st, u, "alu", expr)
 
     def _name(self, st: _State, u: UOp) -> None:  # PARAM, DEFINE_VAR: named in _plan
@@ -438,13 +447,21 @@ class CStyleRenderer(Renderer):
         st.names[u] = f"{st.names[u.src[0]]}[{st.names[u.src[1]]}]"
 
     def _load(self, st: _State, u: UOp) -> None:
-        src = st.names[u.src[0]]
-        if len(u.src) > 1 and u.src[0].op is Ops.INDEX:  # a gated load reads 0 where the gate is false
+        idx = u.src[0]
+        if idx.op is not Ops.INDEX:  # a register
+            self._value(st, u, "val", st.names[idx])
+            return
+        src = self.render_load(st.names[idx.src[0]], st.names[idx.src[1]], u.dtype)
+        if len(u.src) > 1:  # a gated load reads 0 where the gate is false
             src = f"({st.names[u.src[1]]}?{src}:{self.render_const(0, u.dtype)})"
         self._value(st, u, "val", src)
 
     def _store(self, st: _State, u: UOp) -> None:
-        line = f"{st.names[u.src[0]]} = {st.names[u.src[1]]};"
+        idx, value = u.src[0], st.names[u.src[1]]
+        if idx.op is Ops.INDEX:
+            line = self.render_store(st.names[idx.src[0]], st.names[idx.src[1]], value, u.src[1].dtype)
+        else:  # a register
+            line = f"{st.names[idx]} = {value};"
         st.emit(f"if ({st.names[u.src[2]]}) {line}" if len(u.src) > 2 else line)
 
     def _cast(self, st: _State, u: UOp) -> None:
