@@ -3,9 +3,11 @@
 `$CC` (default `cc`) builds with `-O2 -march=native -fPIC -shared`, and never `-ffast-math`: NaN and inf
 must behave. Three flags make C's arithmetic the one REFERENCE defines: `-fwrapv` (signed overflow wraps),
 `-ffp-contract=off` (no fused multiply-add: `a*b+c` rounds twice, as in numpy) and `-fno-math-errno`
-(lets `sqrt` be one instruction; the value is the same). Two are added when the compiler accepts them:
-`-fopenmp` (the outer loop of large kernels on all cores) and `-fvect-cost-model=dynamic` (GCC's -O2 cost
-model otherwise leaves loops with a data-dependent select scalar: a branch per element, 30x slower).
+(lets `sqrt` be one instruction; the value is the same). Three are added when the compiler accepts them:
+`-fopenmp` (the outer loop of large kernels on all cores), `-fvect-cost-model=dynamic` (GCC's -O2 cost
+model otherwise leaves loops with a data-dependent select scalar: a branch per element, 30x slower) and
+`-fno-tree-slp-vectorize`: GCC 12.2's straight-line vectoriser drops a float64 -> float32 -> float64 round
+trip when it pairs two of them (`(double)(float)x` becomes `x`); loops are still vectorised.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ __all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "openmp_avail
 BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv", "-ffp-contract=off",
               "-fno-math-errno")
 # used when `$CC` accepts them (clang, for one, has no -fvect-cost-model and vectorises at -O2 anyway)
-OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic")
+OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic", "-fno-tree-slp-vectorize")
 
 
 def _run(cmd: list[str], src: str) -> subprocess.CompletedProcess[str]:
