@@ -13,7 +13,8 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
-nox.options.sessions = ["lint", "typecheck", "imports", "tests"]
+nox.options.sessions = ["lint", "typecheck", "imports", "tests", "conformance(backend='REFERENCE')",
+                        "conformance(backend='CPU')", "conformance_external", "conformance_meta"]
 # Reuse a session's environment when it exists: pip rebuilds and reinstalls a local directory on every
 # run, so a reused environment never tests stale code. A fresh clone (as in CI) builds every environment anew.
 nox.options.reuse_venv = "yes"
@@ -32,6 +33,8 @@ BACKEND_PACKAGES = {
     "CUDA": "./packages/backend-cuda",
 }
 CONFORMANCE = "./conformance"
+EXAMPLE_BACKEND = "./examples/out_of_tree_backend"       # the out-of-tree backend example (NUMPYVEC)
+BROKEN_BACKENDS = "./conformance/meta_tests/broken_backend"  # planted bugs, for conformance_meta
 ALL_PACKAGES = [CORE, *BACKEND_PACKAGES.values(), CONFORMANCE]
 SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
 
@@ -96,7 +99,38 @@ def demo(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("backend", ["REFERENCE", "CPU"])
 def conformance(session: nox.Session, backend: str) -> None:
-    """The conformance suite against one backend, reached through its entry point (not yet in `nox`)."""
+    """The conformance suite on one in-tree backend, found through its entry point.
+
+    Hypothesis profile `ci`; the JSON summary goes to build/conformance/<backend>.json."""
     backend_package = BACKEND_PACKAGES.get(backend)  # REFERENCE ships inside core
     session.install(*TEST_DEPS, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
-    session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend, *session.posargs)
+    _run_conformance(session, backend, session.posargs)
+
+
+@nox.session
+def conformance_external(session: nox.Session) -> None:
+    """The conformance suite on an out-of-tree backend: `-- <pip spec> <NAME> [pytest args]`.
+
+    Without arguments it checks the example in examples/out_of_tree_backend (device NUMPYVEC)."""
+    args = list(session.posargs) or [EXAMPLE_BACKEND, "NUMPYVEC"]
+    if len(args) < 2:
+        session.error("usage: nox -s conformance_external -- <pip spec of the backend> <NAME> [pytest args]")
+    spec, name, *rest = args
+    session.install(*TEST_DEPS, CORE, CONFORMANCE, spec)
+    _run_conformance(session, name, rest)
+
+
+@nox.session
+def conformance_meta(session: nox.Session) -> None:
+    """Meta tests of the conformance harness: every planted bug is caught, with a repro.
+
+    Installs the broken backends of conformance/meta_tests/broken_backend; REFERENCE and the out-of-tree
+    example must pass."""
+    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BROKEN_BACKENDS)
+    session.run("pytest", "conformance/meta_tests", *session.posargs)
+
+
+def _run_conformance(session: nox.Session, backend: str, extra: list[str]) -> None:
+    report = ROOT / "build" / "conformance" / f"{backend}.json"
+    session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
+                "--conformance-report", str(report), *extra)

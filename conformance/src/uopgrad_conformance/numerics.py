@@ -122,7 +122,7 @@ def ulp(x: np.ndarray, dt: DType) -> np.ndarray:
     mant, emin = _FLOAT_BITS[dt]
     with np.errstate(all="ignore"):
         ax = np.abs(np.asarray(x, dtype=np.float64))
-        exp = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
+        exp = np.where(ax > 0, np.floor(np.log2(np.where(ax > 0, ax, 1.0))), emin)
         exp = np.maximum(np.where(np.isfinite(exp), exp, emin), emin)
         return np.asarray(np.ldexp(1.0, (exp - mant).astype(np.int64)))
 

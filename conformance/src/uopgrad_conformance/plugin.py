@@ -127,8 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     state = config.stash[_STATE]
     strict = bool(config.getoption("strict_xfail"))
-    compiled = get_target(config).backend.capabilities.compiled
-    entries = [*state.xfails, *(e for e in KNOWN_CORE_ISSUES if compiled or not e.compiled_only)]
+    caps = get_target(config).backend.capabilities
+    entries = [*state.xfails, *(e for e in KNOWN_CORE_ISSUES if e.applies is None or e.applies(caps))]
     patterns = [(e, e.regex()) for e in entries]
     for item in items:
         for entry, rx in patterns:

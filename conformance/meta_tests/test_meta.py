@@ -1,0 +1,174 @@
+"""Meta tests: the conformance harness itself, run as a backend author runs it (a pytest subprocess with
+`--pyargs uopgrad_conformance --backend NAME`).
+
+Needs the broken backends of `broken_backend/` (and the out-of-tree example they build on) installed:
+`nox -s conformance_meta` installs them. Each planted bug must be caught, by the check meant to catch it,
+with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the xfails file
+and the skip reasons must behave as documented (docs/conformance.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from uopgrad import Device, GroupOp
+
+NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC"]
+missing = [n for n in NEEDED if n not in Device]
+pytestmark = pytest.mark.skipif(bool(missing), reason=f"meta tests need the backends {missing} installed "
+                                "(nox -s conformance_meta installs them)")
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    report: dict
+
+    def outcome(self, test_id: str) -> str:
+        """The outcome of the case whose node id ends with `test_id`."""
+        found = [c["outcome"] for c in self.report["cases"] if c["nodeid"].endswith(test_id)]
+        assert len(found) == 1, f"{test_id}: {found} among {[c['nodeid'] for c in self.report['cases']][:5]}"
+        return found[0]
+
+    def failed(self) -> set[str]:
+        return {c["nodeid"].split("::")[-1] for c in self.report["cases"] if c["outcome"] == "failed"}
+
+
+def run_suite(tmp_path: Path, backend: str, *args: str) -> Run:
+    """The suite in a fresh process, on `backend`, with extra pytest arguments; its JSON report."""
+    report = tmp_path / f"{backend}.json"
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
+           "-p", "no:cacheprovider", "--conformance-report", str(report), "-q", *args]
+    env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path / "kernels")}
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1800)
+    data = json.loads(report.read_text()) if report.exists() else {"cases": []}
+    return Run(res.returncode, res.stdout + res.stderr, data)
+
+
+def snippets(out: str) -> list[str]:
+    """The repro snippets in pytest's output: from `import numpy as np` to the end of the indented block."""
+    found = []
+    lines = [re.sub(r"^E\s{0,11}", "", ln) for ln in out.splitlines()]
+    for i, line in enumerate(lines):
+        if line.strip() == "import numpy as np":
+            block = []
+            for ln in lines[i:]:
+                stop = ("Failing test case", "Explanation", "Draw ", "[", "repro")
+                if ln.startswith(stop) or not ln.strip():
+                    break
+                block.append(ln)
+            found.append("\n".join(block))
+    return found
+
+
+# (device, -k selection, cases that must fail, cases that must pass: they show which check catches it)
+PLANTED = [
+    ("BROKEN_FLIP", "FLIP", ["test_gradient[FLIP-float32-grad]", "test_gradient[FLIP-float64-grad]"],
+     ["test_movement[FLIP-float32-forward]"]),
+    ("BROKEN_PAD", "PAD or programs-float32", ["test_movement[PAD-float32-forward]",
+                                               "test_gradient[PAD-float32-grad]",
+                                               "test_programs[programs-float32-random]"], []),
+    ("BROKEN_FLOORDIV", "FLOORDIV", ["test_alu[FLOORDIV-int32-forward]",
+                                     "test_alu[FLOORDIV-float32-forward]"],
+     ["test_alu[FLOORDIV-uint32-forward]"]),
+    ("BROKEN_MAXID", "REDUCE_MAX", ["test_reduce[REDUCE_MAX-float32-forward]",
+                                    "test_reduce[REDUCE_MAX-int32-forward]"],
+     ["test_reduce[REDUCE_MAX-uint32-forward]"]),
+    ("BROKEN_SUB", "test_alu and SUB", ["test_alu[SUB-int32-forward]", "test_alu[SUB-float32-forward]"],
+     []),
+]
+
+
+@pytest.mark.parametrize(("backend", "select", "must_fail", "must_pass"), PLANTED,
+                         ids=[p[0] for p in PLANTED])
+def test_planted_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
+                               must_pass: list[str]) -> None:
+    run = run_suite(tmp_path, backend, "-k", select)
+    assert run.rc == 1, run.out[-3000:]
+    for t in must_fail:
+        assert run.outcome(t) == "failed", t
+    for t in must_pass:
+        assert run.outcome(t) == "passed", t
+    assert "repro" in run.out
+    found = snippets(run.out)
+    assert found, run.out[-3000:]
+    # the snippet runs on its own (on the broken backend it shows the wrong values)
+    script = tmp_path / "repro.py"
+    script.write_text(found[0])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 or backend in res.stderr, res.stderr[-2000:]
+
+
+def test_random_program_is_shrunk_to_a_minimal_repro(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, "BROKEN_PAD", "-k", "programs-float32")
+    assert run.outcome("test_programs[programs-float32-random]") == "failed"
+    program = next(s for s in snippets(run.out) if ".pad(" in s)
+    body = [ln for ln in program.splitlines() if re.match(r"t\d+ = t\d+\.", ln)]
+    assert len(body) == 1, program  # one step: the pad itself
+
+
+def test_vjp_bug_is_invisible_to_an_all_ones_cotangent() -> None:
+    # why the suite draws Gaussian cotangents: sum().backward() through a bare flip looks right on BROKEN_FLIP
+    import numpy as np
+
+    from uopgrad import Tensor
+
+    got = {}
+    for dev in ("REFERENCE", "BROKEN_FLIP"):
+        x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev, requires_grad=True)
+        ones = (x.flip(0) * 2.0).sum().gradient(x)[0].numpy()
+        v = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev)
+        rand = (x.flip(0) * 2.0).gradient(x, gradient=v)[0].numpy()
+        got[dev] = (ones, rand)
+    np.testing.assert_allclose(got["BROKEN_FLIP"][0], got["REFERENCE"][0], rtol=1e-6)
+    assert not np.allclose(got["BROKEN_FLIP"][1], got["REFERENCE"][1])
+
+
+def test_reference_passes_and_the_report_lists_every_row(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, "REFERENCE")
+    assert run.rc == 0, run.out[-3000:]
+    rows = {c["row"] for c in run.report["cells"]}
+    assert {op.name for op in GroupOp.ALU} <= rows
+    assert {"RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"} <= rows
+    assert {"REDUCE ADD", "REDUCE MAX", "REDUCE MUL", "COPY", "CONTIGUOUS"} <= rows
+    assert {r for r in rows if r.startswith("FUNCTION")} >= {"FUNCTION plain", "FUNCTION precompile",
+                                                             "FUNCTION grad_fxn", "FUNCTION nested"}
+    assert "uopgrad conformance summary for REFERENCE" in run.out
+    assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"])
+
+
+def test_out_of_tree_backend_passes(tmp_path: Path) -> None:
+    run = run_suite(tmp_path, "NUMPYVEC", "-k", "test_alu or test_movement or test_reduce or FUNCTION")
+    assert run.rc == 0, run.out[-3000:]
+    claimed = [c for c in run.report["cases"] if c["outcome"] == "not claimed"]
+    assert claimed and all("NUMPYVEC does not declare bfloat16" in c["reason"] for c in claimed)
+
+
+def test_xfails_file_and_strict_mode(tmp_path: Path) -> None:
+    xf = tmp_path / "xfails.txt"
+    xf.write_text("# known bugs of BROKEN_SUB\ntest_alu[SUB-int32-forward]  # operands swapped\n"
+                  "test_alu[NO_SUCH_OP-*]\n")
+    run = run_suite(tmp_path, "BROKEN_SUB", "-k", "SUB-int32", "--xfails", str(xf))
+    assert run.rc == 0, run.out[-3000:]
+    assert run.outcome("test_alu[SUB-int32-forward]") == "xfailed"
+    assert "'test_alu[NO_SUCH_OP-*]' matches no collected test" in run.out
+    # an expected failure that passes fails the run under --strict-xfail
+    xf.write_text("test_alu[ADD-int32-forward]\n")
+    strict = run_suite(tmp_path, "REFERENCE", "-k", "ADD-int32", "--xfails", str(xf), "--strict-xfail")
+    assert strict.rc == 1 and "XPASS(strict)" in strict.out
+
+
+def test_backend_option_is_required_and_checked(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "-q",
+                          "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0 and "needs --backend NAME" in res.stdout + res.stderr
+    unknown = run_suite(tmp_path, "NO_SUCH_DEVICE")
+    assert unknown.rc != 0 and "installed backends are" in unknown.out
