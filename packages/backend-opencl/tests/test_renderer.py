@@ -155,13 +155,13 @@ def test_opencl_type_names():
     assert names == {
         dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
         dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
-        dtypes.uint64: "ulong", f16: "half", f32: "float", f64: "double",
+        dtypes.uint64: "ulong", f16: "float", f32: "float", f64: "double",  # float16 values live in floats
     }
 
 
 @pytest.mark.parametrize(("value", "dt", "text"), [
     (math.inf, f32, "INFINITY"), (-math.inf, f64, "(-INFINITY)"), (math.nan, f32, "NAN"),
-    (-0.0, f32, "(-0.0f)"), (-0.0, f64, "(-0.0)"), (0.5, f16, "((half)0.5f)"),
+    (-0.0, f32, "(-0.0f)"), (-0.0, f64, "(-0.0)"), (0.5, f16, "((float)0.5f)"),
     (-2**63, dtypes.int64, "(-9223372036854775807l-1)"), (2**64 - 1, dtypes.uint64, "18446744073709551615ul"),
     (7, dtypes.int64, "7l"), (7, dtypes.uint32, "7u"), (-3, dtypes.int8, "((char)-3)"),
     (True, dtypes.bool, "1"),
@@ -170,13 +170,31 @@ def test_constants(value, dt, text):
     assert OpenCLRenderer().render_const(value, dt) == text
 
 
-def test_half_enables_cl_khr_fp16_and_computes_in_float():
+def test_golden_float16_is_bits_in_buffers_and_float_in_registers():
+    # no `half` type (it needs cl_khr_fp16): ushort buffers, float values rounded to float16 after each op
     out, a = param(0, f16, 4), param(1, f16, 4)
     g = special("gidx0", 4)
-    src = render("k", store(out, g, alu(Ops.SQRT, load(a, g))))
-    assert src.startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n")
-    assert "const half alu0 = ((half)sqrt(((float)val0)));" in src
-    assert "cl_khr_fp64" not in src
+    src = render("E_4", store(out, g, alu(Ops.ADD, alu(Ops.SQRT, load(a, g)), const(f16, 0.5))))
+    kernel = src[src.index("__kernel"):]
+    assert kernel == """\
+__kernel void E_4(__global ushort* restrict data0, __global const ushort* restrict data1) {
+  const int gidx0 = get_group_id(0);
+  const float val0 = __uopgrad_bits_half(data1[gidx0]);
+  const float alu0 = __uopgrad_half((float)sqrt(((float)val0)));
+  const float alu1 = __uopgrad_half((float)(((float)alu0)+((float)((float)0.5f))));
+  data0[gidx0] = __uopgrad_half_bits(alu1);
+}
+"""
+    assert not re.search(r"\bhalf\b", src) and "cl_khr_fp16" not in src and "cl_khr_fp64" not in src
+    # each helper once, callees before callers
+    names = re.findall(r"^inline \w+ (\w+)\(", src, re.MULTILINE)
+    assert names == ["__uopgrad_bits_half", "__uopgrad_half_bits", "__uopgrad_half"]
+
+
+def test_float16_conversions():
+    assert "__uopgrad_half_d(val0)" in unary(Ops.CAST, f64, f16)  # a double is rounded once
+    assert "__uopgrad_half((float)val0)" in unary(Ops.CAST, dtypes.int32, f16)
+    assert "((double)val0)" in unary(Ops.CAST, f16, f64)
 
 
 def test_math_builtins_are_overloaded():
@@ -211,7 +229,8 @@ def test_float_to_int_uses_the_float_helper_unless_the_source_is_double():
 
 def test_bitcasts():
     assert "as_uint((float)val0)" in unary(Ops.BITCAST, f32, dtypes.uint32)
-    assert "as_half((short)val0)" in unary(Ops.BITCAST, dtypes.int16, f16)
+    assert "__uopgrad_bits_half((ushort)val0)" in unary(Ops.BITCAST, dtypes.int16, f16)
+    assert "((short)__uopgrad_half_bits(val0))" in unary(Ops.BITCAST, f16, dtypes.int16)
     assert "(val0!=0)" in unary(Ops.BITCAST, dtypes.uint8, dtypes.bool)
     assert "((char)val0)" in unary(Ops.BITCAST, dtypes.bool, dtypes.int8)
 

@@ -5,9 +5,14 @@ The dialect differs from C99 in its tables and a few hooks: `__kernel` entry poi
 OpenCL's type names (`long` is 64 bits), bools stored as `uchar` in buffers (`sizeof(bool)` is left to the
 implementation, and `bool` kernel arguments are not allowed), `get_group_id`/`get_local_id`/`get_global_id`
 for the grid indices, the overloaded math built-ins (`sqrt`, `exp2`, `trunc` for every float type), `as_T`
-for bitcasts, and the `cl_khr_fp16`/`cl_khr_fp64` pragmas emitted when a kernel uses `half`/`double`.
-`#pragma OPENCL FP_CONTRACT OFF` keeps `a*b+c` rounded twice, as REFERENCE computes it (OpenCL C lets the
-compiler fuse it by default).
+for bitcasts, and the `cl_khr_fp64` pragma when a kernel uses `double`. `#pragma OPENCL FP_CONTRACT OFF`
+keeps `a*b+c` rounded twice, as REFERENCE computes it (OpenCL C lets the compiler fuse it by default).
+
+float16 never uses OpenCL's `half` type, which needs `cl_khr_fp16` (PoCL on a CPU, for one, lacks it): a
+float16 buffer is `ushort` bits, a float16 value is a `float` holding a value of float16, and every op that
+yields one rounds its float result to float16 (ties to even), as numpy computes float16. The conversions
+are helpers in integer arithmetic, exact both ways, so loads, stores and bitcasts keep every bit pattern
+(NaN payloads too) and float16 runs the same on every OpenCL device.
 """
 from __future__ import annotations
 
@@ -58,6 +63,41 @@ inline long __uopgrad_f2if(float x) {
   return (long)r;
 }"""
 
+# float16 <-> float by bits (no `half` type): exact both ways; float -> float16 rounds to nearest even; a NaN
+# keeps its sign and the top bits of its payload (numpy's rule), so bit patterns survive a load and a store
+_HALF_HELPERS = {
+    "__uopgrad_bits_half": """\
+inline float __uopgrad_bits_half(ushort h) {
+  /* float16 bits -> float, exactly */
+  uint sign = ((uint)h & 0x8000u) << 16, e = ((uint)h >> 10) & 0x1fu, m = (uint)h & 0x3ffu;
+  if (e == 0x1fu) return as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0u) return as_float(sign | as_uint((float)m * 0x1p-24f));
+  return as_float(sign | ((e + 112u) << 23) | (m << 13));
+}""",
+    "__uopgrad_half_bits": """\
+inline ushort __uopgrad_half_bits(float x) {
+  /* float -> float16 bits, rounded to nearest even */
+  uint f = as_uint(x), sign = (f >> 16) & 0x8000u, a = f & 0x7fffffffu;
+  if (a > 0x7f800000u) return (ushort)(sign | 0x7c00u | max((a & 0x7fffffu) >> 13, 1u));
+  if (a >= 0x477ff000u) return (ushort)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (ushort)(sign | (uint)rint(as_float(a) * 0x1p24f));
+  uint r = a - 0x38000000u;
+  return (ushort)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}""",
+    "__uopgrad_half": """\
+inline float __uopgrad_half(float x) {
+  /* x rounded to float16 */
+  return __uopgrad_bits_half(__uopgrad_half_bits(x));
+}""",
+    "__uopgrad_half_d": """\
+inline float __uopgrad_half_d(double x) {
+  /* a double rounded to float16 once: to float rounding to odd (exact enough for a second rounding) */
+  float f = convert_float_rtz(x);
+  if (f == f && (double)f != x) f = as_float(as_uint(f) | 1u);
+  return __uopgrad_bits_half(__uopgrad_half_bits(f));
+}""",
+}
+
 # OpenCL C keywords, types and built-in functions a kernel or variable name must not take
 _CL_RESERVED = frozenset("""__kernel kernel __global global __local local __constant constant __private
     private __read_only read_only __write_only write_only __read_write read_write bool char uchar short ushort
@@ -75,16 +115,18 @@ class OpenCLRenderer(CStyleRenderer):
     """OpenCL C for one device: grid-style, one `__kernel` per program, launched through pyopencl."""
 
     device = "CL"
+    # the types of values (registers); buffers of bool are uchar, buffers of float16 ushort (`storage`)
     type_map: ClassVar[dict[DType, str]] = {
         dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
         dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
-        dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.float32: "float", dtypes.float64: "double",
     }
+    storage: ClassVar[dict[DType, DType]] = {dtypes.bool: dtypes.uint8, dtypes.float16: dtypes.uint16}
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {**CStyleRenderer.code_for_op, Ops.SHL: _shl,
                                                     Ops.SHR: _shr}
     helpers: ClassVar[dict[str, str]] = {
         **{name: _opencl_c(code) for name, code in CStyleRenderer.helpers.items()},
-        "__uopgrad_f2if": _F2I_FLOAT,
+        "__uopgrad_f2if": _F2I_FLOAT, **_HALF_HELPERS,
     }
     prefix_lines: ClassVar[tuple[str, ...]] = ("#pragma OPENCL FP_CONTRACT OFF",)
     kernel_prefix = "__kernel void"
@@ -92,9 +134,7 @@ class OpenCLRenderer(CStyleRenderer):
     special_index: ClassVar[dict[str, str]] = {
         "gidx": "get_group_id({0})", "lidx": "get_local_id({0})", "idx": "get_global_id({0})",
     }
-    # half arithmetic is done in float and rounded once per op, as numpy does (also where cl_khr_fp16 has
-    # native half ALU: its results are the same for + - * / sqrt, and transcendental ones would differ)
-    half_via_float = True
+    half_via_float = True  # float16 ops are computed in float and rounded once, as numpy does
 
     def __init__(self, grid: GridSpec | None = None) -> None:
         self.grid = grid if grid is not None else GridLimits()
@@ -114,30 +154,68 @@ class OpenCLRenderer(CStyleRenderer):
         text = super().render_int(v, dt)
         return text.replace("ull", "ul").replace("ll", "l")
 
+    def round_to(self, dt: DType, expr: str) -> str:
+        """`expr` (a float) rounded to float16 where `dt` is float16."""
+        return f"__uopgrad_half({expr})" if dt.scalar() == dtypes.float16 else expr
+
     def render_cast(self, x: str, src: DType, dst: DType) -> str:
-        """C's casts; float -> int through the float helper unless the source is a double."""
+        """C's casts; float -> int through the float helper unless the source is a double; to float16 by
+        rounding (a double directly, never through float)."""
+        if dst.scalar() == dtypes.float16:
+            return f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else \
+                f"__uopgrad_half((float){x})"
         if dtypes.is_float(src) and dtypes.is_int(dst) and src.scalar() != dtypes.float64:
             return f"(({self.ctype(dst)})__uopgrad_f2if((float){x}))"
         return super().render_cast(x, src, dst)
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
-        """`as_T(x)`; bool has no `as_` function, and its bits are 0 or 1: a conversion is the same."""
+        """`as_T(x)`; float16 through its bits; bool has no `as_` function, and its bits are 0 or 1: a
+        conversion is the same."""
         if dst.scalar() == dtypes.bool:
             return f"({x}!=0)"
         if src.scalar() == dtypes.bool:
             return f"(({self.ctype(dst)}){x})"
+        if src.scalar() == dtypes.float16:
+            return f"(({self.ctype(dst)})__uopgrad_half_bits({x}))"
+        if dst.scalar() == dtypes.float16:
+            return f"__uopgrad_bits_half((ushort){x})"
         return f"as_{self.ctype(dst)}(({self.ctype(src)}){x})"
 
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """`buf[offset]`; a float16 from its bits."""
+        if dt.scalar() == dtypes.float16:
+            return f"__uopgrad_bits_half({buf}[{offset}])"
+        return super().render_load(buf, offset, dt)
+
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """`buf[offset] = value;`; a float16 as its bits."""
+        if dt.scalar() == dtypes.float16:
+            return super().render_store(buf, offset, f"__uopgrad_half_bits({value})", dtypes.uint16)
+        return super().render_store(buf, offset, value, dt)
+
     def render_param(self, slot: int, dt: DType, writable: bool) -> str:
-        """`__global float* restrict data0`; bool buffers are `uchar` (0 or 1 per element)."""
-        if dt.base.scalar() == dtypes.bool:
-            return super().render_param(slot, dtypes.uint8, writable)
-        return super().render_param(slot, dt, writable)
+        """`__global float* restrict data0`; bool buffers are `uchar` (0 or 1), float16 ones `ushort`."""
+        return super().render_param(slot, self.storage.get(dt.base.scalar(), dt.base.scalar()), writable)
 
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:
-        """The source, with the extension pragmas for the float types the kernel names."""
-        text = "\n".join([*params, *body, *prefix])
-        exts = [f"#pragma OPENCL EXTENSION {ext} : enable" for ext, word in
-                (("cl_khr_fp64", "double"), ("cl_khr_fp16", "half")) if re.search(rf"\b{word}\b", text)]
-        return super().render_kernel(name, params, body, [*exts, *prefix])
+        """The source: the helpers the kernel calls and those they call, and cl_khr_fp64 where the kernel
+        uses double."""
+        text = "\n".join(body)
+        # core picked the helpers the body calls; the float16 ones call each other, so pick again
+        lines = [*(line for line in prefix if line not in self.helpers.values()), *self._helpers_for(text)]
+        if re.search(r"\bdouble\b", "\n".join([*params, text, *lines])):
+            lines.insert(0, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        return super().render_kernel(name, params, body, lines)
+
+    def _helpers_for(self, text: str) -> list[str]:
+        """The helpers `text` calls and those they call, in table order (callees come first there)."""
+        used: set[str] = set()
+        todo = [text]
+        while todo:
+            caller = todo.pop()
+            for name, code in self.helpers.items():
+                if name not in used and name + "(" in caller:
+                    used.add(name)
+                    todo.append(code)
+        return [code for name, code in self.helpers.items() if name in used]

@@ -6,8 +6,8 @@ position in the list of every platform's devices; any other text, the first devi
 (wrapping around), so `CL:1` exists on a machine with one device too: another logical device on the same
 hardware. Logical devices on one physical device share its context and queue; each has its own buffers.
 
-What a device can do is read from it: the dtypes (float64 with `cl_khr_fp64`, float16 with `cl_khr_fp16`)
-and the launch limits (work-items per work-group, per dimension and in all).
+What a device can do is read from it: the dtypes (float64 with `cl_khr_fp64`; float16 everywhere, as bits
+computed in float) and the launch limits (work-items per work-group, per dimension and in all).
 
 Every launch waits for its kernel (the `Program` contract); copies in and out are blocking, on the same
 in-order queue.
@@ -165,16 +165,15 @@ class CLDevice:
 
     @property
     def dtypes(self) -> frozenset[DType]:
-        """The dtypes the device stores and computes: bool and every integer and float32 always (64-bit
-        integers are in every full-profile device), float64 with cl_khr_fp64, float16 with cl_khr_fp16."""
+        """The dtypes the device stores and computes: bool, every integer, float16 (as bits, computed in
+        float: renderer.py) and float32 always (64-bit integers are in every full-profile device), float64
+        with cl_khr_fp64."""
         exts = set(self.device.extensions.split())
-        out = {dtypes.bool, dtypes.float32, *(d for d in dtypes.ints if d.itemsize < 8)}
+        out = {dtypes.bool, dtypes.float16, dtypes.float32, *(d for d in dtypes.ints if d.itemsize < 8)}
         if self.device.profile == "FULL_PROFILE" or "cles_khr_int64" in exts:
             out |= {dtypes.int64, dtypes.uint64}
         if "cl_khr_fp64" in exts:
             out.add(dtypes.float64)
-        if "cl_khr_fp16" in exts:
-            out.add(dtypes.float16)
         return frozenset(out)
 
     @property
