@@ -168,3 +168,13 @@ def test_summary_keeps_the_worst_outcome_and_error():
 
 def test_ops_table_is_every_alu_op():
     assert Ops.THREEFRY in {s.op for s in ALU_SPECS}  # the ops without a Tensor method are covered too
+
+
+def test_plugin_is_inert_until_a_backend_is_named():
+    # the pytest11 entry point loads in every pytest run where the suite is installed: it must not import
+    # uopgrad then (core's own tests control when and how uopgrad is imported)
+    import subprocess
+    import sys
+    code = "import sys, uopgrad_conformance.plugin; print(sorted(m for m in sys.modules if 'uopgrad' in m))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "['uopgrad_conformance', 'uopgrad_conformance.plugin']"

@@ -4,7 +4,8 @@ Options: `--backend NAME` (a device of the `uopgrad.backends` entry points), `--
 failures by test id), `--strict-xfail` (an expected failure that passes fails the run),
 `--conformance-report PATH` (the JSON summary; by default under pytest's cache directory). The hypothesis
 profiles `ci` (derandomised, bounded; the default here) and `thorough` are chosen with hypothesis' own
-`--hypothesis-profile`. Without `--backend` the plugin does nothing, so it is harmless in other test runs.
+`--hypothesis-profile`. Without `--backend` the plugin does nothing, so it is harmless in other test runs:
+it does not even import uopgrad then (the suite's modules are imported when a backend is named).
 """
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ import zlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from uopgrad_conformance.report import Case, Record, Recorder, Summary
-from uopgrad_conformance.target import Target
-from uopgrad_conformance.xfails import KNOWN_CORE_ISSUES, XfailEntry, parse_xfails
+if TYPE_CHECKING:
+    from uopgrad_conformance.report import Case, Recorder, Summary
+    from uopgrad_conformance.target import Target
+    from uopgrad_conformance.xfails import XfailEntry
 
 __all__ = ["case_rng", "get_target", "record", "target"]
 
@@ -33,9 +36,9 @@ settings.register_profile("thorough", max_examples=400, deadline=None, print_blo
                           suppress_health_check=_QUIET)
 
 _ReportWrapper = Generator[None, pytest.TestReport, pytest.TestReport]
-_TARGET = pytest.StashKey[Target]()
+_TARGET = pytest.StashKey["Target"]()
 _STATE = pytest.StashKey["_State"]()
-_RECORDER = pytest.StashKey[Recorder]()
+_RECORDER = pytest.StashKey["Recorder"]()
 SUITE_PACKAGE = "uopgrad_conformance.suite"
 
 
@@ -65,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("backend")
     if name is None:
         return
+    from uopgrad_conformance.report import Summary
+    from uopgrad_conformance.target import Target
+    from uopgrad_conformance.xfails import parse_xfails
     try:
         target = Target.load(name)
     except RuntimeError as e:
@@ -109,12 +115,14 @@ def target(request: pytest.FixtureRequest) -> Target:
 @pytest.fixture
 def record(request: pytest.FixtureRequest) -> Recorder:
     """Collects the case's worst relative error and notes for the report."""
+    from uopgrad_conformance.report import Recorder
     rec = Recorder()
     request.node.stash[_RECORDER] = rec
     return rec
 
 
 def _case_of(item: pytest.Item) -> Case | None:
+    from uopgrad_conformance.report import Case
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
@@ -125,6 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark the cases listed in the xfails file (and the suite's own known core issues) as xfail."""
     if _STATE not in config.stash:
         return
+    from uopgrad_conformance.xfails import KNOWN_CORE_ISSUES
     state = config.stash[_STATE]
     strict = bool(config.getoption("strict_xfail"))
     caps = get_target(config).backend.capabilities
@@ -143,10 +152,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Record each case's outcome (once: at its call, or at a setup that did not pass)."""
     report: pytest.TestReport = yield
     state = item.config.stash.get(_STATE, None)
+    if state is None:
+        return report
     case = _case_of(item)
-    if state is None or case is None:
+    if case is None:
         return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
+        from uopgrad_conformance.report import Record, Recorder
         rec = item.stash.get(_RECORDER, Recorder())
         outcome, reason = _outcome(report)
         state.summary.add(Record(item.nodeid, case.row, case.group, case.column, case.check, outcome,
