@@ -230,6 +230,8 @@ class CStyleRenderer(Renderer):
     # "#pragma omp parallel for" (or similar) put on the outermost loop of a large loop nest; None: never
     parallel_pragma: str | None = None
     parallel_min_work = 1 << 15    # iterations of the whole nest below which a loop runs serially
+    # words a kernel or variable name may not be (a dialect adds its own keywords and built-in names)
+    keywords: ClassVar[frozenset[str]] = _C_KEYWORDS
 
     # ------------------------------------------------------------------ small hooks
     def function_name(self, name: str) -> str:
@@ -237,7 +239,7 @@ class CStyleRenderer(Renderer):
         or math function (kernel names come from the graph: a custom kernel may be called anything)."""
         ident = re.sub(r"\W", "_", name) or "kernel"
         base = ident[:-1] if ident[-1] in "fl" and ident[:-1] in _MATH_NAMES else ident
-        clash = ident in _C_KEYWORDS or base in _MATH_NAMES or ident == "main" or ident.startswith("_")
+        clash = ident in self.keywords or base in _MATH_NAMES or ident == "main" or ident.startswith("_")
         return f"k_{ident}" if clash or not ident[0].isalpha() else ident
 
     def ctype(self, dt: DType) -> str:
@@ -364,7 +366,7 @@ class CStyleRenderer(Renderer):
                 st.names[u] = f"data{u.arg}"
             elif u.op is Ops.DEFINE_VAR and u not in st.names:
                 name = str(u.arg[0])
-                ok = _IDENT.fullmatch(name) and not _RESERVED.fullmatch(name) and name not in _C_KEYWORDS
+                ok = _IDENT.fullmatch(name) and not _RESERVED.fullmatch(name) and name not in self.keywords
                 st.names[u] = name if ok and name not in taken else st.fresh("var")
                 taken.add(st.names[u])
 
