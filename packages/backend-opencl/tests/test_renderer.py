@@ -251,3 +251,15 @@ def test_renderer_is_grid_style_with_the_device_limits():
     assert r.grid is limits and r.device == "CL" and OpenCLRenderer().grid == GridLimits()
     assert isinstance(r, CStyleRenderer) and r.supports == CStyleRenderer().supports
     assert not {Ops.FLOORDIV, Ops.FLOORMOD} & r.supports  # floor semantics come from codegen
+
+
+def test_variable_names_never_clash_with_opencl():
+    out = param(0, i32, 4)
+    g = special("gidx0", 4)
+    names = ("global", "half", "get_group_id", "as_float", "n")
+    vs = [UOp.variable(name, 0, 9, i32) for name in names]
+    val = vs[0]
+    for v in vs[1:]:
+        val = alu(Ops.ADD, val, v)
+    src = render("v", store(out, g, val))
+    assert "const int var0, const int var1, const int var2, const int var3, const int n)" in src

@@ -98,7 +98,8 @@ inline float __uopgrad_half_d(double x) {
 }""",
 }
 
-# OpenCL C keywords, types and built-in functions a kernel or variable name must not take
+# OpenCL C keywords, types and built-in functions (those the renderer calls among them) a kernel or
+# variable name must not take
 _CL_RESERVED = frozenset("""__kernel kernel __global global __local local __constant constant __private
     private __read_only read_only __write_only write_only __read_write read_write bool char uchar short ushort
     int uint long ulong half float double size_t ptrdiff_t intptr_t uintptr_t void event_t sampler_t image1d_t
@@ -106,7 +107,9 @@ _CL_RESERVED = frozenset("""__kernel kernel __global global __local local __cons
     degrees distance dot fast_distance fast_length fast_normalize hadd length mad mad24 mad_hi mad_sat max min
     mix mul24 mul_hi normalize popcount printf radians rhadd rotate select sign smoothstep step sub_sat
     upsample fract isequal isfinite isgreater isinf isless isnan isnormal isordered isunordered signbit
-    mem_fence prefetch""".split())
+    mem_fence prefetch get_group_id get_local_id get_global_id rint sqrt exp2 log2 sin trunc fmod pow
+    convert_float_rtz""".split())
+_CL_RESERVED |= {f"as_{t}" for t in "char uchar short ushort int uint long ulong float double".split()}
 _CL_RESERVED_PREFIXES = ("get_", "as_", "convert_", "vload", "vstore", "atomic", "atom_", "async_",
                          "read_image", "write_image", "native_", "half_", "work_group_", "sub_group_")
 
@@ -128,6 +131,7 @@ class OpenCLRenderer(CStyleRenderer):
         **{name: _opencl_c(code) for name, code in CStyleRenderer.helpers.items()},
         "__uopgrad_f2if": _F2I_FLOAT, **_HALF_HELPERS,
     }
+    keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CL_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ("#pragma OPENCL FP_CONTRACT OFF",)
     kernel_prefix = "__kernel void"
     buffer_qualifier = "__global "
@@ -141,9 +145,9 @@ class OpenCLRenderer(CStyleRenderer):
 
     # ------------------------------------------------------------------ dialect hooks
     def function_name(self, name: str) -> str:
-        """C's rules, plus OpenCL's keywords and built-in function names."""
+        """C's rules with OpenCL's keywords (`keywords`), and no prefix of a family of built-ins."""
         ident = super().function_name(name)
-        return f"k_{ident}" if ident in _CL_RESERVED or ident.startswith(_CL_RESERVED_PREFIXES) else ident
+        return f"k_{ident}" if ident.startswith(_CL_RESERVED_PREFIXES) else ident
 
     def math_fn(self, name: str, dt: DType) -> str:
         """OpenCL's math built-ins are overloaded for float, double and half: one name for all."""
