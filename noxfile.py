@@ -70,8 +70,14 @@ def imports(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests of every package, and the property tests of the core in spec/."""
     session.install(*TEST_DEPS, *ALL_PACKAGES)
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    # one pytest run per test folder: the packages' test modules share basenames (test_kernels.py,
+    # linear.py helpers), which one rootdir-relative import namespace cannot hold
     paths = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/tests"))
-    session.run("pytest", *(session.posargs or [*paths, "conformance/tests", "spec"]))
+    for path in [*paths, "conformance/tests", "spec"]:
+        session.run("pytest", path)
 
 
 @nox.session(venv_backend="none")
