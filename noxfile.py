@@ -6,6 +6,7 @@ the underlying tool, e.g. `nox -s tests -- -k hashcons` or `nox -s lint -- --fix
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -88,17 +89,20 @@ def size(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Rewrite-engine benchmark side by side with tinygrad; prints ratios, asserts nothing."""
-    require_file(session, "bench/rewrite.py", "the rewrite benchmark is written by a later issue")
-    session.install("tinygrad==0.14.0", CORE)
-    session.run("python", "bench/rewrite.py", *session.posargs)
+    """Benchmarks side by side with numpy, PyTorch and tinygrad; print ratios, assert nothing.
+    `nox -s bench -- rewrite` or `-- kernels` runs one of them."""
+    # torch 2.13.0 is the CPU wheel this machine kind keeps on disk (any other version pulls GBs)
+    session.install("tinygrad==0.14.0", "torch==2.13.0", CORE, BACKEND_PACKAGES["CPU"])
+    for name in session.posargs or ["rewrite", "kernels"]:
+        session.run("python", f"bench/{name}.py")
 
 
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: examples/demo.py on the default backend (first installed of CPU, CL, CUDA, REFERENCE)."""
     require_file(session, "examples/demo.py", "the demo is written by a later issue")
-    session.install(CORE, BACKEND_PACKAGES["CPU"])
+    device = os.environ.get("UOPGRAD_DEVICE", "CPU").partition(":")[0].upper()
+    session.install(CORE, *([BACKEND_PACKAGES[device]] if device in BACKEND_PACKAGES else []))
     session.run("python", "examples/demo.py", *session.posargs)
 
 
