@@ -3,9 +3,11 @@
 `pm_decomp` runs with the backend's op set as its context; each row fires only when its op is missing from
 that set, and builds the replacement from simpler ops (which are decomposed again if they are missing too).
 The results follow REFERENCE's numerics (spec/reference.md §3): floor division from C's truncating CDIV/CMOD
-with a correction, NaN-propagating MAX, and POW with numpy's sign and special-value rules.
+(fmod for floats) with a correction, NaN-propagating MAX, and POW with numpy's sign and special-value rules.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
@@ -75,7 +77,49 @@ def _floor_fix(r: UOp, b: UOp) -> UOp:
     return _where(_alu(Ops.CMPNE, r, zero), other_sign, _c(dtypes.bool, False))
 
 
+def _sign_bit(x: UOp) -> UOp:
+    """Whether float x has its sign bit set (-0.0 and negative NaNs too)."""
+    bits = _SIGNED_OF_WIDTH[x.dtype.itemsize]
+    return _alu(Ops.CMPLT, UOp(Ops.BITCAST, bits, (x,)), _c(bits, 0))
+
+
+def _zero_signed_as(x: UOp) -> UOp:
+    """copysign(0, x)."""
+    return _where(_sign_bit(x), _c(x.dtype, -0.0), _c(x.dtype, 0.0))
+
+
+def _float_divmod(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """numpy's npy_divmod: (a // b, a % b) from fmod (CMOD) and the floor of (a - mod) / b, pushed up when it
+    lands more than 0.5 below; b == 0 gives a / b and fmod's NaN, a zero remainder takes b's sign and a zero
+    quotient a / b's."""
+    dt = a.dtype
+    zero = _c(dt, 0.0)
+    mod = _alu(Ops.CMOD, a, b)  # fmod: exact, the sign of a
+    div = _alu(Ops.FDIV, _alu(Ops.ADD, a, _neg(mod)), b)
+    fix = _floor_fix(mod, b)  # true for a NaN mod and b < 0 too, as in numpy (the results stay NaN)
+    fixed_mod = _where(fix, _alu(Ops.ADD, mod, b), mod)
+    rem = _where(_eq(mod, zero), _zero_signed_as(b), fixed_mod)
+    div = _where(fix, _alu(Ops.ADD, div, _c(dt, -1.0)), div)
+    t = _alu(Ops.TRUNC, div)
+    fl = _where(_alu(Ops.CMPLT, div, t), _alu(Ops.ADD, t, _c(dt, -1.0)), t)  # floor(div)
+    above_half = _alu(Ops.CMPLT, _c(dt, 0.5), _alu(Ops.ADD, div, _neg(fl)))
+    fl = _where(above_half, _alu(Ops.ADD, fl, _c(dt, 1.0)), fl)
+    q = _alu(Ops.FDIV, a, b)
+    quot = _where(_eq(div, zero), _zero_signed_as(q), fl)
+    return _where(_eq(b, zero), q, quot), rem
+
+
+def _half_in_float(x: UOp, a: UOp, b: UOp, fn: Callable[[UOp, UOp], UOp]) -> UOp:
+    """fn(a, b) on floats; the half types are computed in float32 and rounded once, as numpy does."""
+    if x.dtype not in (dtypes.float16, dtypes.bfloat16):
+        return fn(a, b)
+    f = dtypes.float32
+    return UOp(Ops.CAST, x.dtype, (fn(UOp(Ops.CAST, f, (a,)), UOp(Ops.CAST, f, (b,))),))
+
+
 def _floordiv(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    if dtypes.is_float(x.dtype):
+        return _half_in_float(x, a, b, lambda a, b: _float_divmod(a, b)[0])
     if not dtypes.is_int(x.dtype):
         return None
     if _nonneg(a) and _nonneg(b):
@@ -85,6 +129,8 @@ def _floordiv(x: UOp, a: UOp, b: UOp) -> UOp | None:
 
 
 def _floormod(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    if dtypes.is_float(x.dtype):
+        return _half_in_float(x, a, b, lambda a, b: _float_divmod(a, b)[1])
     if not dtypes.is_int(x.dtype):
         return None
     r = _alu(Ops.CMOD, a, b)
