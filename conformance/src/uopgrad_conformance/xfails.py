@@ -7,7 +7,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from uopgrad import Ops
 from uopgrad.backend import Capabilities
 
 __all__ = ["KNOWN_CORE_ISSUES", "XfailEntry", "parse_xfails"]
@@ -53,12 +52,4 @@ KNOWN_CORE_ISSUES: list[XfailEntry] = [
                "core: schedule.py raises 'the schedule has a cycle' for an assign into an unrealized value "
                "(Tensor.zeros(...).contiguous().assign(x)) that is then read; REFERENCE, which runs no "
                "schedule, is right", applies=lambda caps: caps.compiled),
-    XfailEntry("test_alu[FLOORDIV-float*]",
-               "core: codegen/decomp.py has no decomposition of float FLOORDIV, so a backend that does not "
-               "render FLOORDIV natively can't run float //",
-               applies=lambda caps: Ops.FLOORDIV not in caps.ops),
-    XfailEntry("test_alu[FLOORMOD-float*]",
-               "core: codegen/decomp.py has no decomposition of float FLOORMOD, so a backend that does not "
-               "render FLOORMOD natively can't run float %",
-               applies=lambda caps: Ops.FLOORMOD not in caps.ops),
 ]
