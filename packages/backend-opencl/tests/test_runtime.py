@@ -174,14 +174,34 @@ def test_another_process_hits_the_disk_cache(cl):
     src = fresh("process")
     cl.compiler.compile_cached(src)
     code = textwrap.dedent(f"""
+        import numpy as np
         from uopgrad_opencl import CLBackend
-        c = CLBackend("CL").compiler
-        c.compile_cached({src!r})
-        print(dict(c.stats))
+        cl = CLBackend("CL")
+        lib = cl.compiler.compile_cached({src!r})
+        kernel = cl.runtime("k", lib)  # nothing was built in this process: the runtime builds the source
+        buf = cl.allocator.alloc(4)
+        kernel(buf)
+        out = np.zeros(1, dtype=np.int32)
+        cl.allocator.copyout(out.data.cast("B"), buf)
+        print(dict(cl.compiler.stats), out[0])
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.strip() == "{'disk_hit': 1}"
+    assert out.stdout.strip() == "{'disk_hit': 1} 42"
+
+
+def test_a_built_program_is_handed_to_the_runtime_once(cl):
+    src = fresh("take")
+    c = CLCompiler(cl.dev.context, cl.dev.device)
+    lib = c.compile(src)
+    assert lib == src.encode()  # the source that built: the driver's cache keeps the build
+    first = c.take(lib)
+    again = c.take(lib)  # not held twice: built anew
+    assert first is not again and cl_kernel_names(first) == cl_kernel_names(again) == ["k"]
+
+
+def cl_kernel_names(program: cl.Program) -> list[str]:
+    return [k.function_name for k in program.all_kernels()]
 
 
 def test_the_cache_key_names_the_device_and_options(cl):

@@ -21,8 +21,9 @@ class CLBackend(CompiledBackend):
 
     def __init__(self, device: str) -> None:
         self.dev = dev = runtime.open_device(runtime.device_position(device))
-        super().__init__(device, OpenCLRenderer(dev.grid), CLCompiler(dev.context, dev.device, dev.target),
-                         CLAllocator(dev), runtime.program_class(dev), dev.dtypes)
+        compiler = CLCompiler(dev.context, dev.device, dev.target)
+        super().__init__(device, OpenCLRenderer(dev.grid), compiler, CLAllocator(dev),
+                         runtime.program_class(dev, compiler), dev.dtypes)
 
     def __repr__(self) -> str:
         return f"<CLBackend {self.name}: {self.dev.label}>"

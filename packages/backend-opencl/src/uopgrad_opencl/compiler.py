@@ -1,9 +1,13 @@
-"""The OpenCL backend's compiler: OpenCL C -> the device's program binary, built through pyopencl.
+"""The OpenCL backend's compiler: OpenCL C built for one device through pyopencl (`clBuildProgram`).
 
-`clBuildProgram` needs a live context, so a `CLCompiler` belongs to one device. Its result is the binary
-the driver hands back (`CL_PROGRAM_BINARIES`), kept in core's disk cache under a key naming the platform,
-the device, the driver and the build options; the runtime loads it with `clCreateProgramWithBinary`. A
-failed build raises `CompileError` with the driver's build log and the numbered source.
+Building needs a live context, so a `CLCompiler` belongs to one device. `compile` builds the source (a
+failed build raises `CompileError` with the driver's build log and the numbered source) and hands the built
+program to the runtime in the same process (`take`); what it returns, and what core's disk cache keeps
+under a key naming the platform, device, driver and build options, is the source that built. A later
+process that hits the cache builds that source again in the runtime, where the driver's own cache makes it
+cheap (PoCL: ~20 ms from ~/.cache/pocl, against ~150 ms cold). Program binaries (`CL_PROGRAM_BINARIES`)
+are never fetched: on PoCL that is a second code generation per kernel (~70 ms), and the kernel is
+generated again for its work-group size at its first launch anyway.
 
 Options: `-w` (generated code draws warnings by design); never `-cl-fast-relaxed-math` or `-cl-mad-enable`
 (NaN, inf and rounding must be REFERENCE's); `-cl-fp32-correctly-rounded-divide-sqrt` where the device
@@ -11,11 +15,14 @@ offers it (OpenCL otherwise allows float `/` and `sqrt` to be off by a few ulps)
 """
 from __future__ import annotations
 
+import hashlib
+import threading
+
 import pyopencl as cl
 
 from uopgrad.backend import CompileError, Compiler
 
-__all__ = ["CLCompiler", "build_options", "device_identity"]
+__all__ = ["CLCompiler", "build", "build_options", "device_identity"]
 
 
 def build_options(device: cl.Device) -> tuple[str, ...]:
@@ -32,27 +39,43 @@ def device_identity(device: cl.Device) -> str:
     return "|".join([platform.name, platform.version, device.name, device.version, device.driver_version])
 
 
+def build(context: cl.Context, device: cl.Device, src: str) -> cl.Program:
+    """`src` built for `device`; a failed build raises CompileError with the build log and the source."""
+    program = cl.Program(context, src)
+    try:
+        program.build(options=list(build_options(device)), devices=[device])
+    except cl.Error as e:
+        raise CompileError(f"OpenCL build for {device.name}", _build_log(program, device, e), src) from e
+    return program
+
+
 class CLCompiler(Compiler):
-    """OpenCL C -> program binary for one device (a context on it builds the source)."""
+    """OpenCL C -> a program built for one device (a context on it builds the source)."""
 
     def __init__(self, context: cl.Context, device: cl.Device, target: str = "") -> None:
         super().__init__()
         self.context, self.device = context, device
         self.options = build_options(device)
-        # `target`: anything else the binary depends on (the runtime's LLVM target CPU on PoCL)
+        # `target`: anything else a build depends on (the runtime's LLVM target CPU on PoCL)
         self.cache_key = f"{device_identity(device)}|{target}|{' '.join(self.options)}"
+        self._built: dict[str, cl.Program] = {}  # by digest of the source: built, not yet taken
+        self._built_lock = threading.Lock()
 
     def compile(self, src: str) -> bytes:
-        """Build `src` for the device; a failed build shows the build log and the source."""
-        program = cl.Program(self.context, src)
-        try:
-            program.build(options=list(self.options), devices=[self.device])
-        except cl.Error as e:
-            raise CompileError(f"OpenCL build for {self.device.name}", _build_log(program, self.device, e),
-                               src) from e
-        binaries = program.get_info(cl.program_info.BINARIES)
-        assert isinstance(binaries, list) and len(binaries) == 1
-        return bytes(binaries[0])
+        """Build `src` for the device (a failed build shows the build log and the source); returns the
+        source, and keeps the built program for `take`."""
+        program = build(self.context, self.device, src)
+        lib = src.encode()
+        with self._built_lock:
+            self._built[hashlib.sha256(lib).hexdigest()] = program
+        return lib
+
+    def take(self, lib: bytes) -> cl.Program:
+        """The program of `lib` (what `compile` returned): the one built in this process, handed over once,
+        or else built now (a disk-cache hit: the driver's own cache usually has it)."""
+        with self._built_lock:
+            program = self._built.pop(hashlib.sha256(lib).hexdigest(), None)
+        return program if program is not None else build(self.context, self.device, lib.decode())
 
 
 def _build_log(program: cl.Program, device: cl.Device, error: cl.Error) -> str:

@@ -28,7 +28,7 @@ import pyopencl as cl
 from uopgrad import DType, dtypes
 from uopgrad.backend import Allocator, Program
 from uopgrad.codegen import GridLimits
-from uopgrad_opencl.compiler import build_options
+from uopgrad_opencl.compiler import CLCompiler
 
 __all__ = ["DEVICE_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices", "device_position",
            "open_device", "program_class", "repair_pocl_target_cpu", "select_device"]
@@ -231,14 +231,14 @@ class CLAllocator(Allocator[cl.Buffer]):
 
 # ---------------------------------------------------------------------- kernels
 class CLProgram(Program):
-    """A kernel of a program binary, on the device of the class (see `program_class`)."""
+    """A kernel of a built program, on the device and from the compiler of the class (`program_class`)."""
 
     dev: ClassVar[CLDevice]
+    compiler: ClassVar[CLCompiler]
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        program = cl.Program(self.dev.context, [self.dev.device], [lib])
-        self._program = program.build(options=list(build_options(self.dev.device)), devices=[self.dev.device])
+        self._program = self.compiler.take(lib)
         self._kernel = cl.Kernel(self._program, name)
 
     def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
@@ -254,9 +254,9 @@ class CLProgram(Program):
         cl.enqueue_nd_range_kernel(self.dev.queue, self._kernel, total, local).wait()
 
 
-def program_class(dev: CLDevice) -> type[CLProgram]:
-    """`CLProgram` bound to `dev` (core builds a kernel as `runtime(name, lib)`, with no device)."""
-    return type(f"CLProgram_{id(dev):x}", (CLProgram,), {"dev": dev})
+def program_class(dev: CLDevice, compiler: CLCompiler) -> type[CLProgram]:
+    """`CLProgram` bound to `dev` and its compiler (core loads a kernel as `runtime(name, lib)`)."""
+    return type(f"CLProgram_{id(dev):x}", (CLProgram,), {"dev": dev, "compiler": compiler})
 
 
 def device_position(device_name: str) -> int:
