@@ -258,3 +258,10 @@ def test_rule_shapes():
     assert pm_gradient.rewrite(x < y, ctx=g) == (None, None)
     e = x.exp2()
     assert pm_gradient.rewrite(e, ctx=g) == ((e * g) * math.log(2),)
+
+
+def test_trunc_gradient_is_zeros():
+    x = buf()
+    loss = sum_all(x.trunc() * 3)
+    g = compute_gradient(loss, seed(loss), {x})[x]
+    assert g.op is Ops.EXPAND and g.base.op is Ops.CONST and g.base.arg == 0

@@ -85,6 +85,7 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),  # d log2 x = 1/x ln2
     (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),  # d 2^x = 2^x ln2
     (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),  # d sqrt x = 1/(2 sqrt x)
+    (UPat(Ops.TRUNC), lambda ctx: (ctx.const_like(0),)),  # d trunc x = 0 (almost everywhere)
     (UPat((Ops.CMPLT, Ops.CMPNE)), lambda: (None, None)),  # comparisons have no gradient
     (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),  # d(a+b) = (1, 1)
     (UPat(Ops.POW, name="ret", src=(UPat.var("b"), UPat.var("e"))), _pow_grad),  # d b^e, guarded at b=0
