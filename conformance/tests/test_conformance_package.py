@@ -1,4 +1,4 @@
-"""The uopgrad_conformance skeleton installs with its type marker and imports without pulling in a backend."""
+"""The uopgrad_conformance package installs with its type marker and imports without pulling in a backend."""
 
 import ast
 import importlib.resources
