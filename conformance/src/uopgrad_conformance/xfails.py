@@ -42,8 +42,6 @@ def parse_xfails(text: str) -> list[XfailEntry]:
 
 # Issues of core (not of any backend), found by this suite; each is reported with a patch in issue 5's note.
 KNOWN_CORE_ISSUES: list[XfailEntry] = [
-    XfailEntry("test_gradient[TRUNC-*]", "core: pm_gradient has no TRUNC rule (semantics.md §3 says the "
-               "gradient is zeros), so differentiating through trunc raises RuntimeError"),
     XfailEntry("test_function[FUNCTION_implicit_input_2-d-*]",
                "core: the gradient of an implicit input that is not 1-d is silently zero: the FUNCTION "
                "captures its BUFFER, while the Tensor (the gradient target) is a RESHAPE of it, so the "
