@@ -72,7 +72,8 @@ GRAD_CASES: dict[str, GradProgram] = {
 # the op of each pm_gradient rule -> the rows that exercise it (checked complete by the harness tests)
 RULE_ROWS: dict[Ops, tuple[str, ...]] = {
     Ops.CAST: ("CAST",), Ops.RECIPROCAL: ("RECIPROCAL",), Ops.SIN: ("SIN",), Ops.LOG2: ("LOG2",),
-    Ops.EXP2: ("EXP2",), Ops.SQRT: ("SQRT",), Ops.CMPLT: ("CMPLT",), Ops.CMPNE: ("CMPNE",), Ops.ADD: ("ADD",),
+    Ops.EXP2: ("EXP2",), Ops.SQRT: ("SQRT",), Ops.TRUNC: ("TRUNC",), Ops.CMPLT: ("CMPLT",),
+    Ops.CMPNE: ("CMPNE",), Ops.ADD: ("ADD",),
     Ops.POW: ("POW",), Ops.MAX: ("MAX", "MAX tie"), Ops.MUL: ("MUL",), Ops.WHERE: ("WHERE",),
     Ops.REDUCE: ("REDUCE ADD", "REDUCE MAX", "REDUCE MUL"), Ops.CONTIGUOUS: ("CONTIGUOUS",),
     Ops.CONTIGUOUS_BACKWARD: ("CONTIGUOUS_BACKWARD",), Ops.RESHAPE: ("RESHAPE",), Ops.EXPAND: ("EXPAND",),
