@@ -1,4 +1,4 @@
-"""Benchmark (not a test): uopgrad's generated CPU kernels side by side with numpy, PyTorch and tinygrad 0.14.
+"""Benchmark (not a test): uopgrad's generated CPU and OpenCL kernels beside numpy, PyTorch and tinygrad 0.14.
 
 Workloads (issue #4, item 10), each built the same way in every library from one recipe:
 
@@ -12,10 +12,14 @@ Workloads (issue #4, item 10), each built the same way in every library from one
   compile   cold latency of one new elementwise kernel (schedule, lower, render, compile, run)
 
 Steady timings are the median of --repeat runs after one warm-up; "cold" ones run once, against an empty
-compile cache (uopgrad: a fresh $UOPGRAD_CACHE_DIR; tinygrad: CACHELEVEL=0). A competitor that is missing
-or fails is reported in the table, never fatal. Ratios are ours/theirs: below 1 means uopgrad is faster.
+compile cache (uopgrad: a fresh $UOPGRAD_CACHE_DIR, and a fresh $POCL_CACHE_DIR for PoCL's own kernel cache;
+tinygrad: CACHELEVEL=0). A competitor that is missing or fails is reported in the table, never fatal.
+Ratios are ours/theirs: below 1 means uopgrad is faster. The first column is uopgrad's CPU backend; the CL
+column is uopgrad's OpenCL backend (PoCL on the same CPU unless $UOPGRAD_CL_DEVICE names another device), so
+its ratio is CPU/CL.
 
-    pip install ./packages/core ./packages/backend-cpu torch==2.13.0 tinygrad==0.14.0
+    pip install ./packages/core ./packages/backend-cpu ./packages/backend-opencl torch==2.13.0 \
+        tinygrad==0.14.0
     python bench/kernels.py [--repeat 7] [--only chain8,sum]
 """
 from __future__ import annotations
@@ -37,6 +41,7 @@ import numpy as np
 
 # cold numbers need empty caches: set before any library is imported
 os.environ["UOPGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="uopgrad-bench-cache-")
+os.environ["POCL_CACHE_DIR"] = tempfile.mkdtemp(prefix="uopgrad-bench-pocl-")
 os.environ.setdefault("CACHELEVEL", "0")
 os.environ.setdefault("DEV", "CPU")  # tinygrad's device
 
@@ -135,14 +140,15 @@ class Runner:
 
 class Ours(Runner):
     name = "uopgrad"
+    device = "CPU"
 
     def __init__(self, data: dict[str, np.ndarray], repeat: int) -> None:
         super().__init__(data, repeat)
         from uopgrad.backend import Device
         from uopgrad.tensor import Tensor
         self.T = Tensor
-        Device["CPU"]  # noqa: B018  (fails here, with the reason, when the CPU backend is not available)
-        self.dev = "CPU"
+        Device[self.device]  # noqa: B018  (fails here, with the reason, when the backend is not available)
+        self.dev = self.device
 
     def tensor(self, a: np.ndarray, grad: bool = False) -> Any:
         return self.T(a, device=self.dev, requires_grad=grad).realize()
@@ -192,6 +198,13 @@ class Ours(Runner):
         x = self.tensor(self.data["g"])
         c = float(np.random.default_rng().random()) + 2.0  # a constant no kernel has had: a new source
         return timed(lambda: (x * c + 1.0).realize())
+
+
+class OursCL(Ours):
+    """The same workloads on uopgrad's OpenCL backend."""
+
+    name = "CL"
+    device = "CL"
 
 
 class Numpy(Runner):
@@ -338,7 +351,7 @@ def in_child(runner: str, method: str, limit: float) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-RUNNERS: list[type[Runner]] = [Ours, Numpy, Torch, Tinygrad]
+RUNNERS: list[type[Runner]] = [Ours, OursCL, Numpy, Torch, Tinygrad]
 
 
 # ---------------------------------------------------------------------- the table
