@@ -14,8 +14,10 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
+# CL runs on PoCL from pip (about 9 minutes on 2 cores): the whole default set stays near 20 minutes
 nox.options.sessions = ["lint", "typecheck", "imports", "tests", "conformance(backend='REFERENCE')",
-                        "conformance(backend='CPU')", "conformance_external", "conformance_meta"]
+                        "conformance(backend='CPU')", "conformance(backend='CL')", "conformance_external",
+                        "conformance_meta"]
 # Reuse a session's environment when it exists: pip rebuilds and reinstalls a local directory on every
 # run, so a reused environment never tests stale code. A fresh clone (as in CI) builds every environment anew.
 nox.options.reuse_venv = "yes"
