@@ -187,7 +187,7 @@ __kernel void E_4(__global ushort* restrict data0, __global const ushort* restri
 """
     assert not re.search(r"\bhalf\b", src) and "cl_khr_fp16" not in src and "cl_khr_fp64" not in src
     # each helper once, callees before callers
-    names = re.findall(r"^inline \w+ (\w+)\(", src, re.MULTILINE)
+    names = re.findall(r"^static inline \w+ (\w+)\(", src, re.MULTILINE)
     assert names == ["__uopgrad_bits_half", "__uopgrad_half_bits", "__uopgrad_half"]
 
 
@@ -214,7 +214,8 @@ def test_no_c99_only_spellings():
     val = alu(Ops.ADD, val, UOp(Ops.BITCAST, dtypes.int64, (UOp(Ops.CAST, f64, (x,)),)))
     val = alu(Ops.ADD, val, UOp(Ops.CAST, dtypes.int64, (UOp(Ops.CAST, f64, (x,)),)))
     src = render("k", store(out, g, val))
-    assert "long long" not in src and not re.search(r"\bstatic\b", src) and "union" not in src
+    assert "long long" not in src and "static const" not in src and "union" not in src
+    assert re.findall(r"^\w*\s*inline", src, re.MULTILINE) == ["static inline"] * 3  # static, never extern
     assert "__uopgrad_threefry" in src and "__uopgrad_ipow" in src and "__uopgrad_f2i(" in src
     assert "as_long((double)" in src and "(((ulong)(val0))<64u?" in src
 

@@ -44,16 +44,17 @@ def _shr(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
 
 
 def _opencl_c(code: str) -> str:
-    """A core helper (written in C99) as OpenCL C: OpenCL's 64-bit type names, no static locals."""
+    """A core helper (written in C99) as OpenCL C: OpenCL's 64-bit type names, no static locals (a static
+    function is fine: OpenCL C 1.2 allows it, and a plain `inline` one may be left undefined at link)."""
     code = code.replace("unsigned long long", "ulong").replace("long long", "long")
-    return code.replace("static inline ", "inline ").replace("static const ", "const ")
+    return code.replace("  static const ", "  const ")
 
 
 # out-of-range float -> int is undefined in OpenCL C as in C99: REFERENCE truncates and wraps modulo 2^64
 # (NaN and inf give 0). The float variant runs where the device has no double; it gives the same results
 # for float and half sources (fmod and the adjustments are exact).
 _F2I_FLOAT = """\
-inline long __uopgrad_f2if(float x) {
+static inline long __uopgrad_f2if(float x) {
   /* truncate, wrap modulo 2^64; NaN and inf give 0 */
   if (x >= -9223372036854775808.0f && x < 9223372036854775808.0f) return (long)x;
   if (!(x - x == 0.0f)) return 0;
@@ -67,7 +68,7 @@ inline long __uopgrad_f2if(float x) {
 # keeps its sign and the top bits of its payload (numpy's rule), so bit patterns survive a load and a store
 _HALF_HELPERS = {
     "__uopgrad_bits_half": """\
-inline float __uopgrad_bits_half(ushort h) {
+static inline float __uopgrad_bits_half(ushort h) {
   /* float16 bits -> float, exactly */
   uint sign = ((uint)h & 0x8000u) << 16, e = ((uint)h >> 10) & 0x1fu, m = (uint)h & 0x3ffu;
   if (e == 0x1fu) return as_float(sign | 0x7f800000u | (m << 13));
@@ -75,7 +76,7 @@ inline float __uopgrad_bits_half(ushort h) {
   return as_float(sign | ((e + 112u) << 23) | (m << 13));
 }""",
     "__uopgrad_half_bits": """\
-inline ushort __uopgrad_half_bits(float x) {
+static inline ushort __uopgrad_half_bits(float x) {
   /* float -> float16 bits, rounded to nearest even */
   uint f = as_uint(x), sign = (f >> 16) & 0x8000u, a = f & 0x7fffffffu;
   if (a > 0x7f800000u) return (ushort)(sign | 0x7c00u | max((a & 0x7fffffu) >> 13, 1u));
@@ -85,12 +86,12 @@ inline ushort __uopgrad_half_bits(float x) {
   return (ushort)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
 }""",
     "__uopgrad_half": """\
-inline float __uopgrad_half(float x) {
+static inline float __uopgrad_half(float x) {
   /* x rounded to float16 */
   return __uopgrad_bits_half(__uopgrad_half_bits(x));
 }""",
     "__uopgrad_half_d": """\
-inline float __uopgrad_half_d(double x) {
+static inline float __uopgrad_half_d(double x) {
   /* a double rounded to float16 once: to float rounding to odd (exact enough for a second rounding) */
   float f = convert_float_rtz(x);
   if (f == f && (double)f != x) f = as_float(as_uint(f) | 1u);
