@@ -57,7 +57,8 @@ class CLCompiler(Compiler):
         self.context, self.device = context, device
         self.options = build_options(device)
         # `target`: anything else a build depends on (the runtime's LLVM target CPU on PoCL)
-        self.cache_key = f"{device_identity(device)}|{target}|{' '.join(self.options)}"
+        # "source": what the disk cache holds (earlier versions cached program binaries under other keys)
+        self.cache_key = f"source|{device_identity(device)}|{target}|{' '.join(self.options)}"
         self._built: dict[str, cl.Program] = {}  # by digest of the source: built, not yet taken
         self._built_lock = threading.Lock()
 
