@@ -123,46 +123,42 @@ def _safe(b: Array) -> tuple[Array, Array]:
     return zero, np.where(zero, np.ones_like(b), b)
 
 
-def _cdiv(a: Array, b: Array) -> Array:
-    """C division: the quotient truncated toward zero."""
+def _division(a: Array, b: Array, on_floats: Callable[[Array, Array], Array],
+              on_ints: Callable[[Array, Array], Array]) -> Array:
+    """A division-like op: numpy's float semantics, or the integer rule on a divisor with no zeros,
+    where a zero divisor gives 0."""
     if _is_float(a) or _is_float(b):
-        return np.asarray(np.trunc(a / b))
+        return np.asarray(on_floats(a, b))
     _need_int(a, b)
     zero, bs = _safe(b)
-    q = np.floor_divide(a, bs)
-    inexact = np.not_equal(np.remainder(a, bs), 0)
-    q = np.where(inexact & ((a < 0) != (bs < 0)), q + 1, q)
-    return np.asarray(np.where(zero, np.zeros_like(q), q))
+    out = on_ints(a, bs)
+    return np.asarray(np.where(zero, np.zeros_like(out), out))
+
+
+def _trunc_div(a: Array, b: Array) -> Array:
+    q = np.floor_divide(a, b)
+    inexact = np.not_equal(np.remainder(a, b), 0)
+    return np.asarray(np.where(inexact & ((a < 0) != (b < 0)), q + 1, q))
+
+
+def _cdiv(a: Array, b: Array) -> Array:
+    """C division: the quotient truncated toward zero."""
+    return _division(a, b, lambda x, y: np.trunc(x / y), _trunc_div)
 
 
 def _cmod(a: Array, b: Array) -> Array:
     """C remainder: the sign of the dividend."""
-    if _is_float(a) or _is_float(b):
-        return np.asarray(np.fmod(a, b))
-    _need_int(a, b)
-    zero, bs = _safe(b)
-    r = np.fmod(a, bs)
-    return np.asarray(np.where(zero, np.zeros_like(r), r))
+    return _division(a, b, np.fmod, np.fmod)
 
 
 def _floordiv(a: Array, b: Array) -> Array:
     """Floor division: the quotient rounded toward -inf."""
-    if _is_float(a) or _is_float(b):
-        return np.asarray(np.floor_divide(a, b))
-    _need_int(a, b)
-    zero, bs = _safe(b)
-    q = np.floor_divide(a, bs)
-    return np.asarray(np.where(zero, np.zeros_like(q), q))
+    return _division(a, b, np.floor_divide, np.floor_divide)
 
 
 def _floormod(a: Array, b: Array) -> Array:
     """Floor remainder: the sign of the divisor (a == (a // b) * b + a % b)."""
-    if _is_float(a) or _is_float(b):
-        return np.asarray(np.remainder(a, b))
-    _need_int(a, b)
-    zero, bs = _safe(b)
-    r = np.remainder(a, bs)
-    return np.asarray(np.where(zero, np.zeros_like(r), r))
+    return _division(a, b, np.remainder, np.remainder)
 
 
 def _fdiv(a: Array, b: Array) -> Array:
