@@ -94,6 +94,10 @@ def _is_realized(u: UOp) -> bool:
     return s.op is Ops.SHRINK and s.src[0].op is Ops.BUFFER and not all_int(u.shape)
 
 
+def _unrealized(u: UOp) -> bool:
+    return not is_realized_after(u)
+
+
 def _storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
     """The nodes from `u` down through movement ops and AFTERs (realized ones too), and the node holding the
     storage."""
@@ -917,7 +921,8 @@ class Tensor(MathMixin, MovementMixin):
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        devices = {t.uop: t.device for t in tensors}
+        todo += Tensor._readers_of_overwritten(todo)
+        devices = {u: str(u.device) for u in todo}
         stripped = strip_realized(UOp.sink(*todo)).src
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
         effects: dict[str, list[UOp]] = {}
@@ -951,6 +956,25 @@ class Tensor(MathMixin, MovementMixin):
                 t.uop = becomes[t.uop]
             elif ran and not _is_realized(t.uop):
                 t.uop = settle(t.uop, ran)
+
+    @staticmethod
+    def _readers_of_overwritten(todo: list[UOp]) -> list[UOp]:
+        """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
+        the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
+        tensor that is a view of the written buffer is not among them: it sees the write."""
+        written = {b for e in effects_under(todo) if e.op is Ops.STORE
+                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+        if not written:
+            return []
+        seen, out = set(todo), []
+        for t in list(_all_tensors.values()):
+            u = t.uop
+            if u in seen or _is_realized(u) or _storage_chain(u)[1].op is Ops.BUFFER:
+                continue
+            if any(n in written for n in u.toposort(gate=_unrealized, enter_calls=False)):
+                seen.add(u)
+                out.append(u)
+        return out
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
