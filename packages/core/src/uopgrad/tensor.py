@@ -22,7 +22,17 @@ from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype, sum_acc_d
 from uopgrad.gradient import compute_gradient
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape, resolve_shape_arg
 from uopgrad.ops import Ops
-from uopgrad.realized import effects_under, is_realized_after, realized, realized_view, settle, strip_realized
+from uopgrad.realized import (
+    buffers_read,
+    check_not_overwritten,
+    effects_under,
+    is_realized_after,
+    overwritten,
+    realized,
+    realized_view,
+    settle,
+    strip_realized,
+)
 from uopgrad.uop import UOp, sint
 
 __all__ = ["Tensor"]
@@ -921,7 +931,9 @@ class Tensor(MathMixin, MovementMixin):
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        todo += Tensor._readers_of_overwritten(todo, effects_under(todo))
+        written = {b for e in effects_under(todo) if e.op is Ops.STORE
+                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+        todo += Tensor._readers_of_overwritten(todo, written)
         devices = {u: str(u.device) for u in todo}
         stripped = strip_realized(UOp.sink(*todo)).src
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
@@ -951,6 +963,7 @@ class Tensor(MathMixin, MovementMixin):
         ran = effects_under(todo)
         for u in fresh:
             becomes[u] = realized(becomes[u], settle(u, ran))
+        overwritten(written)
         for t in list(_all_tensors.values()):
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
@@ -958,12 +971,10 @@ class Tensor(MathMixin, MovementMixin):
                 t.uop = settle(t.uop, ran)
 
     @staticmethod
-    def _readers_of_overwritten(todo: list[UOp], effects: set[UOp]) -> list[UOp]:
+    def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
         """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
         the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
         tensor that is a view of the written buffer is not among them: it sees the write."""
-        written = {b for e in effects if e.op is Ops.STORE
-                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
         if not written:
             return []
         seen, out = set(todo), []
@@ -1010,7 +1021,9 @@ class Tensor(MathMixin, MovementMixin):
                 raise RuntimeError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
         grads = compute_gradient(self.uop, seed.uop, {t.uop for t in targets})
-        return [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
+        out = [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
+        check_not_overwritten(self.uop, (b for g in out for b in buffers_read(g.uop)))
+        return out
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/d(t) into `t.grad` for every live tensor `t` that requires grad and that self
