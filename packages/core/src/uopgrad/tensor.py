@@ -33,6 +33,10 @@ from uopgrad.realized import (
     settle,
     strip_realized,
 )
+from uopgrad.tensor_elementwise import ElementwiseMixin
+from uopgrad.tensor_index import IndexMixin, has_tensor_index
+from uopgrad.tensor_nn import NNMixin, grad_enabled
+from uopgrad.tensor_shape import ShapeMixin
 from uopgrad.uop import UOp, sint
 
 __all__ = ["Tensor"]
@@ -135,7 +139,7 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     return region.store(u.reshape((size_sym,))), region.reshape(shape)
 
 
-class Tensor(MathMixin, MovementMixin):
+class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, MovementMixin):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
@@ -192,7 +196,10 @@ class Tensor(MathMixin, MovementMixin):
 
     @staticmethod
     def _wrap(uop: UOp, *parents: Tensor) -> Tensor:
-        return Tensor(uop, requires_grad=_requires_grad(parents))
+        rg = _requires_grad(parents)
+        if rg is not False and not grad_enabled():  # inside no_grad: no gradient flows back through it
+            return Tensor(uop.detach(), requires_grad=False)
+        return Tensor(uop, requires_grad=rg)
 
     def __repr__(self) -> str:
         return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device!r}>"
@@ -505,8 +512,12 @@ class Tensor(MathMixin, MovementMixin):
         """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
         return 2.0 * (2.0 * self).sigmoid() - 1.0
 
-    def gelu(self) -> Tensor:
-        """GELU, tanh approximation (as tinygrad)."""
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
+        if approximate == "none":
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu approximate must be 'tanh' or 'none', not {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def softplus(self, beta: float = 1.0) -> Tensor:
@@ -584,14 +595,14 @@ class Tensor(MathMixin, MovementMixin):
         e = m.exp()
         return m, e, e.sum(axis, keepdim=True)
 
-    def softmax(self, axis: int = -1) -> Tensor:
-        """e ** x / sum(e ** x) along `axis`."""
-        _, e, ss = self._softmax(axis)
+    def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """e ** x / sum(e ** x) along `axis` (computed in `dtype` when given)."""
+        _, e, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return e / ss
 
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        """log(softmax(x)) along `axis`, computed stably."""
-        m, _, ss = self._softmax(axis)
+    def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(x)) along `axis`, computed stably (in `dtype` when given)."""
+        m, _, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return m - ss.log()
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -627,8 +638,13 @@ class Tensor(MathMixin, MovementMixin):
         return -picked.sum(-1).mean()
 
     # ------------------------------------------------------------------ movement
-    def pad(self, arg: Sequence[tuple[sint, sint] | None], value: ConstType = 0) -> Tensor:
-        """Pad each dimension by (before, after) with `value` (zero by default)."""
+    def pad(self, arg: Sequence[tuple[sint, sint] | None] | Sequence[sint], value: ConstType = 0,
+            mode: str = "constant") -> Tensor:
+        """Pad each dimension by (before, after) with `value` (zero by default); also PyTorch's flat form
+        (last dimension first; there a negative amount cuts) and mode "reflect", "replicate" or "circular"."""
+        if mode != "constant" or not all(p is None or isinstance(p, (tuple, list)) for p in arg):
+            return self._pad_mode(arg, mode, value)
+        arg = cast("Sequence[tuple[sint, sint] | None]", arg)
         ret = MovementMixin.pad(self, arg)
         if value == 0 or ret is self:
             return ret
@@ -732,9 +748,12 @@ class Tensor(MathMixin, MovementMixin):
             return idx[:e] + fill + idx[e + 1:]
         return idx + fill
 
-    def __getitem__(self, indices: object) -> Tensor:
+    def __getitem__(self, indices: object) -> Tensor:  # noqa: C901  (plus one dispatch to tensor indices)
         """Basic indexing: ints (negative count from the end), slices (any step), None and Ellipsis;
-        an int may be a bound symbolic variable and a slice end a symbolic size."""
+        an int may be a bound symbolic variable and a slice end a symbolic size; int tensors (and lists)
+        index as in numpy's advanced indexing."""
+        if has_tensor_index(indices):
+            return self._getitem_tensor(indices)
         shrinks: list[tuple[sint, sint]] = []
         flips: list[int] = []
         strides: list[tuple[int, int, int]] = []  # (dim, step, count)
@@ -777,6 +796,8 @@ class Tensor(MathMixin, MovementMixin):
         return x.reshape(tuple(out_shape))
 
     def __setitem__(self, indices: object, v: TensorLike) -> None:
+        if has_tensor_index(indices):
+            return self._setitem_tensor(indices, v)
         view = self[indices]
         if isinstance(v, Tensor):
             value = v.cast(self.dtype)

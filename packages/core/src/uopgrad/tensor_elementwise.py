@@ -1,0 +1,199 @@
+"""Elementwise Tensor ops built from the primitives (layer 14, a mixin of Tensor): activations, erf and the
+exact gelu, rounding, NaN/inf tests, any/all, and division with a rounding mode.
+
+Each op is a composition of ALU nodes the gradient table already knows, so every backend runs it without
+new kernels. Rounding and tests have zero gradient (their comparisons carry none).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, cast
+
+from uopgrad.dtype import ConstType, dtypes
+from uopgrad.mixin import MathMixin
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from uopgrad.tensor import Tensor
+
+__all__ = ["ElementwiseMixin"]
+
+# Abramowitz & Stegun 7.1.26 is too coarse for float32; erf comes from erfc(x) = t·exp(-x² + P(t)) with
+# t = 1/(1 + |x|/2) (Numerical Recipes' erfc, relative error below 1.2e-7 everywhere).
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                1.48851587, -0.82215223, 0.17087277)
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+
+class ElementwiseMixin:
+    """Activations, rounding, tests and rounding division for Tensor."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ activations
+    def silu(self) -> Tensor:
+        """x * sigmoid(x) (also called swish)."""
+        x = _t(self)
+        return x * x.sigmoid()
+
+    def swish(self) -> Tensor:
+        """x * sigmoid(x)."""
+        return self.silu()
+
+    def relu6(self) -> Tensor:
+        """min(max(x, 0), 6)."""
+        x = _t(self)
+        return x.relu() - (x - 6).relu()
+
+    def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+        """x for x > 0, else neg_slope * x."""
+        x = _t(self)
+        return (x < 0).where(x * neg_slope, x)
+
+    def elu(self, alpha: float = 1.0) -> Tensor:
+        """x for x > 0, else alpha * (e ** x - 1)."""
+        x = _t(self)
+        return (x > 0).where(x, (x.minimum(0).exp() - 1) * alpha)
+
+    def celu(self, alpha: float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (e ** (x / alpha) - 1))."""
+        x = _t(self)
+        return x.maximum(0) + ((x / alpha).minimum(0).exp() - 1).minimum(0) * alpha
+
+    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        """gamma * elu(x, alpha)."""
+        return self.elu(alpha) * gamma
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        """x clamped into [min_val, max_val]."""
+        return _t(self).clip(min_val, max_val)
+
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """alpha * x + beta clamped into [0, 1]."""
+        y = _t(self) * alpha + beta
+        return y.relu() - (y - 1).relu()
+
+    def hardswish(self) -> Tensor:
+        """x * relu6(x + 3) / 6."""
+        x = _t(self)
+        return x * (x + 3).relu6() * (1 / 6)
+
+    def mish(self) -> Tensor:
+        """x * tanh(softplus(x))."""
+        x = _t(self)
+        return x * x.softplus().tanh()
+
+    def softsign(self) -> Tensor:
+        """x / (1 + |x|)."""
+        x = _t(self)
+        return x / (1 + x.abs())
+
+    def logsigmoid(self) -> Tensor:
+        """log(sigmoid(x)), computed stably as -softplus(-x)."""
+        return -(-_t(self)).softplus()
+
+    def quick_gelu(self) -> Tensor:
+        """x * sigmoid(1.702 x)."""
+        x = _t(self)
+        return x * (x * 1.702).sigmoid()
+
+    def erf(self) -> Tensor:
+        """The error function (float32 accurate); its gradient is that of the approximation, which is
+        2/sqrt(pi) e ** -x² to float32 precision."""
+        x = _t(self)._to_float()
+        z = x.abs()
+        t = (1 + z * 0.5).reciprocal()
+        poly = t * 0 + _ERFC_COEFFS[-1]
+        for c in reversed(_ERFC_COEFFS[:-1]):
+            poly = poly * t + c
+        erfc = t * (poly - z * z).exp()
+        return x.sign() * (1 - erfc)
+
+    # ------------------------------------------------------------------ rounding
+    def floor(self) -> Tensor:
+        """Round toward -inf (ints unchanged)."""
+        x = _t(self)
+        if not dtypes.is_float(x.dtype):
+            return x
+        t = x.trunc()
+        return (t > x).where(t - 1, t)
+
+    def ceil(self) -> Tensor:
+        """Round toward +inf (ints unchanged)."""
+        x = _t(self)
+        if not dtypes.is_float(x.dtype):
+            return x
+        t = x.trunc()
+        return (t < x).where(t + 1, t)
+
+    def round(self) -> Tensor:
+        """Round to the nearest integer, halves to even (as numpy and PyTorch)."""
+        x = _t(self)
+        if not dtypes.is_float(x.dtype):
+            return x
+        f = x.floor()
+        frac = x - f  # exact for floats of any magnitude
+        odd = (f * 0.5).floor() * 2 != f
+        up = (frac > 0.5) | ((frac == 0.5) & odd)
+        return up.where(f + 1, f)
+
+    # ------------------------------------------------------------------ tests and boolean reductions
+    def isnan(self) -> Tensor:
+        """True where the value is NaN."""
+        x = _t(self)
+        return x != x
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where the value is +inf (if detect_positive) or -inf (if detect_negative)."""
+        x = _t(self)
+        pos = (x == math.inf) if detect_positive else x.const_like(False).cast(dtypes.bool)
+        neg = (x == -math.inf) if detect_negative else x.const_like(False).cast(dtypes.bool)
+        return pos | neg
+
+    def isfinite(self) -> Tensor:
+        """True where the value is neither NaN nor infinite."""
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """True where any element along `axis` is nonzero."""
+        x = _t(self)
+        return x.ne(0).cast(dtypes.int32).max(axis, keepdim).cast(dtypes.bool)
+
+    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """True where every element along `axis` is nonzero."""
+        x = _t(self)
+        return x.eq(0).any(axis, keepdim).logical_not()
+
+    def isclose(self, other: Tensor | ConstType, rtol: float = 1e-5, atol: float = 1e-8,
+                equal_nan: bool = False) -> Tensor:
+        """|self - other| <= atol + rtol * |other| elementwise (NaNs equal when equal_nan)."""
+        x = _t(self)
+        o = x.ufix(other)
+        close = ((x == o) | ((x - o).abs() <= atol + rtol * o.abs())) & x.isfinite() & o.isfinite()
+        close = close | ((x == o) & x.isinf())
+        return close | (x.isnan() & o.isnan()) if equal_nan else close
+
+    # ------------------------------------------------------------------ division
+    def div(self, x: Tensor | ConstType, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """self / x; rounding_mode "trunc" rounds the quotient toward zero, "floor" toward -inf (ints stay
+        ints for both, as PyTorch)."""
+        me = _t(self)
+        num, den = (me.ufix(x), me) if reverse else (me, me.ufix(x))
+        if rounding_mode is None:
+            return MathMixin.div(num, den)
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+        if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
+            q = MathMixin.div(num, den)
+            return q.trunc() if rounding_mode == "trunc" else q.floor()
+        q = num // den
+        if rounding_mode == "floor":
+            return q
+        # floor division rounds toward -inf: step back up where the signs differ and it was inexact
+        inexact = (q * den).ne(num) & ((num < 0).ne(den < 0))
+        return inexact.where(q + 1, q)
