@@ -4,6 +4,10 @@ Adam; AdamW.
 `step()` assigns every update in place (the parameters keep their identity, so models and state dicts
 keep seeing them) and realizes the parameters with the optimiser's own state in one run. To read the loss
 of the same step, realize it in that run: `Tensor.realize(loss, *opt.schedule_step())`.
+
+Everything that changes from step to step (the learning rate `opt.lr`, Adam's bias corrections) is a
+0-d tensor on the device, never a constant of the graph: every step then runs the same kernels, compiled
+once. Change the learning rate with `opt.lr.assign(Tensor(np.asarray(new_lr, np.float32)))`.
 """
 from __future__ import annotations
 
@@ -31,8 +35,20 @@ class Optimizer:
         self.params = list(unique.values())
         if not self.params:
             raise ValueError("the optimiser got no parameters that require grad")
-        self.lr = lr
         self.buffers: list[Tensor] = []  # the optimiser's own state, realized with the parameters
+        self.lr = self._scalar(lr)
+
+    def _value(self, value: float) -> Tensor:
+        """A 0-d buffer holding `value` on the parameters' device (a buffer, unlike a constant, leaves the
+        kernels that read it unchanged when it changes)."""
+        p = self.params[0]
+        return Tensor(np.asarray(value, np.float32), device=p.device, dtype=p.dtype, requires_grad=False)
+
+    def _scalar(self, value: float) -> Tensor:
+        """A 0-d state buffer, realized with the parameters."""
+        t = self._value(value)
+        self.buffers.append(t)
+        return t
 
     def _state(self) -> list[Tensor]:
         """One zero buffer per parameter (momentum, moments)."""
@@ -99,11 +115,12 @@ class Adam(Optimizer):
         super().__init__(params, lr)
         self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
         self.m, self.v = self._state(), self._state()
-        self.t = 0  # steps taken: the bias corrections are Python floats, exact in float64
+        self.t = 0  # steps taken
 
     def _update(self, grads: list[Tensor]) -> None:
         self.t += 1
-        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        # in float64 on the host, as PyTorch: 1 - b2 ** t in float32 would lose 1e-5 of its value
+        c1, c2 = self._value(1 - self.b1 ** self.t), self._value(1 - self.b2 ** self.t)
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
             p0 = p.detach()
             if self.weight_decay and not self.decoupled:
