@@ -139,11 +139,16 @@ def test_optimiser_matches_torch(name: str, ours_kw: dict[str, Any], theirs_kw: 
     opt = {"SGD": SGD, "Adam": Adam, "AdamW": AdamW}[name](get_parameters([l1, l2]), **ours_kw)
     topt = getattr(torch.optim, name)([*t1.parameters(), *t2.parameters()], **theirs_kw)
     xt, yt = Tensor(x), Tensor(y)
-    for _ in range(6):
+    for step in range(6):
         opt.zero_grad()
         loss = (l2(l1(xt).tanh()) - yt).square().mean()
-        loss.backward()
-        Tensor.realize(loss, *opt.schedule_step())
+        if step % 2:  # the habit: read the loss, then backward and step
+            loss.item()
+            loss.backward()
+            opt.step()
+        else:  # one run for the loss and the update
+            loss.backward()
+            Tensor.realize(loss, *opt.schedule_step())
         topt.zero_grad()
         tloss = (t2(torch.tanh(t1(torch.tensor(x)))) - torch.tensor(y)).square().mean()
         tloss.backward()
