@@ -71,6 +71,26 @@ ELEMENTWISE: dict[str, tuple[Callable[..., Any], Callable[..., Any], np.ndarray]
     "ceil": (Tensor.ceil, torch.ceil, X * 3),
     "round": (Tensor.round, torch.round, np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.7])),
     "trunc": (Tensor.trunc, torch.trunc, X * 3),
+    "asin": (Tensor.asin, torch.asin, np.tanh(X) * 0.95),
+    "acos": (Tensor.acos, torch.acos, np.tanh(X) * 0.95),
+    "atan": (Tensor.atan, torch.atan, X * 3),
+    "sinh": (Tensor.sinh, torch.sinh, X),
+    "cosh": (Tensor.cosh, torch.cosh, X),
+    "asinh": (Tensor.asinh, torch.asinh, X * 3),
+    "acosh": (Tensor.acosh, torch.acosh, np.abs(X) + 1.1),
+    "atanh": (Tensor.atanh, torch.atanh, np.tanh(X) * 0.9),
+    "log10": (Tensor.log10, torch.log10, np.abs(X) + 0.1),
+    "softmin": (lambda x: x.softmin(0), lambda x: F.softmin(x, 0), X),
+    "logcumsumexp": (lambda x: x.logcumsumexp(1), lambda x: torch.logcumsumexp(x, 1), X * 3),
+    "normalize": (lambda x: x.normalize(3.0, 1), lambda x: F.normalize(x, 3.0, 1), X),
+    "std_mean": (lambda x: x.std_mean(1), lambda x: torch.std_mean(x, 1), X),
+    "var_mean": (lambda x: x.var_mean(0, correction=0), lambda x: torch.var_mean(x, 0, correction=0), X),
+    "diagonal": (lambda x: x.diagonal(1), lambda x: x.diagonal(1), X),
+    "diagonal dims": (lambda x: x.diagonal(-1, 1, 3), lambda x: x.diagonal(-1, 1, 3), X4),
+    "diag": (lambda x: x[0].diag(), lambda x: x[0].diag(), X),
+    "unfold": (lambda x: x.unfold(2, 3, 2), lambda x: x.unfold(2, 3, 2), X4),
+    "view pad_to shrink_to": (lambda x: x.view(5, 3).pad_to(6, 4).shrink_to(None, 2),
+                              lambda x: F.pad(x.view(5, 3), (0, 1, 0, 1))[:, :2], X),
     "softmax float64": (lambda x: x.softmax(1, dtype=dtypes.float64).float(),
                         lambda x: F.softmax(x, 1, dtype=torch.float64).float(), X),
     "log_softmax": (lambda x: x.log_softmax(0), lambda x: F.log_softmax(x, 0), X),
@@ -383,3 +403,54 @@ def test_creation() -> None:
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.95 * bound
     w = Tensor.kaiming_normal(500, 200, a=0.0).numpy()
     assert abs(w.std() - np.sqrt(2 / 200)) < 0.01 * np.sqrt(2 / 200) * 10
+
+
+def test_binary_extras() -> None:
+    y = _arr((3, 5), 50) * 2
+    check(lambda a, b: a.lerp(b, 0.3), lambda a, b: torch.lerp(a, b, 0.3), X, y)
+    check(lambda a, b: a.logaddexp(b), lambda a, b: torch.logaddexp(a, b), X * 10, y)
+    check(lambda a, b: a.copysign(b), lambda a, b: torch.copysign(a, b), X, y)
+    check(lambda a, b: a.fmod(b), lambda a, b: torch.fmod(a, b), X * 5, _arr((3, 5), 51, "positive") + 0.5)
+    check(lambda a: a.mod(1.5), lambda a: torch.remainder(a, 1.5), X * 5)
+    zs = np.array([0.0, -0.0, 3.0], np.float32)
+    np.testing.assert_array_equal(Tensor([1.0, 1.0, -1.0]).copysign(Tensor(zs)).numpy(),
+                                  torch.copysign(torch.tensor([1.0, 1.0, -1.0]), torch.tensor(zs)))
+    a, b = np.array([12, -7, 5, 0], np.int32), np.array([3, 2, 1, 7], np.int32)
+    ta, tb, pa, pb = Tensor(a), Tensor(b), torch.tensor(a), torch.tensor(b)
+    for ours, theirs in [(ta.bitwise_and(tb), pa & pb), (ta.bitwise_or(tb), pa | pb),
+                         (ta.bitwise_xor(tb), pa ^ pb), (ta.bitwise_not(), ~pa), (ta.lshift(tb), pa << pb),
+                         (ta.rshift(1), pa >> 1),
+                         (ta.fmod(tb), torch.fmod(pa, pb)), (ta.mod(tb), torch.remainder(pa, pb))]:
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert Tensor(X).allclose(Tensor(X) + 1e-9) and not Tensor(X).allclose(Tensor(X) + 1e-3)
+
+
+def test_sizes_and_casts() -> None:
+    t = Tensor(X.astype(np.float32))
+    assert t.size() == (3, 5) and t.size(-1) == 5 and t.nbytes() == 60 and t.is_floating_point()
+    assert not Tensor([1]).is_floating_point()
+    assert t.short().dtype == dtypes.int16 and t.bfloat16().dtype == dtypes.bfloat16
+
+
+def test_meshgrid() -> None:
+    a, b, c = np.arange(3.0), np.arange(4.0) * 2, np.arange(2.0) - 5
+    for indexing in ("ij", "xy"):
+        ours = Tensor(a).meshgrid(Tensor(b), Tensor(c), indexing=indexing)
+        theirs = torch.meshgrid(torch.tensor(a), torch.tensor(b), torch.tensor(c), indexing=indexing)
+        for o, t in zip(ours, theirs):
+            np.testing.assert_array_equal(o.numpy(), t.numpy())
+
+
+def test_nonzero_randperm_multinomial() -> None:
+    m = np.array([[0, 1.5, 0], [2, 0, -1]], np.float32)
+    np.testing.assert_array_equal(Tensor(m).nonzero().numpy(), torch.tensor(m).nonzero().numpy())
+    np.testing.assert_array_equal(Tensor(m).nonzero(size=4, fill_value=-1).numpy(),
+                                  [[0, 1], [1, 0], [1, 2], [-1, -1]])
+    p = Tensor.randperm(20).numpy()
+    assert sorted(p.tolist()) == list(range(20))
+    w = np.array([0.1, 0.0, 0.6, 0.3], np.float32)
+    draws = Tensor(w).multinomial(4000, replacement=True).numpy()
+    freq = np.bincount(draws, minlength=4) / 4000
+    np.testing.assert_allclose(freq, w, atol=0.03)
+    assert (Tensor(np.stack([w, w[::-1]])).multinomial().numpy() != 1).all()  # zero weight, never drawn
+

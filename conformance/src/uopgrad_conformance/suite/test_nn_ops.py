@@ -1,7 +1,8 @@
 """Gradient checks by finite differences of the composed Tensor ops (tensor_elementwise, tensor_index,
 tensor_shape, tensor_nn): convolution, pooling, normalisation, losses, attention, indexing, scans,
-sorting, shape ops and activations. They are compositions of primitives, so every backend must get them
-right; a failure here with the primitive rows passing is a bug of a composition on that backend.
+sorting, shape ops, activations, inverse trigonometric and hyperbolic functions. They are compositions
+of primitives, so every backend must get them right; a failure here with the primitive rows passing is a
+bug of a composition on that backend.
 
 Each row packs several ops into one program (tuple outputs) and runs in float32 only, with the
 dot-product test and REFERENCE's gradients but not the full Jacobian: the whole file costs a few seconds
@@ -68,6 +69,12 @@ NN_CASES: dict[str, GradProgram] = {
         (I("x", (2, 7), "distinct"),),
         "out = (x.silu(), x.elu(), x.celu(0.5), x.mish(), x.hardswish(), x.leaky_relu(0.2), x.relu6(),\n"
         "       x.hardtanh(-0.9, 0.9), x.erf(), x.gelu(approximate='none'), x.softsign(), x.logsigmoid())"),
+    "inverse trigonometric, hyperbolic, binary": P(
+        (I("x", (2, 5), "unit"), I("y", (2, 5), "positive")),
+        "u = x * 0.7  # |u| < 0.92: inside the domain of asin, acos, atanh\n"
+        "out = (u.asin(), u.acos(), x.atan(), x.sinh(), x.cosh(), x.asinh(), (y + 1).acosh(), u.atanh(),\n"
+        "       y.log10(), x.lerp(y, 0.3), x.logaddexp(y), x.logcumsumexp(1), x.normalize(dim=1),\n"
+        "       x.std_mean(1)[0], x.diagonal(1), x.unfold(1, 2, 2))"),
 }
 
 

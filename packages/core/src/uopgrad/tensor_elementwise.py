@@ -23,6 +23,9 @@ __all__ = ["ElementwiseMixin"]
 # t = 1/(1 + |x|/2) (Numerical Recipes' erfc, relative error below 1.2e-7 everywhere).
 _ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
                 1.48851587, -0.82215223, 0.17087277)
+# Abramowitz & Stegun 4.4.46: arcsin(x) = pi/2 - sqrt(1 - x) * P(x) on [0, 1]
+_ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256,
+                0.0066700901, -0.0012624911)
 
 
 def _t(x: object) -> Tensor:
@@ -114,6 +117,118 @@ class ElementwiseMixin:
         erfc = t * (poly - z * z).exp()
         return x.sign() * (1 - erfc)
 
+    # ------------------------------------------------------------------ inverse trigonometric, hyperbolic
+    def asin(self) -> Tensor:
+        """arcsin, from Abramowitz & Stegun 4.4.46 (absolute error below 2e-8 on [-1, 1])."""
+        x = _t(self)._to_float()
+        z = x.abs()
+        poly = z * 0 + _ASIN_COEFFS[-1]
+        for c in reversed(_ASIN_COEFFS[:-1]):
+            poly = poly * z + c
+        return x.sign() * (math.pi / 2 - (1 - z).sqrt() * poly)
+
+    def acos(self) -> Tensor:
+        """arccos, as pi/2 - arcsin."""
+        return math.pi / 2 - self.asin()
+
+    def atan(self) -> Tensor:
+        """arctan, as arcsin(x / sqrt(1 + x²))."""
+        x = _t(self)._to_float()
+        return (x / (1 + x * x).sqrt()).asin()
+
+    def sinh(self) -> Tensor:
+        """(e ** x - e ** -x) / 2."""
+        x = _t(self)
+        return (x.exp() - (-x).exp()) * 0.5
+
+    def cosh(self) -> Tensor:
+        """(e ** x + e ** -x) / 2."""
+        x = _t(self)
+        return (x.exp() + (-x).exp()) * 0.5
+
+    def asinh(self) -> Tensor:
+        """log(|x| + sqrt(x² + 1)), with x's sign."""
+        x = _t(self)._to_float()
+        z = x.abs()
+        return x.sign() * (z + (z * z + 1).sqrt()).log()
+
+    def acosh(self) -> Tensor:
+        """log(x + sqrt(x² - 1)) for x >= 1."""
+        x = _t(self)._to_float()
+        return (x + (x * x - 1).sqrt()).log()
+
+    def atanh(self) -> Tensor:
+        """log((1 + x) / (1 - x)) / 2 for |x| < 1."""
+        x = _t(self)._to_float()
+        return ((1 + x) / (1 - x)).log() * 0.5
+
+    def log10(self) -> Tensor:
+        """Logarithm base 10."""
+        return _t(self).log2() * math.log10(2)
+
+    # ------------------------------------------------------------------ binary
+    def lerp(self, end: Tensor, weight: Tensor | ConstType) -> Tensor:
+        """self + (end - self) * weight."""
+        x = _t(self)
+        return x + (end - x) * weight
+
+    def logaddexp(self, other: Tensor | ConstType) -> Tensor:
+        """log(e ** self + e ** other), computed stably."""
+        x = _t(self)
+        o = x.ufix(other)
+        m = x.maximum(o).detach()  # any shift gives the same value and gradient: the larger avoids overflow
+        return m + ((x - m).exp() + (o - m).exp()).log()
+
+    def copysign(self, other: Tensor | ConstType) -> Tensor:
+        """|self| with the sign of other (of -0.0 too)."""
+        x = _t(self)._to_float()
+        o = x.ufix(other)
+        with_sign_bit = (o < 0) | ((o == 0) & (o.reciprocal() < 0))
+        return with_sign_bit.where(-x.abs(), x.abs())
+
+    def fmod(self, x: Tensor | ConstType) -> Tensor:
+        """C's fmod: the remainder with the sign of self, self - trunc(self / x) * x."""
+        me = _t(self)
+        d = me.ufix(x)
+        if dtypes.is_float(me.dtype) or dtypes.is_float(d.dtype):
+            return me - (me / d).trunc() * d
+        return me - me.div(d, rounding_mode="trunc") * d
+
+    def mod(self, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        """Python's %: the remainder with the sign of the divisor (for floats self - floor(self / x) * x,
+        which has a gradient)."""
+        me = _t(self)
+        num, den = (me.ufix(x), me) if reverse else (me, me.ufix(x))
+        if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
+            return num - (num / den).floor() * den
+        return num % den
+
+    def bitwise_and(self, x: Tensor | ConstType) -> Tensor:
+        """self & x (ints and bools)."""
+        return _t(self) & x
+
+    def bitwise_or(self, x: Tensor | ConstType) -> Tensor:
+        """self | x (ints and bools)."""
+        return _t(self) | x
+
+    def bitwise_xor(self, x: Tensor | ConstType) -> Tensor:
+        """self ^ x (ints and bools)."""
+        return _t(self) ^ x
+
+    def bitwise_not(self) -> Tensor:
+        """~self (ints and bools)."""
+        return ~_t(self)
+
+    def lshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """self << x."""
+        me = _t(self)
+        return me.ufix(x) << me if reverse else me << x
+
+    def rshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+        """self >> x."""
+        me = _t(self)
+        return me.ufix(x) >> me if reverse else me >> x
+
     # ------------------------------------------------------------------ rounding
     def floor(self) -> Tensor:
         """Round toward -inf (ints unchanged)."""
@@ -168,6 +283,11 @@ class ElementwiseMixin:
         """True where every element along `axis` is nonzero."""
         x = _t(self)
         return x.eq(0).any(axis, keepdim).logical_not()
+
+    def allclose(self, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,
+                 equal_nan: bool = False) -> bool:
+        """Whether isclose holds everywhere (reads the answer back)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     def isclose(self, other: Tensor | ConstType, rtol: float = 1e-5, atol: float = 1e-8,
                 equal_nan: bool = False) -> Tensor:

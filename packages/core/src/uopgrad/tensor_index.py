@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.mixin import MathMixin, broadcast_shape
 
@@ -255,6 +256,34 @@ class IndexMixin:
         pick = m.reshape(1, -1) & (pos.reshape(1, -1) == slot)
         out = pick.where(flat.reshape(1, -1), 0).sum(1, dtype=x.dtype)
         return out if size is None else pick.any(1).where(out, fill_value)
+
+    def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+        """The indices of the nonzero elements, (count, ndim) int32 in row-major order. Without `size` the
+        count is read back from the device; with it the result has `size` rows, padded with fill_value."""
+        x = _t(self)
+        shape = tuple(_int(s) for s in x.shape)
+        mask = x.ne(0).flatten()
+        n = size if size is not None else int(cast(int, mask.cast(dtypes.int32).sum().item()))
+        if not shape:
+            return x.empty(n, 0, device=x.device, dtype=dtypes.int32)
+        lin = x.arange(_int(prod(shape)), device=x.device)
+        cols = [((lin // int(np.prod(shape[k + 1:]))) % shape[k]).masked_select(mask, n, fill_value)
+                for k in range(len(shape))]
+        return cols[0].stack(*cols[1:], dim=1)
+
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """`num_samples` class indices drawn with probability proportional to self (1-d, or a batch of
+        rows); without replacement only one sample per row."""
+        x = _t(self)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, not shape {x.shape}")
+        if not replacement and num_samples != 1:
+            raise NotImplementedError("multinomial without replacement draws only one sample per row")
+        w = x.reshape(1, -1) if x.ndim == 1 else x
+        cdf = w.cumsum(1) / w.sum(1, keepdim=True)
+        u = x.rand(_int(w.shape[0]), num_samples, 1, device=x.device)
+        idx = (u >= cdf.unsqueeze(1)).cast(dtypes.int32).sum(2).minimum(_int(w.shape[1]) - 1)
+        return idx.reshape(num_samples) if x.ndim == 1 else idx
 
     # ------------------------------------------------------------------ scans
     def _scan_mask(self, n: int, exclusive: bool = False) -> Tensor:

@@ -125,6 +125,116 @@ class ShapeMixin:
                 x = tail.cat(head, dim=d)
         return x
 
+    # ------------------------------------------------------------------ views and sizes
+    def view(self, *shape: sint | Sequence[sint]) -> Tensor:
+        """reshape, under PyTorch's name."""
+        return _t(self).reshape(*shape)
+
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or the size of dimension `dim`."""
+        x = _t(self)
+        return tuple(x.shape) if dim is None else x.shape[x._axis(dim)]
+
+    def nbytes(self) -> int:
+        """Bytes of data: numel * element size."""
+        x = _t(self)
+        return _int(x.numel()) * x.element_size()
+
+    def is_floating_point(self) -> bool:
+        """Whether the dtype is a float type."""
+        return dtypes.is_float(_t(self).dtype)
+
+    def short(self) -> Tensor:
+        """Cast to int16."""
+        return _t(self).cast(dtypes.int16)
+
+    def bfloat16(self) -> Tensor:
+        """Cast to bfloat16."""
+        return _t(self).cast(dtypes.bfloat16)
+
+    def pad_to(self, shape: Sequence[int | None], *args: int | None, value: ConstType = 0) -> Tensor:
+        """Pad at the end of each dimension up to `shape` (None keeps a dimension)."""
+        x = _t(self)
+        shp = resolve_shape_arg((shape, *args)) if args else tuple(shape)
+        if len(shp) != x.ndim:
+            raise ValueError(f"pad_to {tuple(shp)} needs one size per dimension of {x.shape}")
+        return x.pad([None if n is None else (0, n - _int(s)) for s, n in zip(x.shape, shp)], value=value)
+
+    def shrink_to(self, shape: Sequence[int | None], *args: int | None) -> Tensor:
+        """Keep the first `shape[i]` elements of each dimension (None keeps a dimension)."""
+        x = _t(self)
+        shp = resolve_shape_arg((shape, *args)) if args else tuple(shape)
+        return x.shrink([None if n is None else (0, n) for n in shp])
+
+    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+        """The windows of `size` every `step` along `dim` (that dim becomes the window count, a last dim
+        of `size` is appended), as torch.Tensor.unfold."""
+        x = _t(self)
+        d = x._axis(dim)
+        w = x.transpose(d, -1)._pool((size,), step)  # (..., windows, size) with dim d last before it
+        return w.transpose(d, -2)
+
+    def diag(self) -> Tensor:
+        """The square matrix with this 1-d tensor on its diagonal."""
+        x = _t(self)
+        if x.ndim != 1:
+            raise ValueError(f"diag needs a 1-d tensor, not shape {x.shape}")
+        n = _int(x.shape[0])
+        return x.eye(n, device=x.device, dtype=dtypes.bool).where(x.reshape(1, n), x.const_like(0))
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The elements [i, i + offset] of dims dim1, dim2, as a last dim (as PyTorch)."""
+        x = _t(self)
+        a, b = x._axis(dim1), x._axis(dim2)
+        y = x.permute(*[k for k in range(x.ndim) if k not in (a, b)], a, b)
+        r, c = _int(y.shape[-2]), _int(y.shape[-1])
+        lo, hi = (0, offset) if offset >= 0 else (-offset, 0)
+        n = max(0, min(r - lo, c - hi))
+        y = y.shrink([*([None] * (y.ndim - 2)), (lo, lo + n), (hi, hi + n)])
+        eye = x.eye(n, device=x.device, dtype=dtypes.bool)
+        return eye.where(y, y.const_like(0)).sum(-1, dtype=y.dtype)
+
+    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids of 1-d tensors ("ij": matrix indexing, "xy": the first two swapped)."""
+        if indexing not in ("ij", "xy"):
+            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', not {indexing!r}")
+        ts = [_t(self), *args]
+        shape = tuple(_int(t.numel()) for t in ts)
+        out = [t.reshape(tuple(-1 if k == j else 1 for k in range(len(ts)))).expand(shape) for j, t in
+               enumerate(ts)]
+        return tuple(o.transpose(0, 1) for o in out) if indexing == "xy" and len(ts) >= 2 else tuple(out)
+
+    # ------------------------------------------------------------------ reductions on top of reductions
+    def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(var, mean) over `axis`."""
+        x = _t(self)
+        return x.var(axis, keepdim, correction), x.mean(axis, keepdim)
+
+    def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(std, mean) over `axis`."""
+        x = _t(self)
+        return x.std(axis, keepdim, correction), x.mean(axis, keepdim)
+
+    def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+        """softmax(-x)."""
+        return (-_t(self)).softmax(axis, dtype)
+
+    def logcumsumexp(self, axis: int = 0) -> Tensor:
+        """log(cumsum(e ** x)) along `axis`, shifted by the (detached) maximum for stability."""
+        x = _t(self)
+        if x.ndim == 0:
+            return x
+        m = x.max(axis, keepdim=True).detach()
+        return (x - m).exp().cumsum(axis).log() + m
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p, eps) along `dim`."""
+        x = _t(self)
+        norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        return x / norm.maximum(eps)
+
     # ------------------------------------------------------------------ triangles
     def _tri(self, diagonal: int, upper: bool) -> Tensor:
         x = _t(self)
@@ -240,6 +350,14 @@ class ShapeMixin:
         # the second half counts back from stop, as PyTorch does, so both ends are exact
         ret = (i < steps // 2).where(i * step + start, stop - (steps - 1 - i) * step)
         return tc(ret.cast(dt).uop, requires_grad=requires_grad)
+
+    @classmethod
+    def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None) -> Tensor:
+        """A random permutation of 0 .. n-1 (int32 unless `dtype` says otherwise)."""
+        tc = _cls(cls)
+        return tc(tc._rng.permutation(n), device=device, dtype=dtype or dtypes.int32,
+                  requires_grad=requires_grad)
 
     def empty_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
         """An uninitialised tensor of this shape, device and dtype (unless given)."""
