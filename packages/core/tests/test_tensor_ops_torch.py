@@ -454,3 +454,35 @@ def test_nonzero_randperm_multinomial() -> None:
     np.testing.assert_allclose(freq, w, atol=0.03)
     assert (Tensor(np.stack([w, w[::-1]])).multinomial().numpy() != 1).all()  # zero weight, never drawn
 
+
+
+def test_errors_name_the_problem() -> None:
+    x = Tensor(X4.astype(np.float32))
+    cases: list[tuple[Callable[[], Any], type[Exception], str]] = [
+        (lambda: x.conv2d(Tensor.ones(4, 2, 3, 3)), ValueError, "channels"),
+        (lambda: x.conv2d(Tensor.ones(4, 3, 3)), ValueError, "needs 3 dims for the weight"),
+        (lambda: x.max_pool2d(9), ValueError, "does not fit"),
+        (lambda: x.pad((1, 1), mode="wrap"), ValueError, "pad mode"),
+        (lambda: x.pad((7, 0), mode="reflect"), ValueError, "smaller than the size"),
+        (lambda: x.interpolate((3, 3), mode="cubic"), ValueError, "interpolate mode"),
+        (lambda: x.cross_entropy(Tensor([0, 1])), ValueError, r"need shape \(2, 7, 6\)"),
+        (lambda: Tensor(LOGITS).cross_entropy(Tensor(TARGETS), reduction="avg"), ValueError, "reduction"),
+        (lambda: x.cross_entropy(Tensor([0, 1]), label_smoothing=2.0), ValueError, "label_smoothing"),
+        (lambda: x.gather(1, Tensor([[0, 1]])), ValueError, "gather index"),
+        (lambda: x.gather(1, Tensor.ones(2, 3, 1, 1)), TypeError, "integer index"),
+        (lambda: x.scatter_reduce(1, Tensor.zeros(2, 3, 1, 1, dtype=dtypes.int32), x, "median"), ValueError,
+         "scatter_reduce reduce"),
+        (lambda: x.topk(10, 1), ValueError, "topk k=10"),
+        (lambda: x.split([1, 1], 1), ValueError, "don't add up"),
+        (lambda: Tensor.einsum("ij,jk->ik", x), ValueError, "names 2 operands"),
+        (lambda: Tensor.einsum("ij->i", x), ValueError, "letters for shape"),
+        (lambda: x.dropout(1.5), ValueError, "dropout probability"),
+        (lambda: x.div(2, rounding_mode="round"), ValueError, "rounding_mode"),
+        (lambda: x.gelu(approximate="erf"), ValueError, "approximate"),
+        (lambda: x[Tensor([[True]])], IndexError, "masked_select"),
+        (lambda: x.scaled_dot_product_attention(x, x, Tensor.ones(7, 6), is_causal=True), ValueError,
+         "not both"),
+    ]
+    for fn, err, match in cases:
+        with pytest.raises(err, match=match):
+            fn()

@@ -292,6 +292,10 @@ class NNMixin:
         if Y.shape == x.shape and dtypes.is_float(Y.dtype):
             probs = Y * (1 - label_smoothing) + label_smoothing / nc
             return _reduce(-(logp * probs).sum(cdim), reduction)
+        want = tuple(s for d, s in enumerate(x.shape) if d != cdim)
+        if tuple(Y.shape) != want:
+            raise ValueError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits of "
+                             f"shape {x.shape}; they need shape {want} (or be probabilities, logits' shape)")
         y = Y.to(x.device)
         valid = y != ignore_index
         safe = valid.where(y, 0).unsqueeze(cdim)
