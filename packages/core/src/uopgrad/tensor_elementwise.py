@@ -1,5 +1,6 @@
-"""Elementwise Tensor ops built from the primitives (layer 14, a mixin of Tensor): activations, erf and the
-exact gelu, rounding, NaN/inf tests, any/all, and division with a rounding mode.
+"""Elementwise Tensor ops from the primitives (a mixin of Tensor, layer 15 with tensor.py): activations,
+erf and the exact gelu, inverse trigonometric and hyperbolic functions, rounding, NaN/inf tests, any/all,
+binary extras (lerp, logaddexp, copysign, fmod, bitwise ops) and division with a rounding mode.
 
 Each op is a composition of ALU nodes the gradient table already knows, so every backend runs it without
 new kernels. Rounding and tests have zero gradient (their comparisons carry none).

@@ -1,5 +1,6 @@
-"""Indexing by tensors, scans and sorting for Tensor (layer 14, a mixin of Tensor): gather, scatter,
-scatter_reduce, tensor indices in `[]`, masked_fill/masked_select, cumsum/cumprod/cummax, sort/argsort/topk.
+"""Indexing by tensors, scans and sorting (a mixin of Tensor, layer 15 with tensor.py): gather, scatter,
+scatter_reduce, tensor indices in `[]`, masked_fill/masked_select, nonzero, multinomial,
+cumsum/cumprod/cummax/cummin, sort/argsort/topk.
 
 All of them are one-hot compositions: an index tensor is compared with an arange along the indexed
 dimension and the comparison selects (WHERE) and reduces. That costs a factor of the indexed size in the

@@ -1,6 +1,6 @@
-"""Neural-network Tensor ops (layer 14, a mixin of Tensor): convolution and transposed convolution,
-max/avg pooling, batchnorm/layernorm, the losses, dropout and scaled dot-product attention; plus the
-training switches `Tensor.training` / `Tensor.train()` and `no_grad`.
+"""Neural-network Tensor ops (a mixin of Tensor, layer 15 with tensor.py): convolution and transposed
+convolution, max/avg pooling, batchnorm/layernorm, the losses, dropout and scaled dot-product attention;
+plus the training switches `Tensor.training` / `Tensor.train()` and `no_grad`.
 
 Convolution and pooling gather their windows with movement ops only (`_pool`: pad, repeat, shrink,
 reshape, permute), so a convolution is a broadcast multiply and a sum, like every other reduce; their

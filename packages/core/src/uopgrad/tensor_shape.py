@@ -1,6 +1,7 @@
-"""Shape ops, padding modes, interpolation, einsum and creation helpers for Tensor (layer 14, a mixin of
-Tensor): split/chunk, repeat/repeat_interleave, roll, tril/triu, einsum, pad(mode=...), interpolate,
-linspace, the `*_like` creators and Kaiming initialisation.
+"""Shape ops, padding modes, interpolation, einsum and creation helpers (a mixin of Tensor, layer 15 with
+tensor.py): split/chunk, repeat/repeat_interleave, roll, tril/triu, einsum, pad(mode=...), pad_to,
+shrink_to, unfold, diag/diagonal, meshgrid, interpolate, var_mean/std_mean, softmin, logcumsumexp,
+normalize, linspace, randperm, the `*_like` creators and Kaiming initialisation.
 
 All of them are movement ops, masks and sums over existing primitives (interpolation is a constant
 matrix per resized dimension, computed on the host from the static sizes).
