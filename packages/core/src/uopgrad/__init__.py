@@ -4,7 +4,7 @@ The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; ever
 module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 """
 from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
-from uopgrad.backend import Device
+from uopgrad.backend import Device, GlobalCounters
 from uopgrad.dtype import DType, dtypes
 from uopgrad.function import function
 from uopgrad.ops import GroupOp, Ops
@@ -12,5 +12,5 @@ from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp
 
-__all__ = ["DType", "Device", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes",
-           "function", "graph_rewrite"]
+__all__ = ["DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat",
+           "dtypes", "function", "graph_rewrite"]

@@ -17,13 +17,14 @@ import importlib.metadata
 import os
 import tempfile
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -37,7 +38,8 @@ from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "PREFERENCE", "Program", "compile_cache_dir"]
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "PREFERENCE", "Program",
+           "compile_cache_dir", "count_kernel"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -47,6 +49,37 @@ _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
 H = TypeVar("H")  # an allocator's handle type
 # every dtype a value can have (REFERENCE stores all of them)
 _VALUE_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
+
+
+class GlobalCounters:
+    """What the kernels run since the last `reset()` cost: their number, the FLOPs and bytes estimated from
+    their lowered programs (uopgrad.codegen.estimate) and the seconds they ran. Copies between devices add
+    their bytes. REFERENCE, which evaluates graphs without kernels, counts the kernels a schedule of the same
+    graph would launch, and the time of its evaluation."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    kernel_count: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+
+    @staticmethod
+    def reset() -> None:
+        """Set every counter back to zero."""
+        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+        GlobalCounters.time_sum_s = 0.0
+
+
+def count_kernel(device: str, prg: KernelProgram, var_vals: dict[str, int], seconds: float | None) -> None:
+    """Count one launch of `prg` (with `seconds` of run time, if measured) and print it at DEBUG >= 2."""
+    ops, mem = prg.estimates.at(var_vals)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += seconds or 0.0
+    if DEBUG >= 2:
+        tm = "" if seconds is None else f" tm {seconds * 1e3:8.3f}ms"
+        n = GlobalCounters.kernel_count
+        print(f"*** {device:9s} {n:4d} {prg.name:24s} ops {ops:11d} mem {mem:10d}{tm}")
 
 
 @dataclass(frozen=True)
@@ -342,8 +375,10 @@ class CompiledBackend(Backend):
                 continue
             k = self._kernels[body]
             handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+            start = time.perf_counter()
             k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
                   local_size=k.program.local_size)
+            count_kernel(self.name, k.program, sched.var_vals, time.perf_counter() - start)
 
     def _runs(self, item: UOp) -> bool:
         """Whether a kernel item is this device's (its buffers live here)."""
@@ -355,6 +390,7 @@ class CompiledBackend(Backend):
     def _copy(self, dst: UOp, src: UOp) -> None:
         """COPY: the contents of `src` into `dst`, each on its own device (this one or another)."""
         self._device(dst).copyin(dst, self._device(src).copyout(src))
+        GlobalCounters.global_mem += int(dst.arg) * dst.dtype.base.itemsize
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@ The program form is the contract of spec/kernels.md §2: renderers print it, REF
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from uopgrad.codegen.estimate import Estimates, estimate
 from uopgrad.dtype import PtrDType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
@@ -63,6 +65,11 @@ class Program:
     ins: tuple[int, ...]
     global_size: tuple[int, int, int] | None = None
     local_size: tuple[int, int, int] | None = None
+
+    @functools.cached_property
+    def estimates(self) -> Estimates:
+        """FLOPs and bytes of a launch (uopgrad.codegen.estimate), worked out once per program."""
+        return estimate(self.uops, self.global_size, self.local_size)
 
     def var_values(self, var_vals: Mapping[str, int]) -> tuple[int, ...]:
         """The values of `vars`, in order, taken by name from `var_vals`."""
