@@ -17,7 +17,7 @@ from uopgrad.config import VERIFY
 from uopgrad.dtype import dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
-from uopgrad.uop import CallInfo, UOp, sint
+from uopgrad.uop import CallInfo, Invalid, UOp, sint
 from uopgrad.verify import verify
 
 __all__ = ["Schedule", "clear_schedule_cache", "pm_early", "pm_kernelize", "schedule", "schedule_cache_info"]
@@ -146,12 +146,24 @@ class _KernelCtx:
         return x.src[0]
 
 
+def _plain_const(c: UOp) -> UOp:
+    """A kernel's constant has no sources; an uninitialised element (Invalid) reads as zero."""
+    return c.replace(src=(), arg=dtypes.as_const(0, c.dtype) if c.arg is Invalid else c.arg)
+
+
+def _uninitialised(u: UOp) -> bool:
+    """A view of `Tensor.invalids`: realizing it needs a buffer but no kernel."""
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u.op is Ops.CONST and u.arg is Invalid
+
+
 # run bottom-up (parents first), so a realized node is replaced before its sources are visited
 pm_kernelize = PatternMatcher([
     (UPat(name="x"), lambda ctx, x: ctx.realized(x)),  # a realized node -> a read of its buffer's view
     (UPat(Ops.BUFFER, name="x"), lambda ctx, x: ctx.param(x)),  # BUFFER -> PARAM(slot, dtype.ptr(size))
     (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx.strip_after(x)),  # AFTER(x, effects) -> x, after effects
-    (UPat(Ops.CONST, name="x"), lambda x: x.replace(src=()) if x.src else None),  # CONST(DEVICE) -> CONST
+    (UPat(Ops.CONST, name="x"), lambda x: _plain_const(x) if x.src else None),  # CONST(DEVICE) -> CONST
     (UPat(Ops.BIND, src=(UPat.var("v"), UPat()),), lambda v: v),  # BIND(var, c) -> var (a kernel argument)
 ])
 
@@ -174,7 +186,9 @@ def _access(call: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
     if call.src[0].op is Ops.COPY:
         return (args[0],), (args[1],)
     stores = [st for st in call.src[0].toposort(enter_calls=False) if st.op is Ops.STORE]
-    written = {_view_chain(st.src[0])[1].arg for st in stores}
+    # a target is a view of a PARAM, or an element of one (INDEX, in a kernel written with explicit loops)
+    targets = [st.src[0].src[0] if st.src[0].op is Ops.INDEX else st.src[0] for st in stores]
+    written = {_view_chain(t)[1].arg for t in targets}
     reads = {p.arg for st in stores for p in st.src[1].toposort(enter_calls=False) if p.op is Ops.PARAM}
     return tuple(dedup(args[s] for s in sorted(written))), tuple(dedup(args[s] for s in sorted(reads)))
 
@@ -227,16 +241,25 @@ class _Scheduler:
         return {u: None for u in r if not _precompiled_output(u)}
 
     def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
-        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed."""
+        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so is
+        computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
+        otherwise run again for every element reduced (the elementwise operand of a matmul)."""
         consumers: dict[UOp, list[UOp]] = defaultdict(list)
         for u in self.nodes:
             for s in (u.src[1:] if u.op in GroupOp.Call else u.src):
                 consumers[s].append(u)
         expanded: dict[UOp, bool] = {}
+        reduced: dict[UOp, bool] = {}         # the value flows into a REDUCE of this kernel
+        into_reduce: dict[UOp, bool] = {}     # ... through an EXPAND
         for u in reversed(self.nodes):
-            expanded[u] = any(c.op is Ops.EXPAND or (c not in r and c.op not in _BOUNDARY and expanded[c])
-                              for c in consumers[u])
+            fused = [c for c in consumers[u] if c not in r and c.op not in _BOUNDARY]
+            expanded[u] = any(c.op is Ops.EXPAND for c in consumers[u]) or any(expanded[c] for c in fused)
+            reduced[u] = any(c.op is Ops.REDUCE for c in consumers[u]) or any(reduced[c] for c in fused)
+            into_reduce[u] = any(c.op is Ops.EXPAND and reduced[c] for c in consumers[u]) or \
+                any(into_reduce[c] for c in fused)
             if u.op is Ops.REDUCE and expanded[u]:
+                r[u] = None
+            elif u.op in GroupOp.ALU and into_reduce[u] and any(c.op in GroupOp.Movement for c in fused):
                 r[u] = None
 
     def allocate(self, u: UOp) -> UOp:
@@ -350,7 +373,8 @@ class _Scheduler:
                 self.effects[u] = self.kernel(u.src[0], u.src[1], None)
             elif u.op is Ops.COPY and u in self.views:
                 self.copy(u)
-            elif u in self.views and not _precompiled_output(u):
+            elif u in self.views and not _precompiled_output(u) and \
+                    not _uninitialised(u.src[0] if u.op is Ops.CONTIGUOUS else u):
                 self.kernel(self.views[u], u.src[0] if u.op is Ops.CONTIGUOUS else u, u)
         return self.order(), self.outputs()
 

@@ -33,6 +33,7 @@ from uopgrad.realized import (
     settle,
     strip_realized,
 )
+from uopgrad.schedule import schedule
 from uopgrad.tensor_elementwise import ElementwiseMixin
 from uopgrad.tensor_index import IndexMixin, has_tensor_index
 from uopgrad.tensor_nn import NNMixin, grad_enabled
@@ -256,6 +257,15 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         size = _concrete(prod(shp), "empty")
         return Tensor(UOp.new_buffer(dev, size, dt).reshape(shp), requires_grad=requires_grad)
+
+    @staticmethod
+    def invalids(*shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
+                 requires_grad: bool | None = None) -> Tensor:
+        """An uninitialised tensor that is a value, not a buffer (so a function body may make one): realized,
+        it is a buffer that no kernel fills; read, its elements may be anything (REFERENCE gives zeros)."""
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        return Tensor(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
 
     @staticmethod
     def full(shape: sint | Sequence[sint], fill_value: ConstType, device: str | None = None,
@@ -1007,6 +1017,16 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
                 seen.add(u)
                 out.append(u)
         return out
+
+    def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
+        """The schedule of these tensors' graphs, without running it: LINEAR(*items), the kernel, copy and
+        custom-kernel CALLs in execution order, and the values of the bound variables. The tensors are left
+        as they are."""
+        todo = dedup(t.uop for t in (self, *lst) if not _is_realized(t.uop))
+        if not todo:
+            return UOp(Ops.LINEAR), {}
+        sched = schedule(strip_realized(UOp.sink(*todo)))
+        return UOp(Ops.LINEAR, dtypes.void, sched.items), dict(sched.var_vals)
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first). bfloat16 comes back as float32."""

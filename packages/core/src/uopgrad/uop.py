@@ -19,7 +19,7 @@ from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 
-__all__ = ["CallInfo", "Metadata", "UOp", "all_metadata", "sint", "ssimplify"]
+__all__ = ["CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint", "ssimplify"]
 
 sint: TypeAlias = "int | UOp"
 
@@ -51,6 +51,28 @@ class CallInfo:
     def __reduce__(self) -> tuple[Any, ...]:
         # grad_fxn is code, not data: it is dropped when pickled
         return (CallInfo, (None, self.metadata, self.name, self.precompile, self.precompile_backward))
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a custom kernel's SINK: what names the kernel (its compiled function is called `name`)."""
+
+    name: str = "test"
+
+
+class _InvalidType:
+    """The value of an uninitialised element (`Tensor.invalids`): any value of the dtype may be read."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Invalid"
+
+    def __reduce__(self) -> str:
+        return "Invalid"
+
+
+Invalid = _InvalidType()
 
 
 all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
@@ -96,7 +118,7 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
 _CALLS = GroupOp.Call
 _PASS_SHAPE = {Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE,
                Ops.MSTACK, Ops.MSELECT, Ops.LOAD, Ops.PATCH}
-_SCALAR_SHAPE = {Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL}
+_SCALAR_SHAPE = {Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX}
 _ELEMENTWISE_SHAPE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}
 _unique_counter = iter(range(1 << 62))
 
@@ -336,6 +358,14 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             ret = ret.reshape((1,) * len(shape)).expand(shape)
         return ret
 
+    @staticmethod
+    def invalids(dtype: DType, device: str, shape: tuple[sint, ...]) -> UOp:
+        """Elements that are not initialised: a unique CONST of `Invalid`, broadcast to `shape`. Realized, it
+        is a buffer no kernel fills; read, any value of the dtype may come back (REFERENCE gives zeros)."""
+        src = (UOp(Ops.UNIQUE, arg=next(_unique_counter)), UOp(Ops.DEVICE, arg=device))
+        ret = UOp(Ops.CONST, dtype, src, Invalid)
+        return ret.reshape((1,) * len(shape)).expand(shape) if len(shape) else ret
+
     def const_like(self, b: ConstType) -> UOp:
         """A constant of this node's dtype, device and shape."""
         if (axis := self.axis) is not None and isinstance(self.device, tuple):
@@ -437,9 +467,47 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise IndexError(f"gettuple({i}) on a TUPLE of {len(holder.src)} elements")
         return UOp(Ops.GETTUPLE, holder.src[i].dtype, (self,), i)
 
-    def sink(self, *srcs: UOp) -> UOp:
-        """SINK of this node and `srcs`: the root of a kernel or of several outputs."""
-        return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+    def sink(self, *srcs: UOp, arg: KernelInfo | None = None) -> UOp:
+        """SINK of this node and `srcs`: the root of a kernel (named by `arg`) or of several outputs."""
+        return UOp(Ops.SINK, dtypes.void, (self, *srcs), arg)
+
+    # ------------------------------------------------------------------ kernels written with explicit loops
+    @staticmethod
+    def range(end: sint, axis_id: int) -> UOp:
+        """A loop index 0..end-1 of a custom kernel; `axis_id` orders the loops (smaller is outer)."""
+        e = end if isinstance(end, UOp) else UOp(Ops.CONST, dtypes.index, (), end)
+        return UOp(Ops.RANGE, dtypes.index, (e.cast(dtypes.index),), (axis_id, "loop"))
+
+    def __getitem__(self, idx: sint | tuple[sint, ...]) -> UOp:
+        """Element `idx` (one index per dimension) of a pointer PARAM or a view of one: INDEX(view, *idx), a
+        value to compute with or a target to `store` into."""
+        if not isinstance(self.base.dtype, PtrDType):
+            raise TypeError(f"only a pointer PARAM (a custom kernel argument) can be indexed: {self.short()}")
+        ix = idx if isinstance(idx, tuple) else (idx,)
+        if len(ix) != len(self.shape):
+            raise IndexError(f"{len(ix)} indices for a buffer view of shape {self.shape}")
+        srcs = tuple(i if isinstance(i, UOp) else UOp(Ops.CONST, dtypes.index, (), i) for i in ix)
+        return UOp(Ops.INDEX, self.dtype.base, (self, *srcs))
+
+    def end(self, *ranges: UOp) -> UOp:
+        """Close the loops `ranges` around this effect (END(effect, *ranges)); itself if none are given."""
+        if bad := [r.short() for r in ranges if r.op is not Ops.RANGE]:
+            raise TypeError(f"end() takes RANGEs, not {bad}")
+        return UOp(Ops.END, dtypes.void, (self, *ranges)) if ranges else self
+
+    @staticmethod
+    def group(*effects: UOp | None) -> UOp:
+        """Effects that happen together (GROUP); a single effect is itself."""
+        live = tuple(e for e in effects if e is not None)
+        return live[0] if len(live) == 1 else UOp(Ops.GROUP, dtypes.void, live)
+
+    def flatten(self) -> UOp:
+        """This value (or buffer view) as one dimension."""
+        return self.reshape((self.size,))
+
+    def numel(self) -> sint:
+        """Number of elements."""
+        return self.size
 
     def after(self, *deps: UOp) -> UOp:
         """This value, but only after `deps` have happened."""
@@ -817,7 +885,7 @@ def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one b
     mm = [s._cache["minmax"] for s in u.src]
     op = u.op
     if op is Ops.CONST:
-        return (u.arg, u.arg)
+        return (lo, hi) if u.arg is Invalid else (u.arg, u.arg)
     if op is Ops.VCONST:
         return (min(u.arg), max(u.arg))
     if op is Ops.DEFINE_VAR:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
-from uopgrad.uop import CallInfo, UOp
+from uopgrad.uop import CallInfo, Invalid, UOp
 
 __all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_spec_tensor", "verify"]
 
@@ -72,7 +72,8 @@ def _const_value_ok(dt: DType, v: object) -> bool:
 
 
 def _const_ok(x: UOp) -> bool:
-    return not isinstance(x.dtype, PtrDType) and x.dtype != dtypes.void and _const_value_ok(x.dtype, x.arg)
+    return not isinstance(x.dtype, PtrDType) and x.dtype != dtypes.void and \
+        (x.arg is Invalid or _const_value_ok(x.dtype, x.arg))
 
 
 def _vconst_ok(x: UOp) -> bool:

@@ -8,18 +8,20 @@ written buffers are committed when the run ends.
 """
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
 
-from uopgrad.backend import Backend, Device
+from uopgrad.backend import Backend, Device, GlobalCounters, count_kernel
 from uopgrad.codegen import GridLimits, Program, lower
+from uopgrad.codegen.index import is_explicit
 from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.schedule import Schedule
-from uopgrad.uop import UOp
+from uopgrad.schedule import Schedule, schedule
+from uopgrad.uop import Invalid, UOp
 
 __all__ = ["REFERENCE_OPS", "ReferenceBackend", "bitcast", "cast", "evaluate", "movement", "np_dtype",
            "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
@@ -401,7 +403,7 @@ class Evaluator:
 
     # -------------------------------------------------------------- leaves
     def _const(self, u: UOp, frame: _Frame) -> Array:
-        value = np.array(u.arg).astype(np_dtype(u.dtype))
+        value = np.array(0 if u.arg is Invalid else u.arg).astype(np_dtype(u.dtype))  # Invalid: any value
         return _finish(np.full((u.dtype.count,), value) if u.dtype.count > 1 else value, u.dtype)
 
     def _vconst(self, u: UOp, frame: _Frame) -> Array:
@@ -572,7 +574,14 @@ class Evaluator:
                 v = v.reshape(-1)
             values.append(v)
         inner = _Frame(values)
-        self.evaluate(body, inner)
+        if any(is_explicit(e) for e in body.src):  # written with its own loops: run its linear program
+            prg = lower(u, REFERENCE_OPS)
+            arrays = [np.array(_arr(v), copy=True) for v in values]
+            run_program(prg, arrays, {v.arg[0]: x for v, x in self.var_vals.items()})
+            inner.args = list(arrays)
+            inner.written.update(prg.outs)
+        else:
+            self.evaluate(body, inner)
         self._write_back(args, inner, frame)  # the kernel wrote into these arguments
 
 
@@ -627,8 +636,23 @@ class ReferenceBackend(Backend):
         return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
 
     def realize(self, sink: UOp) -> None:
-        """Evaluate `sink` and commit its writes."""
+        """Evaluate `sink` and commit its writes; count what the kernels of its schedule would cost."""
+        start = time.perf_counter()
         evaluate(sink)
+        seconds = time.perf_counter() - start
+        try:
+            sched = schedule(sink)
+            programs = [None if it.src[0].op is Ops.COPY else lower(it, REFERENCE_OPS) for it in sched.items]
+        except (NotImplementedError, RuntimeError):
+            # a graph the scheduler or codegen can't make kernels of (MULTI; a symbolic-size STORE region)
+            # goes uncounted: REFERENCE itself must not depend on them
+            return
+        for item, prg in zip(sched.items, programs):
+            if prg is None:
+                GlobalCounters.global_mem += int(item.src[1].arg) * item.src[1].dtype.base.itemsize
+            else:
+                count_kernel(self.name, prg, sched.var_vals, seconds)
+                seconds = 0.0  # the evaluation's time is counted once, with the first kernel
 
 
 # ====================================================================== linear programs (codegen's output)

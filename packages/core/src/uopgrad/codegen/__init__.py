@@ -18,7 +18,7 @@ from uopgrad.config import DEBUG, VERIFY
 from uopgrad.dtype import PtrDType
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import graph_rewrite
-from uopgrad.uop import UOp
+from uopgrad.uop import KernelInfo, UOp
 from uopgrad.verify import verify
 
 __all__ = ["GridLimits", "GridSpec", "Program", "clear_program_cache", "lower", "program_cache_info"]
@@ -91,6 +91,8 @@ def _name(kernel: UOp, body: UOp) -> str:
     """`E_<shape>` for an elementwise kernel, `r_<shape>` for one with a reduce, or a custom kernel's name."""
     if kernel.op is Ops.CALL and kernel.arg.name:
         return str(kernel.arg.name)
+    if isinstance(body.arg, KernelInfo):
+        return body.arg.name
     kind = "r" if any(u.op is Ops.REDUCE for u in body.toposort()) else "E"
     shape = body.src[0].src[0].shape if body.src and body.src[0].op is Ops.STORE else ()
     return "_".join([kind, *(str(d) if isinstance(d, int) else "n" for d in shape)])

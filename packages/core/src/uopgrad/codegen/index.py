@@ -235,7 +235,11 @@ def lower_indexing(sink: UOp) -> UOp:
     counter = [0]
     written: dict[int, tuple[UOp, UOp]] = {}  # slot -> (its PARAM, the last nest that wrote it)
     nests: list[UOp] = []
+    loops: dict[UOp, UOp] = {}  # a RANGE the kernel's author wrote -> the kernel's RANGE
     for st in sink.src:
+        if is_explicit(st):
+            nests.extend(_Loops(_Indexer(counter, {}), loops).lower(st))
+            continue
         if st.op is not Ops.STORE:
             raise RuntimeError(f"a kernel body is a SINK of STOREs, not of {st.op}")
         target, value = st.src
@@ -254,6 +258,106 @@ def lower_indexing(sink: UOp) -> UOp:
         written[param.arg] = (param, node)
         nests.append(node)
     return UOp(Ops.SINK, dtypes.void, tuple(nests))
+
+
+# ---------------------------------------------------------------------- kernels written with explicit loops
+def is_explicit(effect: UOp) -> bool:
+    """An effect of a kernel written with its own loops: END, GROUP, or a STORE into an INDEX."""
+    return effect.op in (Ops.END, Ops.GROUP) or (effect.op is Ops.STORE and effect.src[0].op is Ops.INDEX)
+
+
+class _Loops:
+    """Lowers effects written with explicit loops: each `UOp.range` becomes a kernel RANGE (numbered in
+    `axis_id` order after the ones made so far), `view[i, ...]` the INDEX of its address (a LOAD where it is
+    read), END(effect, *ranges) nested END(range, effect)s, and a GROUP its effects."""
+
+    def __init__(self, ix: _Indexer, loops: dict[UOp, UOp]) -> None:
+        self.ix, self.loops = ix, loops
+        self.new: dict[UOp, UOp | tuple[UOp, ...]] = {}
+
+    def lower(self, effect: UOp) -> list[UOp]:
+        nodes = list(effect.toposort())
+        fresh = [u for u in nodes if u.op is Ops.RANGE and u not in self.loops]
+        for r in sorted(fresh, key=lambda u: u.arg[0]):
+            self.ix.counter[0] += 1
+            n = self.ix.counter[0] - 1
+            self.loops[r] = UOp(Ops.RANGE, dtypes.index, (_bound(r.src[0]),), (n, "loop"))
+        for u in nodes:
+            rule: _Rule | None = _LOOP_RULES.get(u.op)
+            if rule is None:
+                rule = _Loops.value if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST) else \
+                    _Loops.keep if u.op in GroupOp.Movement else None
+            if rule is None:
+                raise RuntimeError(f"{u.op} can't appear in a kernel with explicit loops: {u.short()}")
+            self.new[u] = rule(self, u)
+        return list(self.effects(effect))
+
+    def one(self, u: UOp) -> UOp:
+        """The lowered value of `u`: an element of a buffer is LOADed (gated like its address)."""
+        v = self.new[u]
+        if isinstance(v, tuple):
+            raise RuntimeError(f"a GROUP of effects is not a value: {u.short()}")
+        if u.op is not Ops.INDEX:
+            return v
+        return UOp(Ops.LOAD, v.dtype.base, (UOp(Ops.INDEX, v.dtype, v.src[:2]), *v.src[2:]))
+
+    def effects(self, u: UOp) -> tuple[UOp, ...]:
+        v = self.new[u]
+        return v if isinstance(v, tuple) else (v,)
+
+    def keep(self, u: UOp) -> UOp:
+        return u  # views, their shape vectors and variables: read only through INDEX
+
+    def range(self, u: UOp) -> UOp:
+        return self.loops[u]
+
+    def group(self, u: UOp) -> tuple[UOp, ...]:
+        return tuple(e for s in u.src for e in self.effects(s))
+
+    def end(self, u: UOp) -> UOp | tuple[UOp, ...]:
+        node = self.effects(u.src[0])
+        for r in sorted((self.loops[r] for r in u.src[1:]), key=lambda r: r.arg[0], reverse=True):
+            node = (UOp(Ops.END, dtypes.void, (r, *node)),)
+        return node[0] if len(node) == 1 else node
+
+    def index(self, u: UOp) -> UOp:
+        """INDEX(PARAM, offset[, gate]) for now; `one` and `store` split off the gate."""
+        if not isinstance(u.src[0].base.dtype, PtrDType):
+            raise RuntimeError(f"a kernel indexes pointer PARAMs or views of them, not {u.src[0].short()}")
+        index, gate = self.ix.address(u.src[0], tuple(self.ix.simplify(self.one(s)) for s in u.src[1:]))
+        return UOp(Ops.INDEX, index.dtype, (*index.src, *(() if gate is None else (gate,))))
+
+    def store(self, u: UOp) -> UOp:
+        if u.src[0].op is not Ops.INDEX:
+            raise RuntimeError(f"a kernel with explicit loops stores into view[i], not {u.src[0].short()}")
+        target = self.new[u.src[0]]
+        assert isinstance(target, UOp)
+        srcs = (target.replace(src=target.src[:2]), self.one(u.src[1]), *target.src[2:])
+        return UOp(Ops.STORE, dtypes.void, srcs)
+
+    def const(self, u: UOp) -> UOp:
+        return UOp(Ops.CONST, u.dtype, (), u.arg)
+
+    def bind(self, u: UOp) -> UOp:
+        return u.src[0]  # a bound variable is a kernel argument
+
+    def value(self, u: UOp) -> UOp:
+        return UOp(u.op, u.dtype.base, tuple(self.one(s) for s in u.src), u.arg)
+
+
+# how each op of an effect with explicit loops is lowered (ALU ops, CAST and BITCAST: `value`)
+_Rule = Callable[[_Loops, UOp], "UOp | tuple[UOp, ...]"]
+_LOOP_RULES: dict[Ops, _Rule] = {
+    Ops.RANGE: _Loops.range, Ops.GROUP: _Loops.group, Ops.END: _Loops.end, Ops.INDEX: _Loops.index,
+    Ops.STORE: _Loops.store, Ops.CONST: _Loops.const, Ops.BIND: _Loops.bind,
+    **{op: _Loops.keep for op in (Ops.PARAM, Ops.NOOP, Ops.DEVICE, Ops.VCONST, Ops.STACK, Ops.DEFINE_VAR)}}
+
+
+def _bound(end: UOp) -> UOp:
+    """A loop bound: a constant, or an expression of kernel variables (a BIND is its variable)."""
+    if end.op is Ops.CONST:
+        return UOp(Ops.CONST, dtypes.index, (), end.arg)
+    return end.substitute({b: b.src[0] for b in end.toposort() if b.op is Ops.BIND})
 
 
 # ---------------------------------------------------------------------- the index dtype
