@@ -241,8 +241,8 @@ class _Scheduler:
         return {u: None for u in r if not _precompiled_output(u)}
 
     def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
-        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so is
-        computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
+        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so
+        is computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
         otherwise run again for every element reduced (the elementwise operand of a matmul)."""
         consumers: dict[UOp, list[UOp]] = defaultdict(list)
         for u in self.nodes:

@@ -20,7 +20,7 @@ from uopgrad.codegen import GridLimits, Program, lower
 from uopgrad.codegen.index import is_explicit
 from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.schedule import Schedule, schedule
+from uopgrad.schedule import Schedule
 from uopgrad.uop import Invalid, UOp
 
 __all__ = ["REFERENCE_OPS", "ReferenceBackend", "bitcast", "cast", "evaluate", "movement", "np_dtype",
@@ -361,6 +361,7 @@ class Evaluator:
             for u in root.toposort():
                 if u.op is Ops.BIND:
                     self.var_vals[u.src[0]] = u.src[1].arg
+        self.ops = self.mem = 0  # what this run computed: elements of ALU results and reduce inputs, bytes
 
     def evaluate(self, root: UOp, frame: _Frame) -> Value:
         """The value of `root` in `frame` (every node once, iteratively)."""
@@ -372,6 +373,7 @@ class Evaluator:
     def commit(self) -> None:
         """Make this run's writes visible: REFERENCE buffers are replaced, foreign ones copied in."""
         for buf, arr in self.live_buffers.items():
+            self.mem += int(buf.arg) * buf.dtype.base.itemsize
             if _is_reference(buf.device):
                 _storage[buf] = arr
             else:
@@ -396,6 +398,7 @@ class Evaluator:
             if u.dtype.count != 1:
                 raise TypeError(f"vector dtype {u.dtype}")
             out = reference_alu[u.op](*vals)
+            self.ops += int(np.size(out))
         except (TypeError, ValueError, KeyError) as e:
             raise RuntimeError(f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): "
                                f"{u.short()}") from e
@@ -435,6 +438,8 @@ class Evaluator:
         return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else arr
 
     def _buffer(self, u: UOp, frame: _Frame) -> Array:
+        if not _is_reference(u.device) or u in _storage:  # a fresh buffer (an output) holds nothing to read
+            self.mem += int(u.arg) * u.dtype.base.itemsize
         return self._read_buffer(u)
 
     def _none(self, u: UOp, frame: _Frame) -> None:
@@ -452,7 +457,9 @@ class Evaluator:
         return movement(u.op, _arr(frame.memo[u.src[0]]), self._marg(u, frame))
 
     def _reduce(self, u: UOp, frame: _Frame) -> Array:
-        return reduce(_arr(frame.memo[u.src[0]]), u.arg[0], u.arg[1], u.dtype)
+        a = _arr(frame.memo[u.src[0]])
+        self.ops += a.size  # one accumulation per element reduced
+        return reduce(a, u.arg[0], u.arg[1], u.dtype)
 
     def _cast(self, u: UOp, frame: _Frame) -> Array:
         return cast(_arr(frame.memo[u.src[0]]), u.dtype)
@@ -577,7 +584,10 @@ class Evaluator:
         if any(is_explicit(e) for e in body.src):  # written with its own loops: run its linear program
             prg = lower(u, REFERENCE_OPS)
             arrays = [np.array(_arr(v), copy=True) for v in values]
-            run_program(prg, arrays, {v.arg[0]: x for v, x in self.var_vals.items()})
+            names = {v.arg[0]: x for v, x in self.var_vals.items()}
+            start = time.perf_counter()
+            run_program(prg, arrays, names)
+            count_kernel(str(args[0].device), prg, names, time.perf_counter() - start)
             inner.args = list(arrays)
             inner.written.update(prg.outs)
         else:
@@ -612,12 +622,16 @@ def _export(v: Value) -> Value:
 def evaluate(*roots: UOp) -> list[Value]:
     """The values of `roots` (arrays; tuples for TUPLE/FUNCTION; None for effects), evaluated together as one
     run on REFERENCE; the run's writes are committed."""
+    return _run(roots)[0]
+
+
+def _run(roots: Sequence[UOp]) -> tuple[list[Value], Evaluator]:
     ev = Evaluator(roots)
     frame = _Frame(())
     with np.errstate(all="ignore"):
         out = [_export(ev.evaluate(r, frame)) for r in roots]
     ev.commit()
-    return out
+    return out, ev
 
 
 class ReferenceBackend(Backend):
@@ -636,23 +650,13 @@ class ReferenceBackend(Backend):
         return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
 
     def realize(self, sink: UOp) -> None:
-        """Evaluate `sink` and commit its writes; count what the kernels of its schedule would cost."""
+        """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
+        evaluation computed (each node once), and the kernels written with explicit loops it ran."""
         start = time.perf_counter()
-        evaluate(sink)
-        seconds = time.perf_counter() - start
-        try:
-            sched = schedule(sink)
-            programs = [None if it.src[0].op is Ops.COPY else lower(it, REFERENCE_OPS) for it in sched.items]
-        except (NotImplementedError, RuntimeError):
-            # a graph the scheduler or codegen can't make kernels of (MULTI; a symbolic-size STORE region)
-            # goes uncounted: REFERENCE itself must not depend on them
-            return
-        for item, prg in zip(sched.items, programs):
-            if prg is None:
-                GlobalCounters.global_mem += int(item.src[1].arg) * item.src[1].dtype.base.itemsize
-            else:
-                count_kernel(self.name, prg, sched.var_vals, seconds)
-                seconds = 0.0  # the evaluation's time is counted once, with the first kernel
+        ev = _run((sink,))[1]
+        GlobalCounters.global_ops += ev.ops
+        GlobalCounters.global_mem += ev.mem
+        GlobalCounters.time_sum_s += time.perf_counter() - start
 
 
 # ====================================================================== linear programs (codegen's output)
