@@ -205,6 +205,13 @@ def _call_ok(x: UOp) -> bool:
     return True
 
 
+def _index_ok(x: UOp) -> bool:
+    """INDEX(view of a pointer PARAM, one integer index per dimension), of the pointer's element dtype."""
+    view, idx = x.src[0], x.src[1:]
+    return isinstance(view.base.dtype, PtrDType) and x.dtype == view.dtype.base \
+        and len(idx) == len(view.shape) and all(_is_int(i.dtype) for i in idx)
+
+
 # ---------------------------------------------------------------------- the tables
 # vector dtypes only appear in shape vectors; every spec starts with this row (it rejects, never accepts)
 pm_spec_scalar = PatternMatcher([
@@ -281,6 +288,14 @@ pm_spec_tensor = pm_spec_scalar + PatternMatcher([
     (UPat(Ops.GETTUPLE, src=(UPat((Ops.FUNCTION, Ops.TUPLE), name="k"),), name="x"), _gettuple_ok),
     (UPat(Ops.FUNCTION, dtypes.void, src=(UPat(Ops.TUPLE),), allow_any_len=True, name="x"), _call_ok),
     (UPat(Ops.CALL, dtypes.void, src=(UPat(GroupOp.OpaqueBody),), allow_any_len=True, name="x"), _call_ok),
+    # custom-kernel bodies written with explicit loops: view[i, ...] (INDEX), loops (RANGE), END, GROUP
+    (UPat(Ops.RANGE, dtypes.index, src=(UPat.var("b"),), name="x"),
+     lambda x, b: b.dtype == dtypes.index and isinstance(x.arg, tuple) and len(x.arg) == 2
+     and _is_nat(x.arg[0]) and x.arg[1] == "loop"),
+    (UPat(Ops.INDEX, name="x"), _index_ok),
+    (UPat(Ops.END, dtypes.void, name="x"),
+     lambda x: len(x.src) >= 2 and all(r.op is Ops.RANGE for r in x.src[1:])),
+    (UPat(Ops.GROUP, dtypes.void), lambda: True),
 ]) + pm_spec_shared
 
 
@@ -323,6 +338,11 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     ({Ops.CALL}, "dtype void; src (SINK|PROGRAM|LINEAR|COPY|BUFFER_VIEW|CUSTOM_FUNCTION body, *args); "
                  "arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype"),
     ({Ops.MULTI}, "src (x,) with x's dtype, or no sources and dtype void (PARAM marker); arg the axis"),
+    ({Ops.RANGE}, "in a custom kernel: src (index bound,); dtype index; arg (axis_id >= 0, 'loop')"),
+    ({Ops.INDEX}, "in a custom kernel: src (view of a pointer PARAM, one integer index per dimension); "
+                  "dtype the pointer's element dtype"),
+    ({Ops.END}, "in a custom kernel: src (effect, RANGE, ...); dtype void"),
+    ({Ops.GROUP}, "in a custom kernel: effects that happen together; dtype void"),
 ]
 _EXPECT: dict[Ops, str] = {op: text for ops, text in _EXPECT_ROWS for op in ops}
 
