@@ -17,7 +17,7 @@ from uopgrad import GroupOp, Ops, UOp, dtypes
 from uopgrad.config import Context
 from uopgrad.dtype import DType
 from uopgrad.mixin import broadcast_shape
-from uopgrad.uop import CallInfo, shape_vec
+from uopgrad.uop import CallInfo, KernelInfo, shape_vec
 from uopgrad.verify import VerifyError, pm_spec_tensor, verify
 
 DEV = "CPU"
@@ -249,6 +249,10 @@ def valid_examples() -> dict[str, UOp]:
     sharded = UOp(Ops.MULTI, dtypes.float, (shard,), 0)
     out, dev = buffer(2, 3), UOp(Ops.DEVICE, arg=DEV)
     p_out, p_in, px = out.param_like(0), x.param_like(1), x.param_like(0)
+    q_out, q_in = (UOp.param(k, dtypes.float.ptr(6), device=DEV).reshape((2, 3)) for k in (0, 1))
+    i, j = UOp.range(2, 0), UOp.range(3, 1)
+    both = UOp.group(q_out[i, j].store(q_in[i, j] * 2.0), q_out[i, 0].store(q_in[i, j]))
+    loops = both.end(i, j).sink(arg=KernelInfo("loops"))
     return {
         "const": UOp.const(dtypes.int, 3),
         "const on a device": UOp.const(dtypes.float, 1.0, DEV),
@@ -269,6 +273,7 @@ def valid_examples() -> dict[str, UOp]:
         "multi-output function": UOp.maketuple(px.sin(), px < 1).call(x).gettuple(1),
         "nested function": ((px + 1).call(px).gettuple(0) * 2).call(x).gettuple(0),
         "custom kernel": out.after(p_out.store(p_in.sqrt()).sink().call(out, x)),
+        "custom kernel with explicit loops": out.after(loops.call(out, x)),
         "clone": out.after(out.store(x)),
         "empty tuple": UOp.maketuple(),
         "gradient-style tuple": UOp.maketuple(x, UOp(Ops.NOOP)).gettuple(0),
@@ -429,8 +434,8 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "MULTI axis not an int": (UOp(Ops.MULTI, f32, (x,), "0"), Ops.MULTI, "axis"),
         "TUPLE with a dtype": (UOp(Ops.TUPLE, f32, (x,)), Ops.TUPLE, "dtype void"),
         "SINK with a dtype": (UOp(Ops.SINK, f32, (x,)), Ops.SINK, "dtype void"),
-        # not tensor-level
-        "RANGE": (UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 4),), 0), Ops.RANGE, "not part of"),
+        # a custom kernel's loop needs (axis_id, "loop"); LOAD is not tensor-level
+        "RANGE": (UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 4),), 0), Ops.RANGE, "axis_id"),
         "LOAD": (UOp(Ops.LOAD, f32, (x,)), Ops.LOAD, "not part of"),
     }
 
