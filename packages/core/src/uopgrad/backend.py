@@ -4,8 +4,8 @@ Backends are plugins: each contributes one entry point in the `uopgrad.backends`
 device is first named, so `import uopgrad` imports no backend. REFERENCE ships with core and is also found
 without an installed entry point (a source checkout on PYTHONPATH).
 
-A backend that generates code subclasses `CompiledBackend` and supplies four parts (ARCHITECTURE §3): a
-renderer (`uopgrad.renderer`), a `Compiler` (source -> bytes, cached on disk), an `Allocator` and a
+A backend that generates code subclasses `CompiledBackend` and supplies four parts (docs/ARCHITECTURE.md
+§3): a renderer (`uopgrad.renderer`), a `Compiler` (source -> bytes, cached on disk), an `Allocator` and a
 `Program` runtime (a loaded kernel). `realize(sink)` then runs schedule -> lower -> render -> compile ->
 launch, reusing compiled kernels across calls with the same kernel structure.
 """

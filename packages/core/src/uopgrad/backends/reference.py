@@ -230,7 +230,7 @@ def _unary_float(f: Callable[[Array], Array]) -> Callable[[Array], Array]:
 
 
 # One row per ALU op: the numpy meaning of the op on operand arrays (results are then stored in the node's
-# dtype). Adding an op means adding a row here (style.md P7).
+# dtype). Adding an op means adding a row here (docs/style.md P7).
 reference_alu: dict[Ops, Callable[..., Array]] = {
     Ops.ADD: _arith(np.add),
     Ops.SUB: _arith(np.subtract),
