@@ -31,6 +31,7 @@ from uopgrad.codegen import GridSpec, lower
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.config import DEBUG, getenv_str
 from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import BackendError, CompileError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
@@ -100,15 +101,6 @@ class Backend:
 
 
 # ---------------------------------------------------------------------- the parts of a compiled backend
-class CompileError(RuntimeError):
-    """The compiler rejected generated source; the message holds its output and the numbered source."""
-
-    def __init__(self, compiler: str, message: str, src: str) -> None:
-        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
-        super().__init__(f"{compiler} failed:\n{message.rstrip()}\n--- generated source ---\n{numbered}")
-        self.message, self.src = message, src
-
-
 def compile_cache_dir() -> Path:
     """Where compiled kernels are kept: $UOPGRAD_CACHE_DIR, else ~/.cache/uopgrad."""
     env = getenv_str("UOPGRAD_CACHE_DIR")
@@ -336,7 +328,7 @@ class CompiledBackend(Backend):
                 self._copy(bufs[0], bufs[1])
                 continue
             if body.op is not Ops.SINK:
-                raise RuntimeError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
+                raise BackendError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
             if not self._runs(item):  # a kernel of another device in this graph runs there
                 self._device(bufs[0]).realize(item.sink())
                 continue
@@ -381,7 +373,7 @@ class DeviceRegistry:
                 new = _Plugin(ep.name.upper(), ep.value, dist)
                 old = plugins.get(new.name)
                 if old is not None and old.value != new.value:
-                    raise RuntimeError(f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
+                    raise BackendError(f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
                                        f"and by {new.dist} ({new.value}); uninstall one of them")
                 plugins[new.name] = new
             for name, value in _BUILTIN.items():
@@ -424,7 +416,7 @@ class DeviceRegistry:
         plugins = self._discover()
         if base not in plugins:
             installed = ", ".join(self.installed())
-            raise RuntimeError(f"unknown device {base!r}: the installed backends are {installed}")
+            raise BackendError(f"unknown device {base!r}: the installed backends are {installed}")
         plugin = plugins[base]
         module_name, _, attr = plugin.value.partition(":")
         try:
@@ -432,10 +424,10 @@ class DeviceRegistry:
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
         except Exception as e:  # a broken plugin must not look like a crash of uopgrad itself
-            raise RuntimeError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
+            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
                                f"load: {type(e).__name__}: {e}") from e
         if not (isinstance(obj, type) and issubclass(obj, Backend)):
-            raise RuntimeError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
+            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
                                f"{obj!r}, not a subclass of uopgrad.backend.Backend")
         self._classes[base] = obj
         return obj

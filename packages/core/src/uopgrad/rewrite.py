@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from uopgrad.config import TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import RewriteError
 from uopgrad.mixin import MathMixin
 from uopgrad.ops import GroupOp, Ops
 
@@ -257,7 +258,7 @@ class _RewriteContext:
         stages = (self._descend, self._rebuild, self._link)
         while self.stack:
             if len(self.stack) > STACK_LIMIT:
-                raise RuntimeError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
+                raise RewriteError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
             n, stage, new_n = self.stack.pop()
             if n not in self.replace:
                 stages[stage](n, new_n)
@@ -274,7 +275,7 @@ class _RewriteContext:
             try:
                 while (test_n := self.cached_bpm(new_n)) is not None:
                     if test_n in seen:
-                        raise RuntimeError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
+                        raise RewriteError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
                     seen.add(new_n)
                     new_n = test_n
             except BottomUpGate:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeAlias, cast
 
 from uopgrad._util import all_int, prod
 from uopgrad.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype
+from uopgrad.errors import ConfigError, MovementError, ShapeError
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -237,7 +238,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def simplify(self) -> UOp:
         """Symbolic simplification (the `sym` table of uopgrad.symbolic)."""
         if _simplifier is None:
-            raise RuntimeError("no simplifier registered: import uopgrad (or uopgrad.symbolic) first")
+            raise ConfigError("no simplifier registered: import uopgrad (or uopgrad.symbolic) first")
         return _simplifier(self)
 
     # ------------------------------------------------------------------ derived facts (cached, iterative)
@@ -247,7 +248,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             for u in self.toposort(gate=lambda x: name not in x._cache):
                 try:
                     u._cache[name] = compute(u)
-                except (RuntimeError, ValueError, AssertionError, IndexError, KeyError, TypeError) as e:
+                except ShapeError as e:
                     u._cache[name] = _Err(e)
         return c[name]
 
@@ -261,9 +262,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     @property
     def shape(self) -> tuple[sint, ...]:
-        """The shape; RuntimeError if this node has none."""
+        """The shape; ShapeError (a RuntimeError) if this node has none."""
         if (s := self._shape) is None:
-            raise RuntimeError(f"{self.op} has no shape: {self.short()}")
+            raise ShapeError(f"{self.op} has no shape: {self.short()}")
         return s
 
     @property
@@ -310,7 +311,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return tuple(zip(vec_values(self.src[1]), vec_values(self.src[2])))
         if self.op in (Ops.PERMUTE, Ops.FLIP):
             return self.arg
-        raise RuntimeError(f"marg is only defined for movement ops, not {self.op}")
+        raise MovementError(f"marg is only defined for movement ops, not {self.op}")
 
     @property
     def base(self) -> UOp:
@@ -330,7 +331,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             dev = UOp(Ops.DEVICE, arg=device)
             src = (UOp(Ops.UNIQUE, arg=next(_unique_counter)), dev) if unique else (dev,)
         elif unique:
-            raise ValueError("a unique constant needs a device")
+            raise MovementError("a unique constant needs a device")
         ret = UOp(Ops.CONST, dtype, src, dtypes.as_const(b, dtype))
         if shape is not None and len(shape):
             ret = ret.reshape((1,) * len(shape)).expand(shape)
@@ -354,7 +355,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"only a DEFINE_VAR can be bound, not {self.op}")
         if not self.arg[1] <= val <= self.arg[2]:
             name, lo, hi = self.arg
-            raise ValueError(f"{val} is out of the range [{lo}, {hi}] of variable {name!r}")
+            raise MovementError(f"{val} is out of the range [{lo}, {hi}] of variable {name!r}")
         return UOp(Ops.BIND, self.dtype, (self, self.const_like(val)))
 
     def unbind(self) -> tuple[UOp, int]:
@@ -417,7 +418,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         contig = [s if s.op is Ops.AFTER else s.contiguous() for s in srcs]
         sizes = [s.size for s in contig]
         if not all_int(sizes):
-            raise ValueError(f"custom_kernel needs concrete sizes, got {sizes}")
+            raise MovementError(f"custom_kernel needs concrete sizes, got {sizes}")
         ph = [UOp.param(i, s.dtype.base.ptr(cast(int, n)), device=s.device)
               for i, (s, n) in enumerate(zip(contig, sizes))]
         kernel = fxn(*ph).call(*contig, grad_fxn=grad_fxn)
@@ -565,7 +566,7 @@ def _broadcast(srcs: Sequence[UOp]) -> tuple[UOp, ...]:
         return tuple(srcs)
     try:
         out = broadcast_shape(*shapes)  # type: ignore[arg-type]
-    except ValueError:
+    except MovementError:
         return tuple(srcs)  # mismatches are reported by shape inference, with the node
     return tuple(s if s._shape == out else s.reshape((1,) * (len(out) - len(s.shape)) + s.shape).expand(out)
                  for s in srcs)
@@ -592,7 +593,7 @@ def vec_values(v: UOp) -> tuple[sint, ...]:
         return tuple(v.arg)
     if v.op is Ops.STACK:
         return tuple(s.arg if s.op is Ops.CONST else s for s in v.src)
-    raise ValueError(f"not a shape vector: {v.short()}")
+    raise MovementError(f"not a shape vector: {v.short()}")
 
 
 def _is(a: sint, b: sint) -> bool:
@@ -608,7 +609,7 @@ def _shape_of(u: UOp) -> tuple[sint, ...] | None:
 
 def _need_shape(u: UOp, consumer: UOp) -> tuple[sint, ...]:
     if (s := _shape_of(u)) is None:
-        raise RuntimeError(f"{consumer.op} needs a shaped source; {u.op} has no shape: {consumer.short()}")
+        raise ShapeError(f"{consumer.op} needs a shaped source; {u.op} has no shape: {consumer.short()}")
     return s
 
 
@@ -626,7 +627,7 @@ def _infer_shape(u: UOp) -> tuple[sint, ...] | None:  # noqa: C901  (one branch 
         if isinstance(u.dtype, PtrDType):
             return (u.dtype.size,)
         if u.src[0].op is Ops.NOOP:
-            raise RuntimeError(f"PARAM slot {u.arg} has an unknown shape")
+            raise ShapeError(f"PARAM slot {u.arg} has an unknown shape")
         return vec_values(u.src[0])
     if op in _PASS_SHAPE or (op is Ops.REDUCE and not u.arg[1]):
         return _need_shape(u.src[0], u) if op is not Ops.AFTER else _shape_of(u.src[0])
@@ -639,7 +640,7 @@ def _infer_shape(u: UOp) -> tuple[sint, ...] | None:  # noqa: C901  (one branch 
         first = shapes[0]
         if first is None or any(s is None or len(s) != len(first) or
                                 not all(_is(a, b) for a, b in zip(s, first)) for s in shapes):
-            raise RuntimeError(f"shape mismatch in {op}: source shapes {shapes}: {u.short()}")
+            raise ShapeError(f"shape mismatch in {op}: source shapes {shapes}: {u.short()}")
         return first
     return _shape_of(u.src[0]) if u.src else None
 
@@ -665,41 +666,42 @@ def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa:
     if op is Ops.RESHAPE:
         new = vec_values(u.src[1])
         if any(isinstance(s, int) and s < 0 for s in new):
-            raise ValueError(f"RESHAPE to {new}: dimensions must be non-negative")
+            raise MovementError(f"RESHAPE to {new}: dimensions must be non-negative")
         if all_int(new) and all_int(src) and prod(new) != prod(src):
-            raise ValueError(f"RESHAPE from {src} to {new}: the number of elements differs")
+            raise MovementError(f"RESHAPE from {src} to {new}: the number of elements differs")
         return new
     if op is Ops.EXPAND:
         new = vec_values(u.src[1])
         if any(isinstance(n, int) and n < 0 for n in new):
-            raise ValueError(f"EXPAND to {new}: dimensions must be non-negative")
+            raise MovementError(f"EXPAND to {new}: dimensions must be non-negative")
         grows = [not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)]
         if len(new) != len(src) or any(grows):
-            raise ValueError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must match")
+            raise MovementError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must "
+                                "match")
         return new
     if op is Ops.PERMUTE:
         if sorted(u.arg) != list(range(len(src))):
-            raise ValueError(f"PERMUTE {u.arg} is not a permutation of {len(src)} axes")
+            raise MovementError(f"PERMUTE {u.arg} is not a permutation of {len(src)} axes")
         return tuple(src[i] for i in u.arg)
     if op in (Ops.PAD, Ops.SHRINK):
         b, e = vec_values(u.src[1]), vec_values(u.src[2])
         if len(b) != len(src) or len(e) != len(src):
-            raise ValueError(f"{op.name} {tuple(zip(b, e))} needs one pair per dimension of {src}")
+            raise MovementError(f"{op.name} {tuple(zip(b, e))} needs one pair per dimension of {src}")
         if op is Ops.PAD:
             if any(isinstance(x, int) and x < 0 for x in b + e):
-                raise ValueError(f"PAD {tuple(zip(b, e))} must be non-negative")
+                raise MovementError(f"PAD {tuple(zip(b, e))} must be non-negative")
             return tuple(_sadd(_sadd(s, bb), ee) for s, bb, ee in zip(src, b, e))
         for s, bb, ee in zip(src, b, e):
             if isinstance(s, int) and isinstance(bb, int) and isinstance(ee, int) and not 0 <= bb <= ee <= s:
-                raise ValueError(f"SHRINK {tuple(zip(b, e))} is out of bounds for shape {src}")
+                raise MovementError(f"SHRINK {tuple(zip(b, e))} is out of bounds for shape {src}")
         return tuple(ee if isinstance(bb, int) and bb == 0 else _ssub(ee, bb) for bb, ee in zip(b, e))
     if op is Ops.FLIP:
         if len(u.arg) != len(src):
-            raise ValueError(f"FLIP {u.arg} needs one flag per dimension of {src}")
+            raise MovementError(f"FLIP {u.arg} needs one flag per dimension of {src}")
         return src
     if op is Ops.REDUCE:
         if any(not 0 <= a < len(src) for a in u.arg[1]):
-            raise ValueError(f"REDUCE axes {u.arg[1]} out of range for shape {src}")
+            raise MovementError(f"REDUCE axes {u.arg[1]} out of range for shape {src}")
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
     assert op is Ops.MULTI
     ndev = len(u.device) if isinstance(u.device, tuple) else 1
@@ -783,6 +785,8 @@ def _div_bound(a: ConstType, c: int) -> ConstType:
 
 def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one branch per op)
     dt = u.dtype.scalar()
+    if dt == dtypes.void:  # effects and markers hold no value: unbounded, so no law can use their bounds
+        return (-math.inf, math.inf)
     lo, hi = dtypes.min(dt), dtypes.max(dt)
     mm = [s._cache["minmax"] for s in u.src]
     op = u.op

@@ -7,6 +7,7 @@ inferred, and raises `VerifyError` naming the first bad node in toposort order. 
 from __future__ import annotations
 
 from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.errors import ShapeError, VerifyError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import CallInfo, UOp
@@ -19,16 +20,6 @@ _VECTOR_OPS = frozenset({Ops.CONST, Ops.VCONST, Ops.STACK})
 _INT_ONLY = frozenset({Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD})
 _INT_OR_BOOL = frozenset({Ops.AND, Ops.OR, Ops.XOR})
 _PLAIN_BINARY = GroupOp.Binary - GroupOp.Comparison - _INT_ONLY - _INT_OR_BOOL
-_SHAPE_ERRORS = (RuntimeError, ValueError, AssertionError, IndexError, KeyError, TypeError)
-
-
-class VerifyError(RuntimeError):
-    """A node breaks the IR's rules. `.uop` is the node, `.index` its position in toposort order."""
-
-    def __init__(self, message: str, uop: UOp, index: int) -> None:
-        super().__init__(message)
-        self.uop = uop
-        self.index = index
 
 
 # ---------------------------------------------------------------------- predicates used by the rules
@@ -329,7 +320,7 @@ _EXPECT: dict[Ops, str] = {op: text for ops, text in _EXPECT_ROWS for op in ops}
 def _shape_text(u: UOp) -> str:
     try:
         s = u._shape
-    except _SHAPE_ERRORS:
+    except ShapeError:
         return "<shape error>"
     return "-" if s is None else str(tuple(d if isinstance(d, int) else f"<{d.op.name}>" for d in s))
 
@@ -379,7 +370,7 @@ def _check_shape(u: UOp) -> str | None:
         return None
     try:
         _ = u._shape
-    except _SHAPE_ERRORS as e:
+    except ShapeError as e:
         return f"shape inference failed: {type(e).__name__}: {e}"
     return None
 

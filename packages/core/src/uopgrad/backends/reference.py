@@ -17,6 +17,7 @@ import numpy as np
 from uopgrad.backend import Backend, Device
 from uopgrad.codegen import GridLimits, Program, lower
 from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.schedule import Schedule
 from uopgrad.uop import UOp
@@ -381,11 +382,11 @@ class Evaluator:
             return self._alu(u, frame)
         handler = _HANDLERS.get(u.op)
         if handler is None:
-            raise RuntimeError(f"REFERENCE can't evaluate {u.op}: {u.short()}")
+            raise EvaluationError(f"REFERENCE can't evaluate {u.op}: {u.short()}")
         try:
             return handler(self, u, frame)
         except (TypeError, ValueError) as e:
-            raise RuntimeError(f"REFERENCE can't evaluate {u.op} ({e}): {u.short()}") from e
+            raise EvaluationError(f"REFERENCE can't evaluate {u.op} ({e}): {u.short()}") from e
 
     def _alu(self, u: UOp, frame: _Frame) -> Array:
         vals: list[Array] = []
@@ -395,7 +396,7 @@ class Evaluator:
                 raise TypeError(f"vector dtype {u.dtype}")
             out = reference_alu[u.op](*vals)
         except (TypeError, ValueError, KeyError) as e:
-            raise RuntimeError(f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): "
+            raise EvaluationError(f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): "
                                f"{u.short()}") from e
         return _finish(out, u.dtype)
 
@@ -414,7 +415,7 @@ class Evaluator:
 
     def _define_var(self, u: UOp, frame: _Frame) -> Array:
         if u not in self.var_vals:
-            raise RuntimeError(f"variable {u.arg[0]!r} is not bound anywhere in the graph: {u.short()}")
+            raise EvaluationError(f"variable {u.arg[0]!r} is not bound anywhere in the graph: {u.short()}")
         return np.array(self.var_vals[u], dtype=np_dtype(u.dtype))
 
     def _bind(self, u: UOp, frame: _Frame) -> Array:
@@ -422,7 +423,8 @@ class Evaluator:
 
     def _param(self, u: UOp, frame: _Frame) -> Value:
         if not 0 <= u.arg < len(frame.args):
-            raise RuntimeError(f"PARAM slot {u.arg} has no argument ({len(frame.args)} given): {u.short()}")
+            raise EvaluationError(f"PARAM slot {u.arg} has no argument ({len(frame.args)} given): "
+                                  f"{u.short()}")
         return frame.args[int(u.arg)]
 
     def _read_buffer(self, buf: UOp) -> Array:
@@ -470,7 +472,7 @@ class Evaluator:
     def _gettuple(self, u: UOp, frame: _Frame) -> Value:
         holder = frame.memo[u.src[0]]
         if not isinstance(holder, tuple):
-            raise RuntimeError(f"GETTUPLE of {u.src[0].op}, which has no tuple value: {u.short()}")
+            raise EvaluationError(f"GETTUPLE of {u.src[0].op}, which has no tuple value: {u.short()}")
         return holder[int(u.arg)]
 
     # -------------------------------------------------------------- effects
@@ -491,7 +493,7 @@ class Evaluator:
         value = self._param(base, frame) if base.op is Ops.PARAM else \
             frame.live[base] if base in frame.live else frame.memo[base]
         if not isinstance(value, np.ndarray):
-            raise RuntimeError(f"{base.op} holds no array to view or to store into: {base.short()}")
+            raise EvaluationError(f"{base.op} holds no array to view or to store into: {base.short()}")
         return value
 
     def _set_storage(self, base: UOp, frame: _Frame, arr: Array) -> None:
@@ -530,7 +532,8 @@ class Evaluator:
 
     def _store(self, u: UOp, frame: _Frame) -> None:
         if len(u.src) != 2:
-            raise RuntimeError(f"REFERENCE runs STORE(target, value), not {len(u.src)} sources: {u.short()}")
+            raise EvaluationError(f"REFERENCE runs STORE(target, value), not {len(u.src)} sources: "
+                                  f"{u.short()}")
         self.store(u.src[0], frame.memo[u.src[1]], frame)
 
     def _after(self, u: UOp, frame: _Frame) -> Value:
@@ -547,7 +550,7 @@ class Evaluator:
     def _call(self, u: UOp, frame: _Frame) -> None:
         body, args = u.src[0], u.src[1:]
         if body.op is not Ops.SINK:
-            raise RuntimeError(f"REFERENCE runs CALLs of a SINK of STOREs (custom kernels), not of "
+            raise EvaluationError(f"REFERENCE runs CALLs of a SINK of STOREs (custom kernels), not of "
                                f"{body.op}: {u.short()}")
         params = {p.arg: p for p in body.toposort(enter_calls=False) if p.op is Ops.PARAM}
         values: list[Value] = []
@@ -556,7 +559,7 @@ class Evaluator:
             p = params.get(i)
             if p is not None and isinstance(p.dtype, PtrDType):
                 if p.dtype.size not in (-1, v.size):
-                    raise RuntimeError(f"custom kernel argument {i} has {v.size} elements but its PARAM "
+                    raise EvaluationError(f"custom kernel argument {i} has {v.size} elements but its PARAM "
                                        f"points to {p.dtype.size}: {u.short()}")
                 v = v.reshape(-1)
             values.append(v)
@@ -647,7 +650,7 @@ def _lane_indices(prg: Program) -> tuple[int, dict[str, Array]]:
 def _scalar(v: Array, what: UOp) -> int:
     flat = np.asarray(v).reshape(-1)
     if flat.size > 1 and not np.all(flat == flat[0]):
-        raise RuntimeError(f"a loop bound differs between threads: {what.short()}")
+        raise EvaluationError(f"a loop bound differs between threads: {what.short()}")
     return int(flat[0])
 
 
@@ -724,7 +727,7 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
         return buffers[u.arg]
     if op is Ops.DEFINE_VAR:
         if u.arg[0] not in var_vals:
-            raise RuntimeError(f"no value for the variable {u.arg[0]!r}")
+            raise EvaluationError(f"no value for the variable {u.arg[0]!r}")
         return np.full((1,), var_vals[u.arg[0]], dtype=np_dtype(u.dtype))
     if op is Ops.SPECIAL:
         return special[u.arg].astype(np_dtype(u.dtype))
@@ -740,7 +743,7 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
     if op is Ops.BITCAST:
         x = np.asarray(vals[s[0]])
         return bitcast(x, u.src[0].dtype, u.dtype).reshape(x.shape)
-    raise RuntimeError(f"REFERENCE can't run {u.op} in a linear program: {u.short()}")
+    raise EvaluationError(f"REFERENCE can't run {u.op} in a linear program: {u.short()}")
 
 
 def _read(buf: UOp) -> Array:

@@ -16,6 +16,7 @@ from uopgrad.codegen.program import GridLimits, GridSpec, Program, check, pm_spe
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
 from uopgrad.config import DEBUG, VERIFY
 from uopgrad.dtype import PtrDType
+from uopgrad.errors import LoweringError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import graph_rewrite
 from uopgrad.uop import UOp
@@ -74,7 +75,7 @@ def _with_all_params(uops: tuple[UOp, ...], body: UOp, nargs: int) -> tuple[UOp,
         if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.arg not in params:
             params[u.arg] = UOp(Ops.PARAM, u.dtype, (), u.arg)
     if missing := [s for s in range(nargs) if s not in params]:
-        raise RuntimeError(f"kernel buffer slots {missing} have no PARAM in the body")
+        raise LoweringError(f"kernel buffer slots {missing} have no PARAM in the body")
     return (*(params[s] for s in sorted(params)), *(u for u in uops if u.op is not Ops.PARAM))
 
 

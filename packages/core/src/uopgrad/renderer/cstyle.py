@@ -24,15 +24,12 @@ from typing import ClassVar
 
 from uopgrad.codegen import Program
 from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import RenderError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer import OpTemplate, Renderer
 from uopgrad.uop import UOp
 
 __all__ = ["CStyleRenderer", "RenderError"]
-
-
-class RenderError(RuntimeError):
-    """A linear program holds something this renderer cannot print (the message names the uop)."""
 
 
 # ---------------------------------------------------------------------- templates shared by the dialects
