@@ -61,3 +61,16 @@ def test_no_bare_runtime_errors_and_only_the_spec_assertions():
         if n := len(re.findall(r"raise AssertionError\b", text)):
             counts[path.name] = n
     assert counts == SPEC_ASSERTIONS
+
+
+def test_context_takes_a_flag_by_its_name_or_its_environment_variable():
+    from uopgrad.config import VERIFY, Context
+    before = VERIFY.value
+    with Context(VERIFY=1):
+        assert VERIFY.value == 1
+        with Context(UOPGRAD_VERIFY=0):
+            assert VERIFY.value == 0
+        assert VERIFY.value == 1
+    assert VERIFY.value == before
+    with pytest.raises(errors.ConfigError, match="unknown uopgrad flag"), Context(NOT_A_FLAG=1):
+        pass

@@ -122,7 +122,7 @@ class FloatConst(float):
         return float.__repr__(self)
 
 
-class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
+class dtypes:
     """The dtype namespace: `dtypes.float32`, aliases like `dtypes.float`, and predicates."""
 
     void: Final = DType(-1, 0, "void", None)

@@ -636,7 +636,7 @@ class Tensor(MathMixin, MovementMixin):
         return self.permute(order)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802  (numpy's name)
+    def T(self) -> Tensor:
         """All dimensions reversed."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
@@ -848,7 +848,7 @@ class Tensor(MathMixin, MovementMixin):
     def to(self, device: str) -> Tensor:
         """This tensor on `device` (a COPY; self when it is there already)."""
         dev = Device.canonicalize(device)
-        Device[dev]  # noqa: B018  (an unknown device fails here, listing the installed ones)
+        Device[dev]
         if dev == self.uop.device:
             return self
         return Tensor._wrap(self.uop.copy_to_device(dev), self)

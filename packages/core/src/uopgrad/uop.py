@@ -278,10 +278,6 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         return self._fact("device", _infer_device)  # type: ignore[no-any-return]
 
     @property
-    def _device(self) -> str | tuple[str, ...] | None:
-        return self.device
-
-    @property
     def axis(self) -> int | None:
         """The sharding axis of a multi-device value, or None."""
         ret = self._fact("axis", _infer_axis)

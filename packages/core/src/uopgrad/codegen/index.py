@@ -162,7 +162,7 @@ class _Indexer:
         return index, None if valid is None else self.simplify(valid)
 
     # -------------------------------------------------------------- values
-    def plan(self, key: Key) -> Plan:  # noqa: C901  (one branch per family of ops)
+    def plan(self, key: Key) -> Plan:
         """The (node, index, gate) keys a value needs, and how to build it from their lowered values."""
         u, o, valid = key
         op = u.op

@@ -50,7 +50,7 @@ def _signed_int(dt: DType) -> bool:
     return dt.scalar() in dtypes.sints
 
 
-def _max(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _max(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # numpy's maximum, bit for bit: a NaN in a wins, then a NaN in b (a > NaN is false). On a tie (0.0 and
     # -0.0) numpy's float32/float64 loops keep b, its float16 loop keeps a.
     if not dtypes.is_float(dt):
@@ -81,12 +81,12 @@ def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     return f"({a}/{b})" if dtypes.is_float(dt) else _cdiv(r, dt, a, b)
 
 
-def _shl(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shl(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # a shift by 0..bits-1 as in C; by any other amount (negative ones included) it is 0
     return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})<<({b}):0)"
 
 
-def _shr(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shr(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # arithmetic for signed types; an over-wide shift gives 0, or -1 for a negative value
     fill = f"(({a})<0?-1:0)" if _signed_int(dt) else "0"
     return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})>>({b}):{fill})"
@@ -103,7 +103,7 @@ def _mulacc(r: CStyleRenderer, dt: DType, a: str, b: str, c: str) -> str:
     return f"({r.round_to(dt, f'({a}*{b})')}+{c})"
 
 
-def _neg(r: CStyleRenderer, dt: DType, x: str) -> str:
+def _neg(_r: CStyleRenderer, dt: DType, x: str) -> str:
     return f"(!{x})" if dt.scalar() == dtypes.bool else f"(-{x})"
 
 
