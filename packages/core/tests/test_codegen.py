@@ -13,10 +13,11 @@ import pytest
 from uopgrad import GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import Device
 from uopgrad.backends.reference import REFERENCE_OPS, evaluate, run_program, run_schedule
-from uopgrad.codegen import GridLimits, Program, lower
+from uopgrad.codegen import GridLimits, Program
 from uopgrad.codegen.program import check, pm_spec_program
 from uopgrad.config import Context
 from uopgrad.dtype import DType
+from uopgrad.pipeline import lower
 from uopgrad.schedule import schedule
 from uopgrad.tensor import Tensor
 from uopgrad.verify import VerifyError
@@ -321,7 +322,7 @@ def test_grid_mapping():
 
 
 def test_verify_between_passes_and_on_the_program():
-    with Context(UOPGRAD_VERIFY=1):
+    with Context(VERIFY=1):
         for k in schedule(rnd(3, 4).softmax(1).sum().uop.sink()).kernels:
             lower(k, C_LIKE, GridLimits())
     bad = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.CONST, dtypes.int32, (), 0),))

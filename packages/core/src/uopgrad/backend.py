@@ -27,18 +27,20 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from uopgrad.codegen import GridSpec, lower
+from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.config import DEBUG, getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import BackendError, CompileError
-from uopgrad.ops import GroupOp, Ops
+from uopgrad.ops import Ops
+from uopgrad.pipeline import lower, run_schedule
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "PREFERENCE", "Program", "compile_cache_dir"]
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "HostAllocator", "PREFERENCE", "Program",
+           "compile_cache_dir"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -46,8 +48,6 @@ PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 # backends that ship inside core: found even when core is used from a source tree without being installed
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
 H = TypeVar("H")  # an allocator's handle type
-# every dtype a value can have (REFERENCE stores all of them)
-_VALUE_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,10 @@ class Backend:
 
     The Tensor layer uses three methods: `copyin`/`copyout` move host data into and out of a BUFFER, and
     `realize` runs a SINK of STOREs into BUFFERs (and any other effects in it), after which those buffers
-    hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map."""
+    hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map. Every
+    backend declares its `capabilities` (a class attribute, or set in `__init__`)."""
 
-    # every op and dtype: REFERENCE evaluates the tensor IR directly
-    capabilities = Capabilities(_VALUE_DTYPES, GroupOp.ALU, None, compiled=False)
+    capabilities: Capabilities
 
     def __init__(self, device: str) -> None:
         self.name = device
@@ -98,6 +98,11 @@ class Backend:
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink` (STOREs into BUFFERs, custom-kernel CALLs, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement realize")
+
+    def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
+        """Run one scheduled kernel CALL whose buffers live here (another device's schedule hands it over)."""
+        del var_vals  # a SINK of the CALL carries its bound variables
+        self.realize(item.sink())
 
 
 # ---------------------------------------------------------------------- the parts of a compiled backend
@@ -203,6 +208,34 @@ class Allocator(Generic[H]):
     def as_buffer(self, handle: H) -> memoryview | None:
         """A zero-copy host view of `handle`, or None."""
         return None
+
+
+class HostAllocator(Allocator[np.ndarray]):
+    """Host memory as 64-byte aligned numpy byte arrays, for every backend whose kernels run on the host.
+    Fresh arrays are zeroed by calloc, so an untouched page costs nothing; copies are memcpys and
+    `as_buffer` is the array's own memory."""
+
+    align = 64  # a cache line: vector loads never straddle the start of a buffer
+
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        raw = np.zeros(nbytes + self.align, dtype=np.uint8)
+        start = -raw.ctypes.data % self.align
+        return raw[start:start + nbytes]
+
+    def _zero(self, handle: np.ndarray) -> None:
+        handle.fill(0)
+
+    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+        """memcpy host bytes into the buffer."""
+        handle[:] = np.frombuffer(src, dtype=np.uint8)
+
+    def copyout(self, dst: memoryview, handle: np.ndarray) -> None:
+        """memcpy the buffer into host bytes."""
+        np.frombuffer(dst, dtype=np.uint8)[:] = handle
+
+    def as_buffer(self, handle: np.ndarray) -> memoryview:
+        """The buffer's own memory (no copy)."""
+        return handle.data
 
 
 class Program:
@@ -319,34 +352,25 @@ class CompiledBackend(Backend):
             self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
 
     def realize(self, sink: UOp) -> None:
-        """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
+        """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
+        then the driver runs every item in order, each on the device its buffers live on."""
         sched = schedule(sink)
-        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._runs(it)])
-        for item in sched.items:
-            body, bufs = item.src[0], item.src[1:]
-            if body.op is Ops.COPY:
-                self._copy(bufs[0], bufs[1])
-                continue
-            if body.op is not Ops.SINK:
-                raise BackendError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
-            if not self._runs(item):  # a kernel of another device in this graph runs there
-                self._device(bufs[0]).realize(item.sink())
-                continue
-            k = self._kernels[body]
-            handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
-            k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
-                  local_size=k.program.local_size)
+        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
+        run_schedule(sched.items, sched.var_vals, self._device)
 
-    def _runs(self, item: UOp) -> bool:
-        """Whether a kernel item is this device's (its buffers live here)."""
+    def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
+        """Launch one scheduled kernel CALL on this device's buffers."""
+        k = self.kernel(item)
+        bufs = item.src[1:]
+        handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+        k.run(*handles, vals=k.program.var_values(var_vals), global_size=k.program.global_size,
+              local_size=k.program.local_size)
+
+    def _mine(self, item: UOp) -> bool:
         return len(item.src) < 2 or item.src[1].device == self.name
 
-    def _device(self, buf: UOp) -> Backend:
-        return self if buf.device == self.name else Device[str(buf.device)]
-
-    def _copy(self, dst: UOp, src: UOp) -> None:
-        """COPY: the contents of `src` into `dst`, each on its own device (this one or another)."""
-        self._device(dst).copyin(dst, self._device(src).copyout(src))
+    def _device(self, name: str) -> Backend:
+        return self if name in ("", self.name) else Device[name]
 
 
 @dataclass(frozen=True)
@@ -395,7 +419,7 @@ class DeviceRegistry:
         return base.upper() if not sep or index in ("", "0") else f"{base.upper()}:{index}"
 
     @property
-    def DEFAULT(self) -> str:  # noqa: N802  (tinygrad's spelling)
+    def DEFAULT(self) -> str:
         """$UOPGRAD_DEVICE if set, else the first installed of CPU, CL, CUDA, REFERENCE."""
         if self._default is None:
             env = getenv_str("UOPGRAD_DEVICE")
@@ -407,7 +431,7 @@ class DeviceRegistry:
         return self._default
 
     @DEFAULT.setter
-    def DEFAULT(self, name: str) -> None:  # noqa: N802
+    def DEFAULT(self, name: str) -> None:
         self._default = self.canonicalize(name)
 
     def _load(self, base: str) -> type[Backend]:

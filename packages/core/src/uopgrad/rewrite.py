@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from uopgrad.config import TRACK_MATCH_STATS
+from uopgrad.config import DEBUG, TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import RewriteError
 from uopgrad.mixin import MathMixin
@@ -29,7 +29,7 @@ Bindings = dict[str, "UOp"]
 STACK_LIMIT = 250_000
 
 
-class BottomUpGate(Exception):  # noqa: N818  (a control-flow signal, not an error)
+class BottomUpGate(Exception):
     """Raised by a bottom-up rule to keep the node as it is and not visit its sources."""
 
 
@@ -343,6 +343,15 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
                   bpm: PatternMatcher | None = None, walk: bool = False, enter_calls: bool = False) -> UOp:
     """Rewrite the graph under `sink` with `pm`: top-down (post-order) by default, bottom-up (pre-order) with
     `bottom_up=True`, both directions when `bpm` is given; to a fixpoint, or in one pass with `walk=True`.
-    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass."""
+    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass: the engine's
+    errors name it, and DEBUG>=5 prints it with the graph's size before and after."""
     rc = _RewriteContext(None if bottom_up else pm, pm if bottom_up else bpm, ctx, enter_calls)
-    return rc.walk(sink) if walk else rc.fixpoint(sink)
+    try:
+        ret = rc.walk(sink) if walk else rc.fixpoint(sink)
+    except RewriteError as e:
+        if name is None:
+            raise
+        raise RewriteError(f"in the rewrite '{name}': {e}") from e
+    if DEBUG >= 5:
+        print(f"graph_rewrite {name or '<unnamed>'}: {len(sink.toposort())} -> {len(ret.toposort())} nodes")
+    return ret

@@ -14,11 +14,12 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from uopgrad.backend import Backend, Device
-from uopgrad.codegen import GridLimits, Program, lower
+from uopgrad.backend import Backend, Capabilities, Device
+from uopgrad.codegen import GridLimits, Program
 from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
+from uopgrad.pipeline import lower
 from uopgrad.schedule import Schedule
 from uopgrad.uop import UOp
 
@@ -607,6 +608,10 @@ def evaluate(*roots: UOp) -> list[Value]:
 
 class ReferenceBackend(Backend):
     """REFERENCE: evaluates tensor graphs with numpy. Every REFERENCE:n device shares one storage map."""
+
+    # every op and every dtype a value can have: REFERENCE evaluates the tensor IR directly
+    capabilities = Capabilities(frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats}), GroupOp.ALU, None,
+                                compiled=False)
 
     def copyin(self, buf: UOp, data: np.ndarray) -> None:
         """Fill `buf` (a copy of `data`, converted to the buffer's storage dtype)."""
