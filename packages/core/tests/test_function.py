@@ -367,12 +367,10 @@ class TestAssign:
         a = Tensor([1, 2, 3]).realize()
         buffer = a.uop
         np.testing.assert_equal(f(a).numpy(), [2, 3, 4])
-        # The trace leaks the assign into the caller's tensor, as at the reference: `a` is now a+1 over its
-        # buffer. The reference reads [3, 4, 5] because its FUNCTION also wrote 2, 3, 4 into a's buffer; our
-        # REFERENCE keeps writes inside a FUNCTION body (spec/reference.md §7), so the buffer still holds
-        # 1, 2, 3 and `a` reads [2, 3, 4].
+        # Two writes, as at the reference (docs/decisions/0003): the FUNCTION wrote 2, 3, 4 into a's buffer,
+        # and the trace re-pointed the caller's tensor to a+1 over that buffer, so `a` reads [3, 4, 5].
         assert a.uop.op is Ops.AFTER and a.uop.src[0] is buffer
-        np.testing.assert_equal(a.numpy(), [2, 3, 4])
+        np.testing.assert_equal(a.numpy(), [3, 4, 5])
 
     def test_implicit_assign(self):
         a = Tensor([1, 2, 3])

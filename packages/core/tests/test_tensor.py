@@ -11,6 +11,7 @@ import pytest
 from uopgrad import Ops, UOp, dtypes
 from uopgrad.backend import Device
 from uopgrad.config import Context
+from uopgrad.realized import is_realized_after, realized_view, strip_realized
 from uopgrad.tensor import Tensor
 
 DEV = "REFERENCE"
@@ -659,10 +660,16 @@ def test_to_device():
 # ---------------------------------------------------------------------- realization
 
 
-def test_realize_replaces_the_uop_with_a_buffer_view():
-    t = Tensor([1.0, 2.0, 3.0, 4.0]).reshape(2, 2) * 2
+def test_realize_leaves_the_realized_form():
+    src = Tensor([1.0, 2.0, 3.0, 4.0]).reshape(2, 2)
+    t = src * 2
+    graph = t.uop
     same = t.realize()
-    assert same is t and t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER
+    assert same is t and is_realized_after(t.uop)
+    view = realized_view(t.uop)
+    assert view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and view.shape == (2, 2)
+    assert t.uop.src[1].src[1] is graph  # the graph that computed it stays, for gradients
+    assert strip_realized((t + 1).uop).src[0] is view  # later work reads the buffer
     first = t.uop
     t.realize()
     assert t.uop is first  # realizing twice is a no-op
@@ -675,8 +682,9 @@ def test_realize_several_tensors_together_and_aliases():
     b = a * 3
     alias = Tensor(a.uop)
     Tensor.realize(a, b)
-    assert a.uop.base.op is Ops.BUFFER and b.uop.base.op is Ops.BUFFER
-    assert alias.uop is a.uop  # every tensor holding the realized graph now holds the buffer
+    assert is_realized_after(a.uop) and is_realized_after(b.uop)
+    assert realized_view(a.uop).base.op is Ops.BUFFER and realized_view(b.uop).base.op is Ops.BUFFER
+    assert alias.uop is a.uop  # every tensor holding the realized graph now holds the realized value
     assert b.item() == 6.0
 
 

@@ -18,6 +18,7 @@ from uopgrad.config import DEBUG, Context
 from uopgrad.errors import FunctionError
 from uopgrad.gradient import pm_transform_unique_const
 from uopgrad.ops import Ops
+from uopgrad.realized import is_realized_after
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp
@@ -65,13 +66,16 @@ def _capture(ctx: tuple[list[UOp], Any], x: UOp) -> UOp:
 
 
 def _capturable(x: UOp) -> bool:
-    """An AFTER/CONTIGUOUS is captured whole when it depends on buffers and on no PARAM."""
-    ops = {u.op for u in x.toposort()}
-    return Ops.PARAM not in ops and Ops.BUFFER in ops
+    """An AFTER/CONTIGUOUS is captured whole when it depends on buffers and on no PARAM. A realized value
+    counts as a buffer, and what computed it is not looked into."""
+    ops = {u.op for u in x.toposort(gate=lambda u: u is x or not is_realized_after(u))}
+    return Ops.PARAM not in ops and (Ops.BUFFER in ops or any(is_realized_after(s) for s in x.src))
 
 
 pm_ctx = PatternMatcher([
     (UPat((Ops.BUFFER, Ops.BIND), name="x"), _capture),  # a closed-over buffer or variable becomes an input
+    (UPat(Ops.AFTER, name="x"),
+     lambda ctx, x: _capture(ctx, x) if is_realized_after(x) else None),  # a realized value, whole
     (UPat((Ops.AFTER, Ops.CONTIGUOUS), name="x"),
      lambda ctx, x: _capture(ctx, x) if _capturable(x) else None),  # an unrealized buffer value, whole
 ]) + pm_transform_unique_const

@@ -139,7 +139,10 @@ class _KernelCtx:
 
     def strip_after(self, x: UOp) -> UOp:
         self.after.extend(x.src[1:])
-        if (b := _view_chain(x.src[0])[1]).op is Ops.BUFFER:
+        b = _view_chain(x.src[0])[1]
+        if b in self.views:  # an assign into a realized value: it is read from that value's buffer
+            b = _view_chain(self.views[b])[1]
+        if b.op is Ops.BUFFER:
             self.after_bufs.add(b)
         return x.src[0]
 

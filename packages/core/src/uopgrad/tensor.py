@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 import numpy as np
 
-from uopgrad._util import all_int, prod
+from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype, sum_acc_dtype
@@ -23,6 +23,7 @@ from uopgrad.errors import DeviceError, GradientError, ShapeError
 from uopgrad.gradient import compute_gradient
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape, resolve_shape_arg
 from uopgrad.ops import Ops
+from uopgrad.realized import effects_under, is_realized_after, realized, realized_view, settle, strip_realized
 from uopgrad.uop import UOp, sint
 
 __all__ = ["Tensor"]
@@ -86,27 +87,24 @@ def _buffer_view(u: UOp) -> bool:
     return u.op is Ops.BUFFER
 
 
-def _writes_buffer(after: UOp) -> bool:
-    """An AFTER whose value is a view of a BUFFER (through movement ops and other AFTERs)."""
-    u = after
-    while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.AFTER):
-        u = u.src[0]
-    return u.op is Ops.BUFFER
-
-
 def _is_realized(u: UOp) -> bool:
-    if _plain_buffer(u) is not None:
+    if is_realized_after(u) or _plain_buffer(u) is not None:
         return True
     # the view realize() makes for a symbolic shape: RESHAPE(SHRINK(BUFFER))
     s = u.src[0] if u.op is Ops.RESHAPE else u
     return s.op is Ops.SHRINK and s.src[0].op is Ops.BUFFER and not all_int(u.shape)
 
 
+def _unrealized(u: UOp) -> bool:
+    return not is_realized_after(u)
+
+
 def _storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
-    """The nodes from `u` down through movement ops and AFTERs, and the node holding the storage."""
+    """The nodes from `u` down through movement ops and AFTERs (realized ones too), and the node holding the
+    storage."""
     chain = [u]
     while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER):
-        u = u.src[0]
+        u = realized_view(u) if is_realized_after(u) else u.src[0]
         chain.append(u)
     return chain, u
 
@@ -878,16 +876,20 @@ class Tensor(MathMixin, MovementMixin):
         chain, base = _storage_chain(store.src[0])
         aliases = set(chain) if base.op is Ops.BUFFER else set()
         for t in list(_all_tensors.values()):
-            if t is not self and t.uop in aliases:
+            if t is not self and (t.uop in aliases or realized_view(t.uop) in aliases):
                 t.uop = t.uop.after(store)
         self.uop = self.uop.after(store)
 
     def assign(self, x: TensorLike) -> Tensor:
-        """Write `x` into this tensor (same object): AFTER(self, STORE(self, x))."""
+        """Write `x` into this tensor (same object): AFTER(self, STORE(self, x)) when this tensor has storage
+        (a buffer, or a view of one); a tensor that is still an unrealized value takes the new value."""
         value = x if isinstance(x, Tensor) else Tensor(_py(x), device=self.device, dtype=self.dtype)
         if value.uop is self.uop:
             return self
         value = self._assignable(value)
+        if _storage_chain(self.uop)[1].op is not Ops.BUFFER:
+            self.uop = value.uop
+            return self
         self._apply_store(self.uop.store(value.uop))
         return self
 
@@ -911,50 +913,78 @@ class Tensor(MathMixin, MovementMixin):
 
     @staticmethod
     def _realize(tensors: Sequence[Tensor]) -> None:
+        """Run the graphs of `tensors` (one backend call per device) and leave each tensor in the realized
+        form (uopgrad.realized): AFTER(buffer view, CALL of the graph that computed it). The backends see the
+        graphs with every realized value read from its buffer; gradients still see the whole graph."""
         if not ALLOW_DEVICE_USAGE:
             raise DeviceError("realize() is not allowed while device usage is disabled "
                                "(ALLOW_DEVICE_USAGE=0, e.g. while a function is being traced)")
-        becomes: dict[UOp, UOp] = {}
+        todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
+        if not todo:
+            return
+        todo += Tensor._readers_of_overwritten(todo)
+        devices = {u: str(u.device) for u in todo}
+        stripped = strip_realized(UOp.sink(*todo)).src
+        becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
         effects: dict[str, list[UOp]] = {}
-        for t in tensors:
-            u = t.uop
-            if u in becomes or _is_realized(u):
-                continue
-            device = t.device
-            inner = u
+        fresh: set[UOp] = set()         # the uops whose value goes into a buffer of their own
+        for u, s in zip(todo, stripped):
+            inner = s
             while inner.op is Ops.AFTER:
                 inner = inner.src[0]
-            if inner is not u and _buffer_view(inner):
+            if _plain_buffer(s) is not None:  # already in a buffer (e.g. a reshape of a realized value)
+                becomes[u] = s
+                fresh.add(u)
+                continue
+            if inner is not s and _buffer_view(inner):
                 # an assign to (a view of) a buffer: run its effects; the tensor is that view again
-                effects.setdefault(device, []).append(u)
+                effects.setdefault(devices[u], []).append(s)
                 becomes[u] = inner
                 continue
-            store, view = _output_buffer(u, device)
-            effects.setdefault(device, []).append(store)
+            store, view = _output_buffer(s, devices[u])
+            effects.setdefault(devices[u], []).append(store)
             becomes[u] = view
+            fresh.add(u)
         for device, srcs in effects.items():
             Device[device].realize(srcs[0].sink(*srcs[1:]))
-        # The writes into buffers are done: a live graph that still holds an AFTER of them reads the buffer
-        # instead, so that a later realize does not run them again (over later writes).
-        ran = {d for srcs in effects.values() for root in srcs for a in root.toposort(enter_calls=False)
-               if a.op is Ops.AFTER for d in a.src[1:]}
+        # Every effect that ran (an assign into a buffer, a kernel writing its arguments) is done: wherever a
+        # graph still holds it, it becomes the realized form, read from the buffer and never run again.
+        ran = effects_under(todo)
+        for u in fresh:
+            becomes[u] = realized(becomes[u], settle(u, ran))
         for t in list(_all_tensors.values()):
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
-            elif ran:
-                done = {a: a.src[0] for a in t.uop.toposort(enter_calls=False)
-                        if a.op is Ops.AFTER and _writes_buffer(a) and all(d in ran for d in a.src[1:])}
-                if done:
-                    t.uop = t.uop.substitute(done)
+            elif ran and not _is_realized(t.uop):
+                t.uop = settle(t.uop, ran)
+
+    @staticmethod
+    def _readers_of_overwritten(todo: list[UOp]) -> list[UOp]:
+        """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
+        the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
+        tensor that is a view of the written buffer is not among them: it sees the write."""
+        written = {b for e in effects_under(todo) if e.op is Ops.STORE
+                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+        if not written:
+            return []
+        seen, out = set(todo), []
+        for t in list(_all_tensors.values()):
+            u = t.uop
+            if u in seen or _is_realized(u) or _storage_chain(u)[1].op is Ops.BUFFER:
+                continue
+            if any(n in written for n in u.toposort(gate=_unrealized, enter_calls=False)):
+                seen.add(u)
+                out.append(u)
+        return out
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         self.realize()
-        buf = _plain_buffer(self.uop)
+        buf = _plain_buffer(realized_view(self.uop))
         if buf is None:  # a strided view of a buffer: copy it out through a temporary buffer
-            store, view = _output_buffer(self.uop, self.device)
+            store, view = _output_buffer(strip_realized(self.uop), self.device)
             Device[self.device].realize(store.sink())
             buf = _plain_buffer(view)
             assert buf is not None

@@ -490,6 +490,36 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Public name of `_rop`."""
         return self._rop(op, axes)
 
+    def dot(self, w: UOp) -> UOp:
+        """Matrix product of two shaped nodes (numpy's matmul broadcasting), as a sum over a broadcast MUL:
+        the same graph Tensor.dot builds, without its dtype promotion."""
+        n1, n2 = len(self.shape), len(w.shape)
+        if n1 == 0 or n2 == 0 or self.shape[-1] != w.shape[-min(n2, 2)]:
+            raise ValueError(f"shapes {self.shape} and {w.shape} can't be multiplied")
+        ones = (1,) * min(n1 - 1, n2 - 1, 1)
+        x = self.reshape(self.shape[:-1] + ones + self.shape[-1:])
+        wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):])
+        order = list(range(len(wt.shape)))
+        order[-1], order[-min(n2, 2)] = order[-min(n2, 2)], order[-1]
+        prod_ = x * wt.permute(order)
+        return prod_._rop(Ops.ADD, (len(prod_.shape) - 1,)).reshape(prod_.shape[:-1])
+
+    def __matmul__(self, w: UOp) -> UOp:
+        return self.dot(w)
+
+    @property
+    def is_realized(self) -> bool:
+        """The value lives in a buffer: a view of a BUFFER (through the realized form of uopgrad.realized)."""
+        u = self
+        if (u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.DETACH and u.src[1].op is Ops.CALL
+                and u.src[1].arg.name == "realize"):
+            u = u.src[0].src[0]
+        return u.base.op is Ops.BUFFER
+
+    def ssimplify(self) -> UOp | ConstType:
+        """Simplify; a node that folds to a constant comes back as a Python value (tinygrad's name)."""
+        return ssimplify(self)
+
     # ------------------------------------------------------------------ MathMixin / MovementMixin hooks
     def alu(self, op: Ops, *src: UOp) -> UOp:
         """Raw ALU node: broadcasts shaped operands, no promotion; dtype of the last operand."""

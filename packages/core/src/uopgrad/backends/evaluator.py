@@ -267,8 +267,19 @@ class Evaluator:
         return arr
 
     def _function(self, u: UOp, frame: _Frame) -> Value:
-        # a FUNCTION is a value: its body runs in its own frame, once per FUNCTION node and frame
-        return self.evaluate(u.src[0], _Frame(frame.memo[s] for s in u.src[1:]))
+        # a FUNCTION is a value: its body runs in its own frame, once per FUNCTION node and frame; an assign
+        # to a PARAM inside it is written back into the argument, as the compiled backends (which inline the
+        # body) and the reference do
+        inner = _Frame(frame.memo[s] for s in u.src[1:])
+        out = self.evaluate(u.src[0], inner)
+        self._write_back(u.src[1:], inner, frame)
+        return out
+
+    def _write_back(self, args: Sequence[UOp], inner: _Frame, frame: _Frame) -> None:
+        """The arguments a body stored into get the values it wrote."""
+        for slot in sorted(inner.written):
+            written = np.asarray(inner.args[slot]).reshape(_arr(frame.memo[args[slot]]).shape)
+            self.store(args[slot], written, frame)
 
     def _call(self, u: UOp, frame: _Frame) -> None:
         body, args = u.src[0], u.src[1:]
@@ -288,9 +299,7 @@ class Evaluator:
             values.append(v)
         inner = _Frame(values)
         self.evaluate(body, inner)
-        for slot in sorted(inner.written):  # the kernel wrote into these arguments: write them back
-            written = np.asarray(inner.args[slot]).reshape(_arr(frame.memo[args[slot]]).shape)
-            self.store(args[slot], written, frame)
+        self._write_back(args, inner, frame)  # the kernel wrote into these arguments
 
 
 _Handler = Callable[[Evaluator, UOp, _Frame], Value]

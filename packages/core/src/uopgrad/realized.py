@@ -1,0 +1,132 @@
+"""The realized form (layer 9, beside gradient): what `realize` leaves in the tensor graph.
+
+A realized value is `AFTER(DETACH(view), CALL(SINK(STORE(P1, P0)), value, DETACH(view), UNIQUE))`:
+- `view` is the buffer (view) that now holds the value; forward work reads it and nothing else, so a realized
+  value is never computed again (`strip_realized`).
+- `value` is the graph that computed it, kept as the CALL's argument so that gradients still flow: the
+  CALL's `grad_fxn` hands the gradient of the view to `value` (call_gradient's grad_fxn path), and
+  `compute_gradient` goes on into the graph as if nothing had been realized.
+- The DETACH stops pm_gradient's AFTER(d, CALL) rule from also sending the gradient into the old contents
+  of the storage (for an assign, `view` is a buffer that held another value before).
+- The UNIQUE makes every realization its own node: hash-consing would otherwise merge two assigns of one
+  interned value into one buffer, and the second would be taken for done.
+
+The graph kept under `value` never holds a runnable effect: realize turns every assign or kernel that ran
+into this form too (`realized_effect`). spec/realize.md says why gradients survive.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterable
+
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.uop import CallInfo, UOp
+
+__all__ = ["REALIZE", "effects_under", "is_realized_after", "realized", "realized_effect", "realized_view",
+           "settle", "storage_view", "strip_realized"]
+
+REALIZE = "realize"  # the CallInfo name of a realized CALL
+_counter = itertools.count()
+
+
+def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
+    """The gradient of the realized view is the gradient of the value that was stored into it."""
+    return (g, None, None)
+
+
+def _store_body(value: UOp, view: UOp) -> UOp:
+    """SINK(STORE(PARAM 1, PARAM 0)): the work the realized CALL stands for (it has run already)."""
+    return view.param_like(1).store(value.param_like(0)).sink()
+
+
+def realized(view: UOp, value: UOp) -> UOp:
+    """The realized form: `view` holds the value of `value`, computed already."""
+    if view.shape != value.shape:
+        raise ValueError(f"a realized view of shape {view.shape} can't hold a value of shape {value.shape}")
+    d = view.detach()
+    unique = UOp(Ops.UNIQUE, arg=("realize", next(_counter)))
+    call = UOp(Ops.CALL, src=(_store_body(value, view), value, d, unique),
+               arg=CallInfo(_realized_gradient, (), REALIZE))
+    return d.after(call)
+
+
+def is_realized_after(u: UOp) -> bool:
+    """An AFTER in the realized form."""
+    if u.op is not Ops.AFTER or len(u.src) != 2 or u.src[1].op is not Ops.CALL:
+        return False
+    info = u.src[1].arg
+    return info.name == REALIZE and info.grad_fxn is _realized_gradient
+
+
+def realized_view(u: UOp) -> UOp:
+    """The view holding a realized value (`u` itself for anything else)."""
+    return u.src[0].src[0] if is_realized_after(u) else u
+
+
+def storage_view(u: UOp) -> UOp:
+    """`u` through its AFTERs (plain and realized): the view of the storage it is read from."""
+    while u.op is Ops.AFTER:
+        u = realized_view(u) if is_realized_after(u) else u.src[0]
+    return u
+
+
+def realized_effect(after: UOp) -> UOp:
+    """The realized form of an effect that ran, AFTER(target, effect): the target's storage now holds the
+    value. Its gradient is that of the stored value for an assign (AFTER+STORE is transparent to
+    gradients), and that of the AFTER itself for a custom kernel (its grad_fxn)."""
+    storage = storage_view(after)
+    effect = after.src[1] if len(after.src) == 2 else None
+    if effect is None or effect.op is not Ops.STORE:
+        return realized(storage, after)
+    # a write through another view of the same buffer (an alias) leaves no gradient path
+    return realized(storage, effect.src[1] if effect.src[0] is after.src[0] else storage.detach())
+
+
+# bottom-up walk: a realized AFTER becomes its view, and what computed it is never entered
+pm_strip = PatternMatcher([
+    (UPat(Ops.AFTER, src=(UPat(Ops.DETACH), UPat(Ops.CALL)), name="x"),
+     lambda x: realized_view(x) if is_realized_after(x) else None),
+])
+
+
+def strip_realized(u: UOp) -> UOp:
+    """`u` with every realized value read from its buffer: the graph a backend runs."""
+    return graph_rewrite(u, pm_strip, bottom_up=True, walk=True, name="strip realized")
+
+
+def _not_realized(u: UOp) -> bool:
+    return not is_realized_after(u)
+
+
+def effects_under(roots: Iterable[UOp]) -> set[UOp]:
+    """The effects (assign STOREs, kernel CALLs) of every AFTER under `roots`, not entering realized values:
+    what running `roots` runs."""
+    out: set[UOp] = set()
+    for root in roots:
+        for a in root.toposort(gate=_not_realized, enter_calls=False):
+            if a.op is Ops.AFTER:
+                out.update(a.src[1:])
+    return out
+
+
+def _writes_buffer(after: UOp) -> bool:
+    u = storage_view(after)
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
+def settle(u: UOp, ran: Collection[UOp]) -> UOp:
+    """`u` with each AFTER whose effects all ran (and that writes a buffer) in the realized form. Sources
+    first, so the value an assign stored is settled before it is kept; realized values and call bodies are not
+    entered."""
+    if not ran:
+        return u
+    new: dict[UOp, UOp] = {}
+    for n in u.toposort(gate=_not_realized, enter_calls=False):
+        src = tuple(new.get(x, x) for x in n.src)
+        m = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+        done = n.op is Ops.AFTER and all(d in ran for d in n.src[1:]) and _writes_buffer(n)
+        new[n] = realized_effect(m) if done else m
+    return new.get(u, u)
