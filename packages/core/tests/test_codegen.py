@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import rnd
 
 from uopgrad import GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import Device
@@ -34,16 +35,7 @@ MODES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _reference_default():
-    old = Device.DEFAULT
-    Device.DEFAULT = DEV
-    yield
-    Device.DEFAULT = old
-
-
-def rnd(*shape: int, seed: int = 0) -> Tensor:
-    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+pytestmark = pytest.mark.usefixtures("reference_default")
 
 
 def check_lowered(*outs: UOp, exact: bool = False, rtol: float = 1e-5) -> None:

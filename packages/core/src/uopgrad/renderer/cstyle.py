@@ -59,22 +59,22 @@ def _max(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     return f"((({a}!={a})||({a}{ge}{b}))?{a}:{b})"
 
 
-def _cdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
-    # C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
-    if dtypes.is_float(dt):
-        return f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})"
-    if _signed_int(dt):
-        return f"(({b})==0?0:({b})==-1?-({a}):({a})/({b}))"
-    return f"(({b})==0?0:({a})/({b}))"
+def _int_guarded(on_floats: OpTemplate, signed: str, unsigned: str) -> OpTemplate:
+    """A C division-like template: `on_floats` for floats, else the guarded integer form (`{a}`, `{b}` are
+    the operand expressions), signed or unsigned."""
+    def template(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+        if dtypes.is_float(dt):
+            return str(on_floats(r, dt, a, b))
+        return (signed if _signed_int(dt) else unsigned).format(a=a, b=b)
+    return template
 
 
-def _cmod(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
-    # the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
-    if dtypes.is_float(dt):
-        return f"{r.math_fn('fmod', dt)}({a}, {b})"
-    if _signed_int(dt):
-        return f"((({b})==0||({b})==-1)?0:({a})%({b}))"
-    return f"(({b})==0?0:({a})%({b}))"
+# C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
+_cdiv = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})",
+                     "(({b})==0?0:({b})==-1?-({a}):({a})/({b}))", "(({b})==0?0:({a})/({b}))")
+# the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
+_cmod = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('fmod', dt)}({a}, {b})",
+                     "((({b})==0||({b})==-1)?0:({a})%({b}))", "(({b})==0?0:({a})%({b}))")
 
 
 def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
