@@ -46,8 +46,4 @@ KNOWN_CORE_ISSUES: list[XfailEntry] = [
                "core: the gradient of an implicit input that is not 1-d is silently zero: the FUNCTION "
                "captures its BUFFER, while the Tensor (the gradient target) is a RESHAPE of it, so the "
                "argument is never `needed` in call_gradient"),
-    XfailEntry("test_gradient[STORE_(assign_into_a_value)-*]",
-               "core: schedule.py raises 'the schedule has a cycle' for an assign into an unrealized value "
-               "(Tensor.zeros(...).contiguous().assign(x)) that is then read; REFERENCE, which runs no "
-               "schedule, is right", applies=lambda caps: caps.compiled),
 ]

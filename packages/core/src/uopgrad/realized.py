@@ -103,10 +103,9 @@ def effects_under(roots: Iterable[UOp]) -> set[UOp]:
     """The effects (assign STOREs, kernel CALLs) of every AFTER under `roots`, not entering realized values:
     what running `roots` runs."""
     out: set[UOp] = set()
-    for root in roots:
-        for a in root.toposort(gate=_not_realized, enter_calls=False):
-            if a.op is Ops.AFTER:
-                out.update(a.src[1:])
+    for a in UOp.sink(*roots).toposort(gate=_not_realized, enter_calls=False):
+        if a.op is Ops.AFTER:
+            out.update(a.src[1:])
     return out
 
 

@@ -922,7 +922,7 @@ class Tensor(MathMixin, MovementMixin):
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        todo += Tensor._readers_of_overwritten(todo)
+        todo += Tensor._readers_of_overwritten(todo, effects_under(todo))
         devices = {u: str(u.device) for u in todo}
         stripped = strip_realized(UOp.sink(*todo)).src
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
@@ -959,11 +959,11 @@ class Tensor(MathMixin, MovementMixin):
                 t.uop = settle(t.uop, ran)
 
     @staticmethod
-    def _readers_of_overwritten(todo: list[UOp]) -> list[UOp]:
+    def _readers_of_overwritten(todo: list[UOp], effects: set[UOp]) -> list[UOp]:
         """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
         the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
         tensor that is a view of the written buffer is not among them: it sees the write."""
-        written = {b for e in effects_under(todo) if e.op is Ops.STORE
+        written = {b for e in effects if e.op is Ops.STORE
                    and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
         if not written:
             return []
