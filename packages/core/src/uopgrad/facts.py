@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast
 
 from uopgrad._util import all_int, prod
 from uopgrad.dtype import ConstType, PtrDType, dtypes
@@ -52,8 +52,13 @@ def vec_values(v: UOp) -> tuple[sint, ...]:
     raise MovementError(f"not a shape vector: {v.short()}")
 
 
+def _symbolic(x: object) -> TypeGuard[UOp]:
+    """A symbolic size (a UOp: the only sizes with an `op`), not a number."""
+    return hasattr(x, "op")
+
+
 def _is(a: sint, b: sint) -> bool:
-    return a == b if isinstance(a, int) and isinstance(b, int) else a is b
+    return a is b if _symbolic(a) or _symbolic(b) else a == b
 
 
 def _shape_of(u: UOp) -> Shape | None:
@@ -94,7 +99,7 @@ def _gettuple(u: UOp) -> Shape | None:
     args = k.src[1:]
     out: list[sint] = []
     for d in shape:
-        if not isinstance(d, int):  # a symbolic size in the body's PARAMs: in terms of the call's arguments
+        if _symbolic(d):  # a symbolic size in the body's PARAMs: in terms of the call's arguments
             params = {p: args[p.arg] for p in d.toposort() if p.op is Ops.PARAM and p.arg < len(args)}
             d = d.substitute(params, walk=True)
         out.append(d)
