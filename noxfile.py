@@ -28,6 +28,10 @@ RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 IMPORT_LINTER = "import-linter==2.17"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+# Oracles for the tests session only, never dependencies of a package: the Tensor ops, layers and
+# optimisers are checked against PyTorch, safetensors files against the safetensors package (the tests
+# skip, saying why, where they are missing). torch 2.13.0 is the CPU wheel this machine kind keeps on disk.
+ORACLE_DEPS = ["torch==2.13.0", "safetensors==0.8.0"]
 
 CORE = "./packages/core"
 BACKEND_PACKAGES = {
@@ -72,8 +76,7 @@ def imports(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests of every package, and the property tests of the core in spec/."""
-    # torch (the CPU wheel this machine kind keeps on disk) is the oracle of the user-order gradient tests
-    session.install(*TEST_DEPS, "torch==2.13.0", *ALL_PACKAGES)
+    session.install(*TEST_DEPS, *ORACLE_DEPS, *ALL_PACKAGES)
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
@@ -108,6 +111,16 @@ def demo(session: nox.Session) -> None:
     device = os.environ.get("UOPGRAD_DEVICE", "CPU").partition(":")[0].upper()
     session.install(CORE, *([BACKEND_PACKAGES[device]] if device in BACKEND_PACKAGES else []))
     session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session
+def digits(session: nox.Session) -> None:
+    """examples/digits.py: a small CNN on scikit-learn's digits on the default backend (CPU unless
+    UOPGRAD_DEVICE says otherwise); fails below 95% test accuracy, writes build/digits_loss.png."""
+    device = os.environ.get("UOPGRAD_DEVICE", "CPU").partition(":")[0].upper()
+    session.install(CORE, *([BACKEND_PACKAGES[device]] if device in BACKEND_PACKAGES else []),
+                    "scikit-learn", "tqdm", "matplotlib")
+    session.run("python", "examples/digits.py", *session.posargs)
 
 
 @nox.session

@@ -264,3 +264,18 @@ def test_updating_parameters_one_at_a_time_keeps_the_other_gradients() -> None:
             tp -= 0.1 * tp.grad
     close(w1, tw1)
     close(w2, tw2)
+
+
+def test_a_gradient_that_needs_overwritten_contents_raises() -> None:
+    w = ours(arr(3), True)
+    loss = (w * w).sum()
+    print(loss.item())
+    w.assign(w + 1).realize()  # the forward read w's old contents; 2*w would now read the new ones
+    with pytest.raises(RuntimeError, match="overwritten in place"):
+        loss.backward()
+    v = ours(arr(3), True)
+    linear = (v * 3).sum()
+    linear.item()
+    v.assign(v + 1).realize()
+    linear.backward()  # the gradient (3) reads no forward value: nothing to refuse
+    close(v.grad, np.full(3, 3.0))

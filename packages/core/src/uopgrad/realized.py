@@ -17,17 +17,23 @@ into this form too (`realized_effect`). spec/realize.md says why gradients survi
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Collection, Iterable
 
+from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, UOp
 
-__all__ = ["REALIZE", "effects_under", "is_realized_after", "realized", "realized_effect", "realized_view",
-           "settle", "storage_view", "strip_realized"]
+__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects_under", "is_realized_after",
+           "overwritten", "realized", "realized_effect", "realized_view", "settle", "storage_view",
+           "strip_realized"]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
+# in-place writes so far, per BUFFER; and what each realized CALL's value read, at which version
+_versions: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+_reads: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, int], ...]] = weakref.WeakKeyDictionary()
 
 
 def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
@@ -48,7 +54,35 @@ def realized(view: UOp, value: UOp) -> UOp:
     unique = UOp(Ops.UNIQUE, arg=("realize", next(_counter)))
     call = UOp(Ops.CALL, src=(_store_body(value, view), value, d, unique),
                arg=CallInfo(_realized_gradient, (), REALIZE))
+    _reads[call] = tuple((b, _versions.get(b, 0)) for b in buffers_read(value))
     return d.after(call)
+
+
+def buffers_read(u: UOp) -> list[UOp]:
+    """The BUFFERs `u` reads itself (not through realized values)."""
+    return [b for b in u.toposort(gate=_not_realized, enter_calls=False) if b.op is Ops.BUFFER]
+
+
+def overwritten(buffers: Iterable[UOp]) -> None:
+    """Note an in-place write into each of `buffers` (after the values that read them were recorded)."""
+    for b in buffers:
+        _versions[b] = _versions.get(b, 0) + 1
+
+
+def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
+    """Raise if a graph that reads one of the buffers `needed` (a gradient reading forward values) was
+    computed from contents that an in-place write has since replaced: the gradient would silently use the
+    new contents (PyTorch raises here too)."""
+    need = set(needed)
+    if not need:
+        return
+    for call in graph.toposort(enter_calls=False):
+        for b, version in _reads.get(call, ()):
+            if b in need and _versions.get(b, 0) != version:
+                raise GradientError(
+                    f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
+                    f"on {b.device} that has been overwritten in place since (an assign after the forward "
+                    "pass). Call backward() (or realize the gradients) before updating the tensors it reads.")
 
 
 def is_realized_after(u: UOp) -> bool:

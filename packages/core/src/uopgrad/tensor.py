@@ -23,7 +23,21 @@ from uopgrad.errors import DeviceError, GradientError, ShapeError
 from uopgrad.gradient import compute_gradient
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape, resolve_shape_arg
 from uopgrad.ops import Ops
-from uopgrad.realized import effects_under, is_realized_after, realized, realized_view, settle, strip_realized
+from uopgrad.realized import (
+    buffers_read,
+    check_not_overwritten,
+    effects_under,
+    is_realized_after,
+    overwritten,
+    realized,
+    realized_view,
+    settle,
+    strip_realized,
+)
+from uopgrad.tensor_elementwise import ElementwiseMixin
+from uopgrad.tensor_index import IndexMixin, has_tensor_index
+from uopgrad.tensor_nn import NNMixin, grad_enabled
+from uopgrad.tensor_shape import ShapeMixin
 from uopgrad.uop import UOp, sint
 
 __all__ = ["Tensor"]
@@ -126,7 +140,7 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     return region.store(u.reshape((size_sym,))), region.reshape(shape)
 
 
-class Tensor(MathMixin, MovementMixin):
+class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, MovementMixin):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
@@ -183,7 +197,10 @@ class Tensor(MathMixin, MovementMixin):
 
     @staticmethod
     def _wrap(uop: UOp, *parents: Tensor) -> Tensor:
-        return Tensor(uop, requires_grad=_requires_grad(parents))
+        rg = _requires_grad(parents)
+        if rg is not False and not grad_enabled():  # inside no_grad: no gradient flows back through it
+            return Tensor(uop.detach(), requires_grad=False)
+        return Tensor(uop, requires_grad=rg)
 
     def __repr__(self) -> str:
         return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device!r}>"
@@ -496,8 +513,12 @@ class Tensor(MathMixin, MovementMixin):
         """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
         return 2.0 * (2.0 * self).sigmoid() - 1.0
 
-    def gelu(self) -> Tensor:
-        """GELU, tanh approximation (as tinygrad)."""
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
+        if approximate == "none":
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu approximate must be 'tanh' or 'none', not {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def softplus(self, beta: float = 1.0) -> Tensor:
@@ -575,14 +596,14 @@ class Tensor(MathMixin, MovementMixin):
         e = m.exp()
         return m, e, e.sum(axis, keepdim=True)
 
-    def softmax(self, axis: int = -1) -> Tensor:
-        """e ** x / sum(e ** x) along `axis`."""
-        _, e, ss = self._softmax(axis)
+    def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """e ** x / sum(e ** x) along `axis` (computed in `dtype` when given)."""
+        _, e, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return e / ss
 
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        """log(softmax(x)) along `axis`, computed stably."""
-        m, _, ss = self._softmax(axis)
+    def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(x)) along `axis`, computed stably (in `dtype` when given)."""
+        m, _, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return m - ss.log()
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -618,8 +639,13 @@ class Tensor(MathMixin, MovementMixin):
         return -picked.sum(-1).mean()
 
     # ------------------------------------------------------------------ movement
-    def pad(self, arg: Sequence[tuple[sint, sint] | None], value: ConstType = 0) -> Tensor:
-        """Pad each dimension by (before, after) with `value` (zero by default)."""
+    def pad(self, arg: Sequence[tuple[sint, sint] | None] | Sequence[sint], value: ConstType = 0,
+            mode: str = "constant") -> Tensor:
+        """Pad each dimension by (before, after) with `value` (zero by default); also PyTorch's flat form
+        (last dimension first; there a negative amount cuts) and mode "reflect", "replicate" or "circular"."""
+        if mode != "constant" or not all(p is None or isinstance(p, (tuple, list)) for p in arg):
+            return self._pad_mode(arg, mode, value)
+        arg = cast("Sequence[tuple[sint, sint] | None]", arg)
         ret = MovementMixin.pad(self, arg)
         if value == 0 or ret is self:
             return ret
@@ -723,9 +749,12 @@ class Tensor(MathMixin, MovementMixin):
             return idx[:e] + fill + idx[e + 1:]
         return idx + fill
 
-    def __getitem__(self, indices: object) -> Tensor:
+    def __getitem__(self, indices: object) -> Tensor:  # noqa: C901  (plus one dispatch to tensor indices)
         """Basic indexing: ints (negative count from the end), slices (any step), None and Ellipsis;
-        an int may be a bound symbolic variable and a slice end a symbolic size."""
+        an int may be a bound symbolic variable and a slice end a symbolic size; int tensors (and lists)
+        index as in numpy's advanced indexing."""
+        if has_tensor_index(indices):
+            return self._getitem_tensor(indices)
         shrinks: list[tuple[sint, sint]] = []
         flips: list[int] = []
         strides: list[tuple[int, int, int]] = []  # (dim, step, count)
@@ -768,6 +797,8 @@ class Tensor(MathMixin, MovementMixin):
         return x.reshape(tuple(out_shape))
 
     def __setitem__(self, indices: object, v: TensorLike) -> None:
+        if has_tensor_index(indices):
+            return self._setitem_tensor(indices, v)
         view = self[indices]
         if isinstance(v, Tensor):
             value = v.cast(self.dtype)
@@ -922,7 +953,9 @@ class Tensor(MathMixin, MovementMixin):
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        todo += Tensor._readers_of_overwritten(todo, effects_under(todo))
+        written = {b for e in effects_under(todo) if e.op is Ops.STORE
+                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+        todo += Tensor._readers_of_overwritten(todo, written)
         devices = {u: str(u.device) for u in todo}
         stripped = strip_realized(UOp.sink(*todo)).src
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
@@ -952,6 +985,7 @@ class Tensor(MathMixin, MovementMixin):
         ran = effects_under(todo)
         for u in fresh:
             becomes[u] = realized(becomes[u], settle(u, ran))
+        overwritten(written)
         for t in list(_all_tensors.values()):
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
@@ -959,12 +993,10 @@ class Tensor(MathMixin, MovementMixin):
                 t.uop = settle(t.uop, ran)
 
     @staticmethod
-    def _readers_of_overwritten(todo: list[UOp], effects: set[UOp]) -> list[UOp]:
+    def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
         """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
         the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
         tensor that is a view of the written buffer is not among them: it sees the write."""
-        written = {b for e in effects if e.op is Ops.STORE
-                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
         if not written:
             return []
         seen, out = set(todo), []
@@ -1011,7 +1043,9 @@ class Tensor(MathMixin, MovementMixin):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
         grads = compute_gradient(self.uop, seed.uop, {t.uop for t in targets})
-        return [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
+        out = [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
+        check_not_overwritten(self.uop, (b for g in out for b in buffers_read(g.uop)))
+        return out
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/d(t) into `t.grad` for every live tensor `t` that requires grad and that self

@@ -1,0 +1,209 @@
+"""Layers in tinygrad's layout (layer 17, above Tensor): each is a plain class whose Tensor attributes are
+its parameters (found by `uopgrad.nn.state.get_parameters`) and whose `__call__` is its forward pass.
+
+Parameters start as realized buffers, so an optimiser can assign to them in place. BatchNorm keeps
+running statistics, updated (by assign) in each training-mode call; `Tensor.training` picks the mode.
+Optimisers live in `uopgrad.nn.optim`, state dicts and safetensors files in `uopgrad.nn.state`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from uopgrad._util import prod
+from uopgrad.tensor import Tensor, _concrete
+from uopgrad.tensor_nn import no_grad
+
+__all__ = ["BatchNorm", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Embedding", "GroupNorm",
+           "LayerNorm", "Linear", "RMSNorm", "no_grad"]
+
+
+def _tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def _uniform(bound: float, *shape: int) -> Tensor:
+    return Tensor.uniform(*shape, low=-bound, high=bound)
+
+
+def _filled(value: float, *shape: int) -> Tensor:
+    """A realized buffer of `value` (not a constant: optimisers and running statistics assign to it)."""
+    return Tensor(np.full(shape, value, np.float32))
+
+
+class Linear:
+    """y = x @ weight.T + bias, with weight (out_features, in_features), both uniform in ±1/sqrt(in)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        bound = 1 / math.sqrt(in_features)
+        self.weight = _uniform(bound, out_features, in_features)
+        self.bias = _uniform(bound, out_features) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        return x.linear(self.weight.transpose(), self.bias)
+
+
+class Conv2d:
+    """2-d convolution (N, Cin, H, W) -> (N, Cout, H', W'); weight (Cout, Cin/groups, *kernel) uniform in
+    ±1/sqrt(Cin/groups * prod(kernel)), as PyTorch initialises it. padding may be "same" (stride 1)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True) -> None:
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.stride, self.dilation, self.groups = stride, dilation, groups
+        if isinstance(padding, str):
+            if padding != "same":
+                raise ValueError(f"padding must be an int, a tuple or 'same', not {padding!r}")
+            d = _tuple(dilation, len(self.kernel_size))
+            pads = [(dk * (k - 1)) for dk, k in zip(d, self.kernel_size)]
+            self.padding: int | Sequence[int] = [v for p in reversed(pads) for v in (p // 2, p - p // 2)]
+        else:
+            self.padding = padding
+        bound = 1 / math.sqrt(in_channels // groups * prod(self.kernel_size))
+        self.weight = _uniform(bound, out_channels, in_channels // groups, *self.kernel_size)
+        self.bias = _uniform(bound, out_channels) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+class Conv1d(Conv2d):
+    """1-d convolution (N, Cin, L) -> (N, Cout, L')."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 padding: int | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
+
+
+class ConvTranspose2d:
+    """Transposed 2-d convolution; weight (Cin, Cout/groups, *kernel)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 output_padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
+                 bias: bool = True) -> None:
+        self.kernel_size = _tuple(kernel_size, 2)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation, self.groups = dilation, groups
+        bound = 1 / math.sqrt(out_channels // groups * prod(self.kernel_size))
+        self.weight = _uniform(bound, in_channels, out_channels // groups, *self.kernel_size)
+        self.bias = _uniform(bound, out_channels) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation,
+                                  self.padding, self.output_padding)
+
+
+class BatchNorm:
+    """Batch normalisation over every axis but 1 (channels): batch statistics while Tensor.training
+    (and the running statistics updated with `momentum`, variance unbiased, as PyTorch), else the
+    running statistics."""
+
+    def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
+                 momentum: float = 0.1) -> None:
+        self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
+        self.weight: Tensor | None = _filled(1.0, sz) if affine else None
+        self.bias: Tensor | None = _filled(0.0, sz) if affine else None
+        self.num_batches_tracked = Tensor(np.zeros((1,), np.int32), requires_grad=False)
+        if track_running_stats:
+            self.running_mean = _filled(0.0, sz).requires_grad_(False)
+            self.running_var = _filled(1.0, sz).requires_grad_(False)
+
+    def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(mean, biased variance) over every axis but 1."""
+        axes = tuple(a for a in range(x.ndim) if a != 1)
+        mean = x.mean(axes)
+        shape = tuple(s if a == 1 else 1 for a, s in enumerate(x.shape))
+        y = x - mean.detach().reshape(shape)  # d var / d mean is zero: detaching it changes no gradient
+        return mean, (y * y).mean(axes)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        if Tensor.training or not self.track_running_stats:
+            mean, var = self.calc_stats(x)
+            if Tensor.training and self.track_running_stats:
+                n = _concrete(prod(s for a, s in enumerate(x.shape) if a != 1), "BatchNorm")
+                m = self.momentum
+                with no_grad():
+                    self.running_mean.assign(self.running_mean * (1 - m) + mean.detach() * m)
+                    unbiased = var.detach() * (n / max(n - 1, 1))
+                    self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
+                    self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
+
+
+BatchNorm2d = BatchNorm
+
+
+class LayerNorm:
+    """Normalise over the trailing `normalized_shape` dims, then scale and shift elementwise."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True) -> None:
+        self.normalized_shape = _tuple(normalized_shape, 1)
+        self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
+        self.eps = eps
+        self.weight = _filled(1.0, *self.normalized_shape) if elementwise_affine else None
+        self.bias = _filled(0.0, *self.normalized_shape) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        if tuple(x.shape[-len(self.normalized_shape):]) != self.normalized_shape:
+            raise ValueError(f"LayerNorm{self.normalized_shape} got an input of shape {x.shape}")
+        y = x.layernorm(self.axis, self.eps)
+        return y if self.weight is None or self.bias is None else y * self.weight + self.bias
+
+
+class GroupNorm:
+    """Normalise each of `num_groups` channel groups of (N, C, ...), then scale and shift per channel."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: {num_channels} channels don't split into {num_groups} groups")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        self.weight = _filled(1.0, num_channels) if affine else None
+        self.bias = _filled(0.0, num_channels) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None or self.bias is None:
+            return y
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
+class Embedding:
+    """A lookup table: int indices of any shape -> their rows of weight (vocab_size, embed_size)."""
+
+    def __init__(self, vocab_size: int, embed_size: int) -> None:
+        self.vocab_sz, self.embed_sz = vocab_size, embed_size
+        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        """The forward pass."""
+        return self.weight[idx]
+
+
+class RMSNorm:
+    """x / sqrt(mean(x²) + eps) over the last dim, times weight."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
+        self.eps = eps
+        self.weight = _filled(1.0, dim) if elementwise_affine else None
+
+    def _norm(self, x: Tensor) -> Tensor:
+        return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        y = self._norm(x.float()).cast(x.dtype)
+        return y if self.weight is None else y * self.weight

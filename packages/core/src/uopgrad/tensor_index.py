@@ -1,0 +1,381 @@
+"""Indexing by tensors, scans and sorting (a mixin of Tensor, layer 15 with tensor.py): gather, scatter,
+scatter_reduce, tensor indices in `[]`, masked_fill/masked_select, nonzero, multinomial,
+cumsum/cumprod/cummax/cummin, sort/argsort/topk.
+
+All of them are one-hot compositions: an index tensor is compared with an arange along the indexed
+dimension and the comparison selects (WHERE) and reduces. That costs a factor of the indexed size in the
+fused kernel, never a new kernel kind, and the gradient flows through WHERE to the selected elements.
+Scans and sorts compare every pair along their axis (quadratic in that axis, fine for the sizes models use).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from uopgrad._util import prod
+from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import ShapeError
+from uopgrad.mixin import MathMixin, broadcast_shape
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+
+__all__ = ["IndexMixin", "has_tensor_index"]
+
+_SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+def _int(s: object) -> int:
+    """A size as an int: these ops need concrete sizes."""
+    if not isinstance(s, int):
+        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
+    return s
+
+
+def _lowest(dt: DType) -> ConstType:
+    if dtypes.is_float(dt):
+        return -math.inf
+    return False if dt == dtypes.bool else int(dtypes.min(dt))
+
+
+def _highest(dt: DType) -> ConstType:
+    if dtypes.is_float(dt):
+        return math.inf
+    return True if dt == dtypes.bool else int(dtypes.max(dt))
+
+
+def _is_tensor_like(i: object) -> bool:
+    return (isinstance(i, MathMixin) and hasattr(i, "requires_grad")) or isinstance(i, (list, np.ndarray))
+
+
+def has_tensor_index(indices: object) -> bool:
+    """Whether an index holds a Tensor, a list or an array (advanced indexing)."""
+    idx = indices if isinstance(indices, tuple) else (indices,)
+    return any(_is_tensor_like(i) for i in idx)
+
+
+class IndexMixin:
+    """gather/scatter, tensor indices, masks, scans and sorting for Tensor."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ helpers
+    def _one_hot_along_dim(self, num_classes: int, dim: int = -1) -> Tensor:
+        """self == arange(num_classes) along `dim` (self has size 1 there): a bool mask."""
+        x = _t(self)
+        d = x._axis(dim)
+        rng = x.arange(num_classes, device=x.device).reshape((num_classes,) + (1,) * (x.ndim - d - 1))
+        return x == rng
+
+    def _int_index(self, index: Tensor, size: int, what: str) -> Tensor:
+        if not dtypes.is_int(index.dtype):
+            raise TypeError(f"{what} needs an integer index tensor, not {index.dtype}")
+        index = index.to(_t(self).device)
+        return (index < 0).where(index + size, index)  # negative indices count from the end
+
+    # ------------------------------------------------------------------ gather and scatter
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on): index has self's rank and is no
+        larger than self outside `dim`."""
+        x = _t(self)
+        d = x._axis(dim)
+        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
+            raise ValueError(f"gather index of shape {index.shape} does not fit {x.shape} along dim {d}")
+        n = _int(x.shape[d])
+        idx = x._int_index(index, n, "gather")
+        sel = x.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+        sel = sel.unsqueeze(-1).transpose(-1, d)  # dim d now has size 1, the last axis walks the source
+        mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1)
+        return mask.where(sel, 0).sum(-1, dtype=x.dtype)
+
+    def _scatter_parts(self, dim: int, index: Tensor, src: Tensor | ConstType) -> tuple[Tensor, Tensor, int]:
+        """(mask, values): mask[..., j at dim, ..., k] says source element k lands on j; values is the source
+        laid out alike; both padded to self's shape. Also the normalised dim."""
+        x = _t(self)
+        d = x._axis(dim)
+        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
+            raise ValueError(f"scatter index of shape {index.shape} does not fit {x.shape} along dim {d}")
+        n = _int(x.shape[d])
+        idx = x._int_index(index, n, "scatter")
+        if isinstance(src, (int, float, bool)):
+            vals = x.full_like(src).shrink(tuple((0, 1) if k == d else None for k in range(x.ndim)))
+            vals = vals.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+            vals = vals.expand(tuple(index.shape))
+        else:
+            if src.ndim != x.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
+                raise ValueError(f"scatter src of shape {src.shape} is smaller than its index {index.shape}")
+            vals = src.cast(x.dtype).shrink(tuple((0, i) for i in index.shape))
+        mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1).transpose(-1, d)
+        vals = vals.unsqueeze(-1).transpose(-1, d)
+        pads: list[tuple[int, int] | None] = [None if k == d else (0, _int(s) - _int(i))
+                                              for k, (s, i) in enumerate(zip(x.shape, index.shape))]
+        return mask.pad([*pads, None], value=False), vals.pad([*pads, None]), d
+
+    def scatter(self, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
+        """A copy of self with src written at `index` along `dim` (torch.scatter); reduce "add" or
+        "multiply" combines with self instead. Of several writes to one place the last one wins."""
+        x = _t(self)
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise ValueError(f"scatter reduce must be 'add' or 'multiply', not {reduce!r}")
+            if isinstance(src, (int, float, bool)):
+                values = x.full_like(src).shrink(tuple((0, i) for i in index.shape))
+            else:
+                values = src
+            return x.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
+        mask, vals, _ = x._scatter_parts(dim, index, src)
+        k = x.arange(_int(mask.shape[-1]), device=x.device)
+        last = mask.where(k, -1).max(-1, keepdim=True)
+        pick = mask & (k == last)
+        hit = mask.any(-1)
+        return hit.where(pick.where(vals, 0).sum(-1, dtype=x.dtype), x)
+
+    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: bool = True) -> Tensor:
+        """Reduce src into a copy of self at `index` along `dim` with "sum", "prod", "mean", "amax" or
+        "amin" (torch.scatter_reduce); places no index names keep self."""
+        x = _t(self)
+        if reduce not in _SCATTER_REDUCES:
+            raise ValueError(f"scatter_reduce reduce must be one of {_SCATTER_REDUCES}, not {reduce!r}")
+        mask, vals, _ = x._scatter_parts(dim, index, src)
+        hit = mask.any(-1)
+        keep = x if include_self else None
+        if reduce in ("sum", "mean"):
+            total = mask.where(vals, 0).sum(-1, dtype=x.dtype)
+            if reduce == "sum":
+                return hit.where(total + keep if keep is not None else total, x)
+            count = mask.cast(dtypes.int32).sum(-1) + (1 if include_self else 0)
+            ret = (total + keep if keep is not None else total) / count.maximum(1).cast(x.dtype)
+            ret = ret if dtypes.is_float(x.dtype) else ret.floor().cast(x.dtype)
+            return hit.where(ret, x)
+        if reduce == "prod":
+            p = mask.where(vals, 1).prod(-1)
+            return hit.where(p * keep if keep is not None else p, x)
+        if reduce == "amax":
+            m = mask.where(vals, _lowest(x.dtype)).max(-1)
+            return hit.where(m.maximum(keep) if keep is not None else m, x)
+        m = mask.where(vals, _highest(x.dtype)).min(-1)
+        return hit.where(m.minimum(keep) if keep is not None else m, x)
+
+    # ------------------------------------------------------------------ tensor indices in []
+    def _split_index(self, indices: object) -> tuple[Tensor, list[tuple[int, Tensor]]]:
+        """Apply the basic part of an advanced index: (the view, [(its dim, int index tensor)])."""
+        x = _t(self)
+        idx = list(indices) if isinstance(indices, tuple) else [indices]
+        placeholders: dict[int, Tensor] = {}
+        basic: list[Any] = []
+        for i in idx:
+            if _is_tensor_like(i):
+                t = type(x)(i, device=x.device) if isinstance(i, (list, np.ndarray)) else cast("Tensor", i)
+                if t.dtype == dtypes.bool:
+                    raise IndexError("indexing with a bool tensor has a data-dependent shape; use "
+                                     "masked_select, or where() to keep the shape")
+                if not dtypes.is_int(t.dtype):
+                    raise IndexError(f"tensors used as indices must be integer tensors, not {t.dtype}")
+                s = slice(None)
+                placeholders[id(s)] = t
+                basic.append(s)
+            else:
+                basic.append(i)
+        tensors: list[tuple[int, Tensor]] = []
+        out_dim = 0
+        for i in x._normalize_index(tuple(basic)):
+            if isinstance(i, slice) and id(i) in placeholders:
+                tensors.append((out_dim, placeholders[id(i)]))
+            if i is None or isinstance(i, slice):
+                out_dim += 1
+        return x[tuple(basic)], tensors
+
+    def _index_masks(self, tensors: list[tuple[int, Tensor]]) -> tuple[Tensor, list[int], list[int]]:
+        """(one-hot mask of shape B + N, the indexed dims, the rest) for index tensors broadcast to B."""
+        x = _t(self)
+        dims = [d for d, _ in tensors]
+        b = broadcast_shape(*(t.shape for _, t in tensors))
+        sizes = [_int(x.shape[d]) for d in dims]
+        mask: Tensor | None = None
+        for k, ((_, t), n) in enumerate(zip(tensors, sizes)):
+            idx = x._int_index(t, n, "indexing").expand(b)
+            oh = idx.reshape(b + (1,) * len(dims)) == x.arange(n, device=x.device).reshape(
+                (1,) * len(b) + tuple(n if j == k else 1 for j in range(len(dims))))
+            mask = oh if mask is None else mask & oh
+        assert mask is not None
+        rest = [d for d in range(x.ndim) if d not in dims]
+        return mask, dims, rest
+
+    def _getitem_tensor(self, indices: object) -> Tensor:
+        """numpy's advanced indexing by int tensors (after the basic part): one masked sum."""
+        view, tensors = _t(self)._split_index(indices)
+        mask, dims, rest = view._index_masks(tensors)
+        nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
+        src = view.permute(*rest, *dims)  # R + N
+        src = src.reshape((1,) * nb + tuple(src.shape))
+        m = mask.reshape(tuple(mask.shape[:nb]) + (1,) * nr + tuple(mask.shape[nb:]))
+        out = m.where(src, 0).sum(tuple(range(nb + nr, nb + nr + nd)), dtype=view.dtype)  # B + R
+        order = _result_order(dims, nb, nr)
+        return out if order is None else out.permute(order)
+
+    def _setitem_tensor(self, indices: object, v: Tensor | ConstType) -> None:
+        """self[indices] = v for an advanced index: the indexed view gets where(hit, value, view)."""
+        x = _t(self)
+        view, tensors = x._split_index(indices)
+        mask, dims, rest = view._index_masks(tensors)
+        nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
+        br = tuple(mask.shape[:nb]) + tuple(view.shape[d] for d in rest)
+        val = v.cast(x.dtype) if isinstance(v, type(x)) else type(x)(v, device=x.device, dtype=x.dtype)
+        order = _result_order(dims, nb, nr)
+        if order is None:
+            val = val.expand(br)
+        else:
+            val = val.expand(tuple(br[o] for o in order)).permute(np.argsort(order).tolist())
+        m = mask.reshape(tuple(mask.shape[:nb]) + (1,) * nr + tuple(mask.shape[nb:]))
+        scattered = m.where(val.reshape(br + (1,) * nd), 0).sum(tuple(range(nb)), dtype=x.dtype)  # R + N
+        hit = m.any(tuple(range(nb)))
+        new = hit.where(scattered, view.permute(*rest, *dims)).permute(np.argsort([*rest, *dims]).tolist())
+        x._apply_store(view.uop.store(view._assignable(new).uop))
+
+    # ------------------------------------------------------------------ masks
+    def masked_fill(self, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+        """value where mask is true, else self."""
+        x = _t(self)
+        return mask.where(value, x) if isinstance(value, type(x)) else mask.where(x.ufix(value), x)
+
+    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+        """The elements where mask is true, flattened (1-d). Without `size` the length is read back from
+        the device (a realize); with it the result has that length, padded with fill_value."""
+        x = _t(self)
+        shape = broadcast_shape(x.shape, mask.shape)
+        flat, m = x.expand(shape).flatten(), mask.cast(dtypes.bool).expand(shape).flatten()
+        n = int(cast(int, m.cast(dtypes.int32).sum().item())) if size is None else size
+        pos = m.cast(dtypes.int32).cumsum(0) - 1  # where each selected element goes
+        slot = x.arange(n, device=x.device).reshape(n, 1)
+        pick = m.reshape(1, -1) & (pos.reshape(1, -1) == slot)
+        out = pick.where(flat.reshape(1, -1), 0).sum(1, dtype=x.dtype)
+        return out if size is None else pick.any(1).where(out, fill_value)
+
+    def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+        """The indices of the nonzero elements, (count, ndim) int32 in row-major order. Without `size` the
+        count is read back from the device; with it the result has `size` rows, padded with fill_value."""
+        x = _t(self)
+        shape = tuple(_int(s) for s in x.shape)
+        mask = x.ne(0).flatten()
+        n = size if size is not None else int(cast(int, mask.cast(dtypes.int32).sum().item()))
+        if not shape:
+            return x.empty(n, 0, device=x.device, dtype=dtypes.int32)
+        lin = x.arange(_int(prod(shape)), device=x.device)
+        cols = [((lin // int(np.prod(shape[k + 1:]))) % shape[k]).masked_select(mask, n, fill_value)
+                for k in range(len(shape))]
+        return cols[0].stack(*cols[1:], dim=1)
+
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """`num_samples` class indices drawn with probability proportional to self (1-d, or a batch of
+        rows); without replacement only one sample per row."""
+        x = _t(self)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, not shape {x.shape}")
+        if not replacement and num_samples != 1:
+            raise NotImplementedError("multinomial without replacement draws only one sample per row")
+        w = x.reshape(1, -1) if x.ndim == 1 else x
+        cdf = w.cumsum(1) / w.sum(1, keepdim=True)
+        u = x.rand(_int(w.shape[0]), num_samples, 1, device=x.device)
+        idx = (u >= cdf.unsqueeze(1)).cast(dtypes.int32).sum(2).minimum(_int(w.shape[1]) - 1)
+        return idx.reshape(num_samples) if x.ndim == 1 else idx
+
+    # ------------------------------------------------------------------ scans
+    def _scan_mask(self, n: int, exclusive: bool = False) -> Tensor:
+        """mask[i, j] = j <= i (j < i when exclusive), as bool."""
+        x = _t(self)
+        i = x.arange(n, device=x.device)
+        return (i.reshape(1, n) < i.reshape(n, 1)) if exclusive else (i.reshape(1, n) <= i.reshape(n, 1))
+
+    def _scan(self, axis: int, fill: ConstType) -> tuple[Tensor, Tensor]:
+        """(self with `axis` last and a new axis before it, the scan mask)."""
+        x = _t(self)
+        d = x._axis(axis) if x.ndim else 0
+        y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
+        n = _int(y.shape[-1])
+        return y.unsqueeze(-2), x._scan_mask(n)
+
+    def _unscan(self, out: Tensor, axis: int) -> Tensor:
+        x = _t(self)
+        if x.ndim == 0:
+            return out.reshape(())
+        return out.transpose(x._axis(axis), -1)
+
+    def cumsum(self, axis: int = 0) -> Tensor:
+        """Running sum along `axis`."""
+        x = _t(self)
+        y, m = x._scan(axis, 0)
+        return x._unscan(m.where(y, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None), axis)
+
+    def cumprod(self, axis: int = 0) -> Tensor:
+        """Running product along `axis`."""
+        x = _t(self)
+        y, m = x._scan(axis, 1)
+        return x._unscan(m.where(y, 1).prod(-1), axis)
+
+    def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running maximum along `axis`, the index of the latest element equal to it), as PyTorch."""
+        x = _t(self)
+        y, m = x._scan(axis, 0)
+        vals = m.where(y, _lowest(x.dtype)).max(-1)
+        n = _int(m.shape[-1])
+        j = x.arange(n, device=x.device)
+        hit = m & (y == vals.unsqueeze(-1))
+        return x._unscan(vals, axis), x._unscan(hit.where(j, -1).max(-1), axis)
+
+    def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running minimum along `axis`, the index of the latest element equal to it)."""
+        x = _t(self)
+        vals, idx = x._inverse().cummax(axis)
+        return vals._inverse(), idx
+
+    # ------------------------------------------------------------------ sorting
+    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+        """(values, indices) sorted along `dim`, stable: equal values keep their order."""
+        x = _t(self)
+        d = x._axis(dim) if x.ndim else 0
+        y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
+        n = _int(y.shape[-1])
+        a, b = y.unsqueeze(-1), y.unsqueeze(-2)  # a[..., i, 1] against b[..., 1, j]
+        i = x.arange(n, device=x.device)
+        before = (b > a) if descending else (b < a)
+        rank = (before | ((b == a) & (i.reshape(1, n) < i.reshape(n, 1)))).cast(dtypes.int32).sum(-1)
+        onehot = rank.unsqueeze(-2) == i.reshape(n, 1)  # onehot[..., r, i]: element i has rank r
+        vals = onehot.where(y.unsqueeze(-2), 0).sum(-1, dtype=x.dtype)
+        idx = onehot.where(i.reshape(1, n), 0).sum(-1)
+        if x.ndim == 0:
+            return vals.reshape(()), idx.reshape(())
+        return vals.transpose(d, -1), idx.transpose(d, -1)
+
+    def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+        """The indices that sort self along `dim`."""
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True,
+             sorted_: bool = True) -> tuple[Tensor, Tensor]:
+        """(values, indices) of the k largest (smallest when not largest) along `dim`, always in sorted
+        order (so sorted_ changes nothing)."""
+        x = _t(self)
+        d = x._axis(dim)
+        if not 0 <= k <= _int(x.shape[d]):
+            raise ValueError(f"topk k={k} is out of range for dimension {d} of size {x.shape[d]}")
+        vals, idx = x.sort(d, descending=largest)
+        sl = tuple((0, k) if j == d else None for j in range(x.ndim))
+        return vals.shrink(sl), idx.shrink(sl)
+
+
+def _result_order(dims: Sequence[int], nb: int, nr: int) -> list[int] | None:
+    """numpy's rule: broadcast index dims replace adjacent indexed dims in place (a permutation of B + R),
+    and go first (None: no permutation) when the indexed dims are apart or lead."""
+    nd = len(dims)
+    if list(dims) != list(range(dims[0], dims[0] + nd)) or dims[0] == 0:
+        return None
+    first = dims[0]
+    return [*range(nb, nb + first), *range(nb), *range(nb + first, nb + nr)]

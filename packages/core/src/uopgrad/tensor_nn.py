@@ -1,0 +1,354 @@
+"""Neural-network Tensor ops (a mixin of Tensor, layer 15 with tensor.py): convolution and transposed
+convolution, max/avg pooling, batchnorm/layernorm, the losses, dropout and scaled dot-product attention;
+plus the training switches `Tensor.training` / `Tensor.train()` and `no_grad`.
+
+Convolution and pooling gather their windows with movement ops only (`_pool`: pad, repeat, shrink,
+reshape, permute), so a convolution is a broadcast multiply and a sum, like every other reduce; their
+gradients come from the movement ops' rules.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import ContextDecorator
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from uopgrad.dtype import dtypes, least_upper_dtype
+from uopgrad.errors import ShapeError
+from uopgrad.tensor_shape import pad_pairs
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+
+__all__ = ["NNMixin", "grad_enabled", "no_grad"]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+def _int(s: object) -> int:
+    """A size as an int: these ops need concrete sizes."""
+    if not isinstance(s, int):
+        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
+    return s
+
+
+def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
+    if isinstance(x, int):
+        return (x,) * n
+    if len(x) != n:
+        raise ValueError(f"{what} {tuple(x)} needs {n} entries")
+    return tuple(x)
+
+
+class _GradMode:
+    enabled: ClassVar[bool] = True
+
+
+def grad_enabled() -> bool:
+    """False inside `no_grad`: results of operations then carry no gradient."""
+    return _GradMode.enabled
+
+
+class no_grad(ContextDecorator):
+    """Context manager (and decorator): the results of operations inside carry no gradient (they are
+    detached and do not require grad), e.g. for evaluation and for optimiser updates."""
+
+    def __enter__(self) -> None:
+        self.prev, _GradMode.enabled = _GradMode.enabled, False
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled = self.prev
+
+
+class _Train(ContextDecorator):
+    """`with Tensor.train():` sets `Tensor.training` (True by default) and restores it on exit."""
+
+    def __init__(self, cls: type[NNMixin], mode: bool) -> None:
+        self.cls, self.mode = cls, mode
+
+    def __enter__(self) -> None:
+        self.prev, self.cls.training = self.cls.training, self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        self.cls.training = self.prev
+
+
+def _reduce(x: Tensor, reduction: str) -> Tensor:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+    return x.mean() if reduction == "mean" else x.sum() if reduction == "sum" else x
+
+
+class NNMixin:
+    """Convolution, pooling, normalisation, losses, dropout and attention for Tensor."""
+
+    __slots__ = ()
+    training: ClassVar[bool] = False  # dropout (and the nn layers) act only while True
+    no_grad: ClassVar[type[no_grad]] = no_grad
+
+    @classmethod
+    def train(cls, mode: bool = True) -> _Train:
+        """A context manager (and decorator) that sets `Tensor.training` to `mode` inside."""
+        return _Train(cls, mode)
+
+    # ------------------------------------------------------------------ windows
+    def _pool(self, k_: Sequence[int], stride: int | Sequence[int] = 1,
+              dilation: int | Sequence[int] = 1) -> Tensor:
+        """The sliding windows over the last len(k_) dims: shape (..., *out, *k_)."""
+        x = _t(self)
+        n = len(k_)
+        if x.ndim < n:
+            raise ValueError(f"a {n}-d window needs at least {n} dims, not shape {x.shape}")
+        s_, d_ = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        i_ = tuple(_int(s) for s in x.shape[-n:])
+        lead = tuple(x.shape[:-n])
+        noop: list[tuple[int, int] | None] = [None] * len(lead)
+        o_ = [math.ceil((i - d * (k - 1)) / s) for i, d, k, s in zip(i_, d_, k_, s_)]
+        if any(o <= 0 for o in o_):
+            raise ValueError(f"the window {tuple(k_)} (dilation {d_}) does not fit the input {i_}")
+        if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
+            # windows don't overlap: cut to out*stride, split each dim into (out, stride), keep k of stride
+            x = x.pad([*noop, *((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_))])
+            x = x.shrink([*noop, *((0, o * s) for o, s in zip(o_, s_))])
+            x = x.reshape(lead + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
+            x = x.shrink([*noop, *(p for o, k in zip(o_, k_) for p in ((0, o), (0, k)))])
+            L = len(lead)
+            return x.permute(*range(L), *(L + 2 * j for j in range(n)), *(L + 2 * j + 1 for j in range(n)))
+        # overlapping windows: repeat each dim so that row j of a (k, i*f + d) reshape starts at j*d
+        f_ = [max(1, math.ceil((o * s - d) / i)) for o, s, d, i in zip(o_, s_, d_, i_)]
+        e_ = [i * f + d for i, f, d in zip(i_, f_, d_)]
+        x = x.repeat([1] * len(lead) + [math.ceil(k * e / i) for k, e, i in zip(k_, e_, i_)])
+        x = x.shrink([*noop, *((0, k * e) for k, e in zip(k_, e_))])
+        x = x.reshape(lead + tuple(v for k, e in zip(k_, e_) for v in (k, e)))
+        x = x.shrink([*noop, *(p for k, o, s in zip(k_, o_, s_) for p in ((0, k), (0, o * s)))])
+        x = x.reshape(lead + tuple(v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)))
+        x = x.shrink([*noop, *(p for k, o in zip(k_, o_) for p in ((0, k), (0, o), (0, 1)))])
+        x = x.reshape(lead + tuple(v for k, o in zip(k_, o_) for v in (k, o)))
+        L = len(lead)
+        return x.permute(*range(L), *(L + 2 * j + 1 for j in range(n)), *(L + 2 * j for j in range(n)))
+
+    def _pad_spatial(self, padding: int | Sequence[int], n: int, value: float = 0.0) -> Tensor:
+        """Pad (or, for negative amounts, cut) the last n dims: an int, one per dim, or PyTorch's flat
+        2n-tuple (last dim first)."""
+        x = _t(self)
+        if isinstance(padding, int):
+            pairs = [(padding, padding)] * n
+        elif len(padding) == n:
+            pairs = [(p, p) for p in padding]
+        elif len(padding) == 2 * n:
+            pairs = cast("list[tuple[int, int]]", pad_pairs(n, padding))
+        else:
+            raise ValueError(f"padding {tuple(padding)} needs 1, {n} or {2 * n} entries")
+        full: list[tuple[int, int] | None] = [None] * (x.ndim - n) + list(pairs)
+        if all(p is None or p == (0, 0) for p in full):
+            return x
+        return x._pad_mode(full, "constant", value)
+
+    # ------------------------------------------------------------------ convolution
+    def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+               stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+               padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:  # noqa: ANN401
+        """Convolution (PyTorch's conv2d, also 1-d and 3-d): self (N, Cin, *spatial), weight
+        (Cout, Cin/groups, *kernel), bias (Cout,)."""
+        x = _t(self)
+        hw = tuple(_int(s) for s in weight.shape[2:])
+        n = len(hw)
+        if x.ndim != n + 2:
+            raise ValueError(f"conv input of shape {x.shape} needs {n + 2} dims for the weight "
+                             f"{weight.shape}")
+        bs, cin_all = x.shape[:2]
+        cout, cin = _int(weight.shape[0]), _int(weight.shape[1])
+        if _int(cin_all) != groups * cin or cout % groups:
+            raise ValueError(f"conv: input has {cin_all} channels, weight {weight.shape} with "
+                             f"groups={groups} needs {groups * cin} (and Cout divisible by groups)")
+        w = x._pad_spatial(padding, n)._pool(hw, stride, dilation)  # (N, Cin, *out, *kernel)
+        oyx = tuple(w.shape[2:2 + n])
+        rcout = cout // groups
+        w = w.reshape((bs, groups, cin, 1) + oyx + hw).expand((bs, groups, cin, rcout) + oyx + hw)
+        w = w.permute(0, 1, 3, *(4 + j for j in range(n)), 2, *(4 + n + j for j in range(n)))
+        wt = weight.reshape((1, groups, rcout) + (1,) * n + (cin,) + hw)
+        ret = (w * wt).sum(tuple(-1 - j for j in range(n + 1)), dtype=dtype).reshape((bs, cout) + oyx)
+        return ret if bias is None else ret + bias.reshape((1, cout) + (1,) * n)
+
+    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                         stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+        """Transposed convolution (PyTorch's conv_transpose2d): weight (Cin, Cout/groups, *kernel).
+        Built as a convolution of the input with zeros between its elements and the flipped kernel."""
+        x = _t(self)
+        hw = tuple(_int(s) for s in weight.shape[2:])
+        n = len(hw)
+        st, dl = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
+        pd, op = _tuple(padding, n, "padding"), _tuple(output_padding, n, "output_padding")
+        w = weight.unflatten(0, (groups, -1)).transpose(1, 2).flip(*range(3, 3 + n)).flatten(0, 1)
+        if any(s > 1 for s in st):
+            lead = tuple(x.shape[:2])
+            x = x.reshape(lead + tuple(v for s in x.shape[2:] for v in (s, 1)))
+            x = x.pad([None, None, *(p for s in st for p in (None, (0, s - 1)))])
+            x = x.reshape(lead + tuple(_int(a) * s for a, s in zip(x.shape[2::2], st)))
+            x = x.shrink([None, None, *((0, _int(a) - (s - 1)) for a, s in zip(x.shape[2:], st))])
+        pads = [v for k, d, p, o in reversed(list(zip(hw, dl, pd, op))) for v in ((k - 1) * d - p,
+                                                                               (k - 1) * d - p + o)]
+        return x.conv2d(w, bias, groups=groups, dilation=dl, padding=pads)
+
+    # ------------------------------------------------------------------ pooling
+    def _pool_setup(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+                    dilation: int | Sequence[int], padding: int | Sequence[int],
+                    ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int]]:
+        """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode)."""
+        x = _t(self)
+        k = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
+        n = len(k)
+        s = k if stride is None else _tuple(stride, n, "stride")
+        d, p = _tuple(dilation, n, "dilation"), _tuple(padding, n, "padding")
+        extra = [0] * n
+        if ceil_mode:
+            for j in range(n):
+                size = _int(x.shape[x.ndim - n + j]) + 2 * p[j]
+                span = d[j] * (k[j] - 1) + 1
+                out = math.ceil((size - span) / s[j]) + 1
+                if (out - 1) * s[j] >= size - p[j]:  # the last window must start inside the input
+                    out -= 1
+                extra[j] = max(0, (out - 1) * s[j] + span - size)
+        flat = [v for j in reversed(range(n)) for v in (p[j], p[j] + extra[j])]
+        return k, s, d, flat
+
+    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                   ceil_mode: bool = False) -> Tensor:
+        """Max over sliding windows of the last len(kernel_size) dims (stride defaults to the kernel)."""
+        x = _t(self)
+        k, s, d, flat = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
+        win = x._pad_spatial(flat, len(k), low)._pool(k, s, d)
+        return win.max(tuple(-1 - j for j in range(len(k))))
+
+    def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+        """Mean over sliding windows; count_include_pad counts the zero padding (not ceil_mode's)."""
+        x = _t(self)
+        k, s, d, flat = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        axes = tuple(-1 - j for j in range(len(k)))
+        total = x._pad_spatial(flat, len(k))._pool(k, s, d).sum(axes)
+        ones, rest = x.ones_like(), flat
+        if count_include_pad:  # the symmetric padding counts, ceil_mode's extra does not
+            sym = [flat[2 * j] for j in range(len(k)) for _ in range(2)]
+            ones, rest = ones._pad_spatial(sym, len(k), 1.0), [f - v for f, v in zip(flat, sym)]
+        count = ones._pad_spatial(rest, len(k))._pool(k, s, d).sum(axes)
+        return total / count
+
+    # ------------------------------------------------------------------ normalisation
+    def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                  axis: int | Sequence[int] = 1) -> Tensor:
+        """(self - mean) * invstd * weight + bias, the statistics broadcast along `axis`."""
+        x = _t(self)
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(x._axis(a) for a in axes)
+        shape = tuple(s if d in axes else 1 for d, s in enumerate(x.shape))
+        y = x - mean.reshape(shape)
+        if weight is not None:
+            y = y * weight.reshape(shape)
+        y = y * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+        return y if bias is None else y + bias.reshape(shape)
+
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+        """(self - mean) / sqrt(var + eps) over `axis` (biased variance, no affine part)."""
+        x = _t(self)
+        y = x - x.mean(axis, keepdim=True)
+        return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
+
+    # ------------------------------------------------------------------ losses
+    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+                 reduction: str = "mean") -> Tensor:
+        """Negative log likelihood of log-probabilities self (N, C, ...) at int targets Y (N, ...)."""
+        x = _t(self)
+        cdim = 0 if x.ndim == 1 else 1
+        y = Y.to(x.device)
+        safe = y if ignore_index is None else (y == ignore_index).where(0, y)
+        w = y.full_like(1.0, dtype=x.dtype) if weight is None else weight.to(x.device)[safe]
+        if ignore_index is not None:
+            w = (y != ignore_index).where(w, 0)
+        picked = x.gather(cdim, safe.unsqueeze(cdim)).squeeze(cdim)
+        nll = -picked * w
+        if reduction == "mean":
+            return nll.sum() / w.sum()
+        return _reduce(nll, reduction)
+
+    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+                      ignore_index: int = -100) -> Tensor:
+        """Cross entropy of logits self (N, C, ...) against int class indices Y (N, ...) or class
+        probabilities of self's shape, with label smoothing; index targets equal to ignore_index count
+        for nothing (the mean is over the others), as PyTorch."""
+        x = _t(self)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
+        cdim = 0 if x.ndim == 1 else 1
+        nc = _int(x.shape[cdim])
+        logp = x.log_softmax(cdim)
+        if Y.shape == x.shape and dtypes.is_float(Y.dtype):
+            probs = Y * (1 - label_smoothing) + label_smoothing / nc
+            return _reduce(-(logp * probs).sum(cdim), reduction)
+        want = tuple(s for d, s in enumerate(x.shape) if d != cdim)
+        if tuple(Y.shape) != want:
+            raise ValueError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits of "
+                             f"shape {x.shape}; they need shape {want} (or be probabilities, logits' shape)")
+        y = Y.to(x.device)
+        valid = y != ignore_index
+        safe = valid.where(y, 0).unsqueeze(cdim)
+        onehot = safe._one_hot_along_dim(nc, cdim).cast(logp.dtype)
+        probs = onehot * (1 - label_smoothing) + label_smoothing / nc
+        loss = valid.where(-(logp * probs).sum(cdim), 0)
+        if reduction == "mean":
+            return loss.sum() / valid.cast(logp.dtype).sum()
+        return _reduce(loss, reduction)
+
+    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """-(Y log(p) + (1 - Y) log(1 - p)) of probabilities self; each log is clamped at -100, as
+        PyTorch does."""
+        x = _t(self)
+        return _reduce(-(Y * x.log().maximum(-100) + (1 - Y) * (1 - x).log().maximum(-100)), reduction)
+
+    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",
+                                   pos_weight: Tensor | None = None) -> Tensor:
+        """Binary cross entropy of logits self, computed stably from logsigmoid."""
+        x = _t(self)
+        log_p = x.logsigmoid()
+        log_1mp = log_p - x
+        pos = Y * log_p if pos_weight is None else pos_weight * Y * log_p
+        return _reduce(-(pos + (1 - Y) * log_1mp), reduction)
+
+    # ------------------------------------------------------------------ dropout and attention
+    def dropout(self, p: float = 0.5) -> Tensor:
+        """While Tensor.training, zero each element with probability p and scale the rest by 1/(1-p)."""
+        x = _t(self)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], not {p}")
+        if not type(x).training or p == 0:
+            return x
+        if p == 1:
+            return x * 0
+        keep = x.rand_like(requires_grad=False) >= p
+        return keep.where(x * (1 / (1 - p)), 0)
+
+    def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+        """softmax(self @ key^T / sqrt(d) + mask) @ value; a bool mask keeps where True; is_causal masks
+        the future (the upper triangle)."""
+        x = _t(self)
+        qk = x.matmul(key.transpose(-2, -1), dtype=least_upper_dtype(x.dtype, key.dtype, dtypes.float32))
+        qk = qk / math.sqrt(_int(x.shape[-1]))
+        if is_causal:
+            if attn_mask is not None:
+                raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+            ones = x.ones(_int(qk.shape[-2]), _int(qk.shape[-1]), device=x.device, dtype=dtypes.bool)
+            attn_mask = ones.tril(0)
+        if attn_mask is not None:
+            if attn_mask.dtype == dtypes.bool:
+                attn_mask = attn_mask.where(0.0, -math.inf)
+            qk = qk + attn_mask
+        return qk.cast(x.dtype).softmax(-1).dropout(dropout_p) @ value
