@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, dtypes
-from uopgrad.errors import MovementError
+from uopgrad.errors import MovementError, ShapeError
 from uopgrad.ops import Ops
 
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "resolve_shape_arg"]
+__all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "concrete_size", "resolve_shape_arg"]
 
 sint: TypeAlias = "int | UOp"
 
@@ -320,3 +320,9 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
         out.append(non1[0] if non1 else 1)
     return tuple(out)
 
+
+def concrete_size(s: object) -> int:
+    """A size as an int, for the ops that need concrete sizes (ShapeError for a symbolic one)."""
+    if not isinstance(s, int):
+        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
+    return s

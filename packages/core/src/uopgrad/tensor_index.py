@@ -17,8 +17,7 @@ import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.errors import ShapeError
-from uopgrad.mixin import MathMixin, broadcast_shape
+from uopgrad.mixin import MathMixin, broadcast_shape, concrete_size
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -32,11 +31,7 @@ def _t(x: object) -> Tensor:
     """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
     return cast("Tensor", x)
 
-def _int(s: object) -> int:
-    """A size as an int: these ops need concrete sizes."""
-    if not isinstance(s, int):
-        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
-    return s
+_int = concrete_size  # these ops need concrete sizes
 
 
 def _lowest(dt: DType) -> ConstType:

@@ -14,7 +14,7 @@ from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from uopgrad.dtype import dtypes, least_upper_dtype
-from uopgrad.errors import ShapeError
+from uopgrad.mixin import concrete_size
 from uopgrad.tensor_shape import pad_pairs
 
 if TYPE_CHECKING:
@@ -29,11 +29,7 @@ def _t(x: object) -> Tensor:
     """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
     return cast("Tensor", x)
 
-def _int(s: object) -> int:
-    """A size as an int: these ops need concrete sizes."""
-    if not isinstance(s, int):
-        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
-    return s
+_int = concrete_size  # these ops need concrete sizes
 
 
 def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
