@@ -128,9 +128,9 @@ def digits(session: nox.Session) -> None:
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite on one in-tree backend, found through its entry point.
 
-    Hypothesis profile `ci`; the JSON summary goes to build/conformance/<backend>.json. CL (PoCL from pip)
-    passes too but takes about 9 minutes on 2 cores (PoCL compiles every kernel), so `nox` runs
-    REFERENCE and CPU only."""
+    Hypothesis profile `ci`, UOPGRAD_VERIFY=1 (every pass's output is verified); the JSON summary goes to
+    build/conformance/<backend>.json. All three run in `nox`; CL (PoCL from pip) is the slow one, about 6 to
+    9 minutes on 2 cores, because PoCL compiles every kernel."""
     backend_package = BACKEND_PACKAGES.get(backend)  # REFERENCE ships inside core
     session.install(*TEST_DEPS, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
     _run_conformance(session, backend, session.posargs)
@@ -162,4 +162,4 @@ def conformance_meta(session: nox.Session) -> None:
 def _run_conformance(session: nox.Session, backend: str, extra: list[str]) -> None:
     report = ROOT / "build" / "conformance" / f"{backend}.json"
     session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
-                "--conformance-report", str(report), *extra)
+                "--conformance-report", str(report), *extra, env={"UOPGRAD_VERIFY": "1"})

@@ -147,7 +147,7 @@ class Ours(Runner):
         from uopgrad.backend import Device
         from uopgrad.tensor import Tensor
         self.T = Tensor
-        Device[self.device]  # noqa: B018  (fails here, with the reason, when the backend is not available)
+        Device[self.device]
         self.dev = self.device
 
     def tensor(self, a: np.ndarray, grad: bool = False) -> Any:

@@ -87,9 +87,9 @@ def train(net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: f
 
 def plot(losses: list[float], path: Path) -> None:
     """The loss curve (and its running mean) as a PNG."""
-    import matplotlib  # noqa: PLC0415  (only the example needs it, and with a file-only backend)
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -1,4 +1,4 @@
-"""Spec of UPat matching and PatternMatcher rule selection (semantics.md §1.7 and the §4.5 matcher checks).
+"""Spec of UPat matching and PatternMatcher rule selection (docs/semantics.md §1.7, §4.5).
 
 `hit(pat, u)` asks a one-rule PatternMatcher, so early reject and rule order are part of every check;
 `UPat.match` is used where the list of binding dicts itself is the subject.

@@ -1,6 +1,6 @@
 """Spec of graph_rewrite's engines (fixpoint and walk), `substitute`, visit orders, guards and BottomUpGate.
 
-Re-expresses semantics.md §4.5 (the engine, substitute and bottom-up gate checks) together with §1.8-1.9.
+Re-expresses docs/semantics.md §4.5 (the engine, substitute and bottom-up gate checks) together with §1.8-1.9.
 The constant-folding check of §4.5 needs the symbolic table and lives with it.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Properties: `sym` keeps the value of random integer (index, int32) and float (float32, float64)
 expressions, checked by an evaluator written here; vmin/vmax bound every sampled value; `exec_alu` has
 IEEE and wrapping semantics. Golden examples pin one input -> output pair per rule, and the last test
-asserts that every row of `sym` matched at least once during the run (style.md P5).
+asserts that every row of `sym` matched at least once during the run (docs/style.md P5).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Properties of the traversals and rewrite engines over random DAGs (semantics.md §1.2, §1.6, §1.8-1.9).
+"""Properties of the traversals and rewrite engines over random DAGs (docs/semantics.md §1.2, §1.6, §1.8-1.9).
 
 A graph is drawn as a *recipe*: a list of steps, each an op applied to earlier entries of a pool that starts
 with leaves, so nodes are shared freely. Small graphs are checked against naive recursive references;

@@ -109,7 +109,7 @@ def where(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
     return cond.where(x, other) if draw(st.booleans()) else cond.where(other, x)
 
 
-def movement(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:  # noqa: C901  (one branch per movement op)
+def movement(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
     shape = x.shape
     kind = draw(st.sampled_from(["reshape", "expand", "permute", "pad", "shrink", "flip"]))
     if kind == "reshape":
@@ -338,7 +338,8 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "WHERE with mixed branches": (UOp(Ops.WHERE, f32, (x < 1, x, i)), Ops.WHERE, "share one dtype"),
         "SQRT changing dtype": (UOp(Ops.SQRT, dtypes.half, (x,)), Ops.SQRT, "output dtype"),
         "AND on floats": (UOp(Ops.AND, f32, (x, x)), Ops.AND, "integer or bool"),
-        "FLOORDIV on floats": (UOp(Ops.FLOORDIV, f32, (x, x)), Ops.FLOORDIV, "integer"),
+        "SHL on floats": (UOp(Ops.SHL, f32, (x, x)), Ops.SHL, "integer"),
+        "FLOORDIV on bools": (UOp(Ops.FLOORDIV, dtypes.bool, (x < 1, x < 1)), Ops.FLOORDIV, "not bool"),
         "CAST to void": (UOp(Ops.CAST, dtypes.void, (x,)), Ops.CAST, "void"),
         "BITCAST changing width": (UOp(Ops.BITCAST, dtypes.int8, (x,)), Ops.BITCAST, "itemsize"),
         "DETACH changing dtype": (UOp(Ops.DETACH, dtypes.int, (x,)), Ops.DETACH, "source dtype"),

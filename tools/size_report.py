@@ -1,4 +1,4 @@
-"""Size report (style.md P15): code lines and tokens per code line of every module of every package.
+"""Size report (docs/style.md P15): code lines and tokens per code line of every module of every package.
 
 Information, never a cap: a module above 12 tokens/line or 600 code lines gets a mark in the table.
 A code line is a line on which a code token starts; comments, blank lines and docstrings are not code.

@@ -148,7 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> _ReportWrapper:
+def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
     """Record each case's outcome (once: at its call, or at a setup that did not pass)."""
     report: pytest.TestReport = yield
     state = item.config.stash.get(_STATE, None)
@@ -179,8 +179,7 @@ def _outcome(report: pytest.TestReport) -> tuple[str, str]:
     return "passed", ""
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """Print the summary table, the skip reasons and unmatched xfails; write the JSON report."""
     state = config.stash.get(_STATE, None)
     if state is None or not state.summary.records:

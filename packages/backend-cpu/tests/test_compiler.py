@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from linear import const, elementwise, linear, prog, run
 
 from uopgrad import Ops, UOp, dtypes
 from uopgrad.backend import CompileError, compile_cache_dir
+from uopgrad_conformance.kit.linear import const, elementwise, linear, prog, run
 from uopgrad_cpu import CCompiler, CPUBackend, CPUProgram
 
 f32, i32 = dtypes.float32, dtypes.int32

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 import pytest
-from linear import const, linear, prog, run
 
 from uopgrad import Ops, UOp, dtypes
 from uopgrad.backend import CompileError
+from uopgrad_conformance.kit.linear import const, linear, prog, run
 from uopgrad_opencl import CLBackend, CLCompiler
 from uopgrad_opencl.runtime import DEVICE_ENV, all_devices, device_position, select_device
 from uopgrad_opencl.runtime import repair_pocl_target_cpu as repair

@@ -9,14 +9,16 @@ import time
 
 import numpy as np
 import pytest
+from conftest import rnd
 
 from uopgrad import GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import Device
 from uopgrad.backends.reference import REFERENCE_OPS, evaluate, run_program, run_schedule
-from uopgrad.codegen import GridLimits, Program, lower
+from uopgrad.codegen import GridLimits, Program
 from uopgrad.codegen.program import check, pm_spec_program
 from uopgrad.config import Context
 from uopgrad.dtype import DType
+from uopgrad.pipeline import lower
 from uopgrad.schedule import schedule
 from uopgrad.tensor import Tensor
 from uopgrad.verify import VerifyError
@@ -33,16 +35,7 @@ MODES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _reference_default():
-    old = Device.DEFAULT
-    Device.DEFAULT = DEV
-    yield
-    Device.DEFAULT = old
-
-
-def rnd(*shape: int, seed: int = 0) -> Tensor:
-    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+pytestmark = pytest.mark.usefixtures("reference_default")
 
 
 def check_lowered(*outs: UOp, exact: bool = False, rtol: float = 1e-5) -> None:
@@ -321,7 +314,7 @@ def test_grid_mapping():
 
 
 def test_verify_between_passes_and_on_the_program():
-    with Context(UOPGRAD_VERIFY=1):
+    with Context(VERIFY=1):
         for k in schedule(rnd(3, 4).softmax(1).sum().uop.sink()).kernels:
             lower(k, C_LIKE, GridLimits())
     bad = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.CONST, dtypes.int32, (), 0),))

@@ -1,4 +1,4 @@
-"""The public facade is exactly the contract of ARCHITECTURE §4, and importing it loads no backend."""
+"""The public facade is exactly the contract of docs/ARCHITECTURE.md §4, and importing it loads no backend."""
 from __future__ import annotations
 
 import subprocess

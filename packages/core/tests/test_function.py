@@ -175,7 +175,9 @@ class TestGradients:
         assert w.grad is not None
         np.testing.assert_equal(w.grad.numpy(), [4, 5, 6])
 
-    def test_nested_calls_backward(self):
+    @staticmethod
+    def nested() -> tuple[Tensor, Tensor, Tensor]:
+        """outer(a, b) = inner(a + b) with inner(x) = x + w (w implicit): (its output, a, b)."""
         w = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
 
         @function(allow_implicit=True)
@@ -188,7 +190,11 @@ class TestGradients:
 
         a = Tensor([1.0, 2.0], requires_grad=True)
         b = Tensor([3.0, 4.0], requires_grad=True)
-        outer(a, b).sum().backward()
+        return outer(a, b), a, b
+
+    def test_nested_calls_backward(self):
+        out, a, b = self.nested()
+        out.sum().backward()
         assert a.grad is not None and b.grad is not None
         np.testing.assert_equal(a.grad.numpy(), [2, 2])
         np.testing.assert_equal(b.grad.numpy(), [2, 2])
@@ -196,19 +202,7 @@ class TestGradients:
     def test_nested_calls_backward_structure(self):
         # §3.6 quirk: the outer backward keeps forward argument 0 (a), because the inner backward body holds
         # a PARAM of slot 0; the real output-gradient PARAM (old slot 3) is compacted to slot 1
-        w = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
-
-        @function(allow_implicit=True)
-        def inner(x: Tensor) -> Tensor:
-            return x + w
-
-        @function(allow_implicit=True)
-        def outer(a: Tensor, b: Tensor) -> Tensor:
-            return inner(a.reshape(1, 2) + b.reshape(1, 2))
-
-        a = Tensor([1.0, 2.0], requires_grad=True)
-        b = Tensor([3.0, 4.0], requires_grad=True)
-        out = outer(a, b)
+        out, a, b = self.nested()
         ga, gb = out.sum().gradient(a, b)
         bwd = backward_of(ga)
         assert backward_of(gb) is bwd and bwd.arg.name.endswith("outer_backward")

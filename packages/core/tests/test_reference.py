@@ -19,12 +19,7 @@ from uopgrad.tensor import Tensor
 DEV = "REFERENCE"
 
 
-@pytest.fixture(autouse=True)
-def _reference_default():
-    old = Device.DEFAULT
-    Device.DEFAULT = DEV
-    yield
-    Device.DEFAULT = old
+pytestmark = pytest.mark.usefixtures("reference_default")
 
 
 def t(values, dtype) -> UOp:

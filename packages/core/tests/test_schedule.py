@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import rnd
 
 from uopgrad import Ops, UOp
-from uopgrad.backend import Device
 from uopgrad.backends.reference import evaluate, run_schedule
 from uopgrad.function import function
 from uopgrad.schedule import Schedule, clear_schedule_cache, schedule, schedule_cache_info
@@ -23,16 +23,7 @@ NOT_IN_KERNELS = {Ops.FUNCTION, Ops.GETTUPLE, Ops.CONTIGUOUS, Ops.DETACH, Ops.CO
                   Ops.AFTER, Ops.BUFFER, Ops.BIND, Ops.DEVICE, Ops.TUPLE}
 
 
-@pytest.fixture(autouse=True)
-def _reference_default():
-    old = Device.DEFAULT
-    Device.DEFAULT = DEV
-    yield
-    Device.DEFAULT = old
-
-
-def rnd(*shape: int, seed: int = 0) -> Tensor:
-    return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+pytestmark = pytest.mark.usefixtures("reference_default")
 
 
 def sched(*ts: Tensor) -> Schedule:

@@ -1,4 +1,4 @@
-"""Style rules that ruff cannot check (style.md P1, P2, P4, P8, P14), run over whatever files exist.
+"""Style rules that ruff cannot check (docs/style.md P1, P2, P4, P8, P14), run over whatever files exist.
 
 Each rule is a small function of one source text; the `test_rule_*` tests pin what each rule catches
 and lets through, so a rule that silently matches nothing cannot pass as a green repository check.
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 CORE_SRC = ROOT / "packages/core/src"
 # function-local imports of uopgrad are allowed only here (paths relative to CORE_SRC): the plugin loader
-# imports entry points lazily, and nothing else needs to import upward (style.md P2)
+# imports entry points lazily, and nothing else needs to import upward (docs/style.md P2)
 LOCAL_IMPORT_ALLOWLIST = {"uopgrad/backend.py"}
 TRACKED_DIRS = ["packages", "conformance", "spec", "bench", "examples", "tools", ".ci"]
 SKIPPED_DIRS = {".git", ".nox", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".hypothesis"}
@@ -122,23 +122,23 @@ def local_uopgrad_imports(source: str) -> list[int]:
 
 def test_every_src_module_has_a_docstring():
     missing = [rel(p) for p in source_files() if not has_module_docstring(p.read_text())]
-    assert not missing, f"modules without a module docstring (style.md P1): {missing}"
+    assert not missing, f"modules without a module docstring (docs/style.md P1): {missing}"
 
 
 def test_every_marker_names_an_issue():
     files = [*python_files(*(ROOT / d for d in TRACKED_DIRS)), ROOT / "noxfile.py", ROOT / ".ci/run"]
     bad = [f"{rel(p)}:{n}" for p in files if p.is_file() for n in untracked_markers(p.read_text())]
-    assert not bad, f"{MARKER} without an issue number (#123) (style.md P14): {bad}"
+    assert not bad, f"{MARKER} without an issue number (#123) (docs/style.md P14): {bad}"
 
 
 def test_module_level_pattern_matchers_are_named_pm_or_sym():
     bad = [f"{rel(p)}: {name}" for p in core_modules() for name in misnamed_matchers(p.read_text())]
-    assert not bad, f"PatternMatcher tables must be named pm_<purpose> or sym (style.md P4): {bad}"
+    assert not bad, f"PatternMatcher tables must be named pm_<purpose> or sym (docs/style.md P4): {bad}"
 
 
 def test_every_core_module_declares_all():
     missing = [rel(p) for p in core_modules() if not declares_all(p.read_text())]
-    assert not missing, f"core modules without __all__ (style.md P8): {missing}"
+    assert not missing, f"core modules without __all__ (docs/style.md P8): {missing}"
 
 
 def test_no_function_local_uopgrad_imports():
@@ -148,7 +148,7 @@ def test_no_function_local_uopgrad_imports():
         if p.relative_to(CORE_SRC).as_posix() not in LOCAL_IMPORT_ALLOWLIST
         for n in local_uopgrad_imports(p.read_text())
     ]
-    assert not bad, f"function-local imports of uopgrad point up the layers (style.md P2): {bad}"
+    assert not bad, f"function-local imports of uopgrad point up the layers (docs/style.md P2): {bad}"
 
 
 def test_the_checks_see_the_repository():

@@ -104,27 +104,28 @@ def test_gradient_through_clone_from_grad_src():
     assert src.grad.tolist() == [2, 2, 2, 2] and x.grad.tolist() == [2, 2, 2, 2]
 
 
-def test_gradient_through_chained_unrealized_setitem():
+def _pad_gradient_seeded_by_chained_setitem(row: int) -> np.ndarray:
+    """d pad(x) / dx for a seed built by two unrealized setitems: a one at [row, 2], zeros elsewhere."""
     g1 = Tensor.zeros(4).contiguous()
     g1[2] = 1
     g2 = Tensor.zeros(5, 4).contiguous()
-    g2[0] = g1
+    g2[row] = g1
     x = Tensor.randn(4, 4)
     (gx,) = x.pad(((1, 0), (0, 0))).gradient(x, gradient=g2)
-    np.testing.assert_equal(gx.numpy(), np.zeros((4, 4)))  # only row 0 of the seed is non-zero: cut away
+    return gx.numpy()
+
+
+def test_gradient_through_chained_unrealized_setitem():
+    # only row 0 of the seed is non-zero: the PAD cuts it away
+    np.testing.assert_equal(_pad_gradient_seeded_by_chained_setitem(0), np.zeros((4, 4)))
 
 
 def test_gradient_of_chained_setitem_seed_keeps_its_rows():
     # the same chain with the non-zero row where the PAD keeps it, so that the check above can fail
-    g1 = Tensor.zeros(4).contiguous()
-    g1[2] = 1
-    g2 = Tensor.zeros(5, 4).contiguous()
-    g2[3] = g1
-    x = Tensor.randn(4, 4)
-    (gx,) = x.pad(((1, 0), (0, 0))).gradient(x, gradient=g2)
+    gx = _pad_gradient_seeded_by_chained_setitem(3)
     expected = np.zeros((4, 4))
     expected[2, 2] = 1  # seed row 3 is x's row 2
-    np.testing.assert_equal(gx.numpy(), expected)
+    np.testing.assert_equal(gx, expected)
 
 
 # ---------------------------------------------------------------------- TestMultiOutputGradient

@@ -21,7 +21,7 @@ from uopgrad_conformance.target import Target
 I = GradInput  # noqa: E741  (short names keep the table readable)
 
 
-def P(inputs: tuple[GradInput, ...], body: str) -> GradProgram:  # noqa: N802  (a table constructor)
+def P(inputs: tuple[GradInput, ...], body: str) -> GradProgram:
     """A program checked by the dot-product test only (no full Jacobian), its outputs `outs` flattened into
     one: the backend then fuses them into a few kernels (a third of the compiles of separate outputs)."""
     return GradProgram(inputs, body + "\nout = Tensor.cat(*(o.flatten() for o in outs))", jacobian=False)

@@ -3,6 +3,8 @@ own differ or raise, e.g. integer division by zero is 0, shifts by too much give
 truncates and wraps. Every value a kernel computes is a 1-d array (one element, or one per lane)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["cast", "cdiv", "cmod", "floordiv", "floormod", "gload", "ipow", "neg", "np", "shl", "shr",
@@ -30,28 +32,21 @@ def cdiv(a: Array, b: Array) -> Array:
     return np.asarray(np.where(zero, np.zeros_like(q), q))
 
 
-def cmod(a: Array, b: Array) -> Array:
-    """C remainder (the dividend's sign); x%0 is 0 for integers."""
-    if not _int(a):
-        return np.asarray(np.fmod(a, b))
-    zero, bs = _safe(b)
-    return np.where(zero, np.zeros_like(a), np.fmod(a, bs))
+def _zero_divisor_is_zero(f: Callable[[Array, Array], Array], doc: str) -> Callable[[Array, Array], Array]:
+    """numpy's `f` for floats; for integers the same with x op 0 defined as 0."""
+    def op(a: Array, b: Array) -> Array:
+        if not _int(a):
+            return np.asarray(f(a, b))
+        zero, bs = _safe(b)
+        return np.where(zero, np.zeros_like(a), f(a, bs))
+    op.__doc__ = doc
+    return op
 
 
-def floordiv(a: Array, b: Array) -> Array:
-    """Floor division (numpy's for floats); x//0 is 0 for integers."""
-    if not _int(a):
-        return np.asarray(np.floor_divide(a, b))
-    zero, bs = _safe(b)
-    return np.where(zero, np.zeros_like(a), np.floor_divide(a, bs))
-
-
-def floormod(a: Array, b: Array) -> Array:
-    """Floor remainder (the divisor's sign); x%0 is 0 for integers."""
-    if not _int(a):
-        return np.asarray(np.remainder(a, b))
-    zero, bs = _safe(b)
-    return np.where(zero, np.zeros_like(a), np.remainder(a, bs))
+cmod = _zero_divisor_is_zero(np.fmod, "C remainder (the dividend's sign); x%0 is 0 for integers.")
+floordiv = _zero_divisor_is_zero(np.floor_divide,
+                                 "Floor division (numpy's for floats); x//0 is 0 for integers.")
+floormod = _zero_divisor_is_zero(np.remainder, "Floor remainder (the divisor's sign); x%0 is 0 for integers.")
 
 
 def ipow(a: Array, b: Array) -> Array:

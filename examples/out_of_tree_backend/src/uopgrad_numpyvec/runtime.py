@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from uopgrad.backend import Allocator, CompileError, Compiler, Program
+from uopgrad.backend import CompileError, Compiler, HostAllocator, Program
 from uopgrad_numpyvec import kernels
 
 __all__ = ["NumpyAllocator", "NumpyProgram", "PyCompiler"]
@@ -32,26 +32,8 @@ class PyCompiler(Compiler):
         return marshal.dumps(code)
 
 
-class NumpyAllocator(Allocator[np.ndarray]):
-    """Buffers are numpy uint8 arrays; a kernel views them as its parameter dtypes."""
-
-    def _alloc(self, nbytes: int) -> np.ndarray:
-        return np.zeros(nbytes, dtype=np.uint8)
-
-    def _zero(self, handle: np.ndarray) -> None:
-        handle.fill(0)
-
-    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-        """Copy host bytes into the buffer."""
-        handle[:] = np.frombuffer(src, dtype=np.uint8)
-
-    def copyout(self, dst: memoryview, handle: np.ndarray) -> None:
-        """Copy the buffer into host bytes."""
-        np.frombuffer(dst, dtype=np.uint8)[:] = handle
-
-    def as_buffer(self, handle: np.ndarray) -> memoryview:
-        """The buffer's own memory."""
-        return handle.data
+class NumpyAllocator(HostAllocator):
+    """Buffers are host byte arrays (core's shared host allocator); a kernel views them as its dtypes."""
 
 
 class NumpyProgram(Program):
@@ -60,7 +42,7 @@ class NumpyProgram(Program):
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
         scope: dict[str, Any] = dict(vars(kernels))
-        exec(marshal.loads(lib), scope)  # noqa: S102  (our own compiled kernel)
+        exec(marshal.loads(lib), scope)
         self._fn = scope[name]
 
     def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,

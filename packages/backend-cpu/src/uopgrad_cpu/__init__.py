@@ -2,7 +2,7 @@
 
 `CPUBackend` is the `uopgrad.backends` entry point `CPU`. It is core's `CompiledBackend` with this
 package's four parts: `CRenderer` (renderer.py), `CCompiler` (compiler.py), `CPUAllocator` and
-`CPUProgram` (runtime.py). See ARCHITECTURE.md section 3.
+`CPUProgram` (runtime.py). See docs/ARCHITECTURE.md §3.
 """
 from __future__ import annotations
 

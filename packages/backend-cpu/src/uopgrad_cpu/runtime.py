@@ -14,35 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from uopgrad.backend import Allocator, Program
+from uopgrad.backend import HostAllocator, Program
 
 __all__ = ["CPUAllocator", "CPUProgram"]
 
-_ALIGN = 64  # a cache line: vector loads never straddle the start of a buffer
-
-
-class CPUAllocator(Allocator[np.ndarray]):
-    """Host memory as numpy byte arrays (fresh ones zeroed by calloc: an untouched page costs nothing)."""
-
-    def _alloc(self, nbytes: int) -> np.ndarray:
-        raw = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
-        start = -raw.ctypes.data % _ALIGN
-        return raw[start:start + nbytes]
-
-    def _zero(self, handle: np.ndarray) -> None:
-        handle.fill(0)
-
-    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-        """memcpy host bytes into the buffer."""
-        handle[:] = np.frombuffer(src, dtype=np.uint8)
-
-    def copyout(self, dst: memoryview, handle: np.ndarray) -> None:
-        """memcpy the buffer into host bytes."""
-        np.frombuffer(dst, dtype=np.uint8)[:] = handle
-
-    def as_buffer(self, handle: np.ndarray) -> memoryview:
-        """The buffer's own memory (no copy)."""
-        return handle.data
+class CPUAllocator(HostAllocator):
+    """Host memory: core's shared host allocator, as it is."""
 
 
 def _load_aware_threads(dll: ctypes.CDLL) -> None:

@@ -2,7 +2,7 @@
 
 `CLBackend` is the `uopgrad.backends` entry point `CL`. It is core's `CompiledBackend` with this package's
 four parts: `OpenCLRenderer` (renderer.py), `CLCompiler` (compiler.py), `CLAllocator` and `CLProgram`
-(runtime.py), all on the device `$UOPGRAD_CL_DEVICE` chooses (runtime.py). See ARCHITECTURE.md section 3.
+(runtime.py), all on the device `$UOPGRAD_CL_DEVICE` chooses (runtime.py). See docs/ARCHITECTURE.md §3.
 """
 from __future__ import annotations
 

@@ -31,13 +31,13 @@ def _bits(dt: DType) -> int:
     return 8 * dt.scalar().itemsize
 
 
-def _shl(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shl(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # OpenCL masks the shift count (x << 33 is x << 1 for an int); REFERENCE gives 0 for counts outside
     # 0..bits-1, negative ones included
     return f"(((ulong)({b}))<{_bits(dt)}u?({a})<<({b}):0)"
 
 
-def _shr(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shr(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # arithmetic for signed types; an over-wide shift gives 0, or -1 for a negative value
     fill = f"(({a})<0?-1:0)" if dt.scalar() in dtypes.sints else "0"
     return f"(((ulong)({b}))<{_bits(dt)}u?({a})>>({b}):{fill})"

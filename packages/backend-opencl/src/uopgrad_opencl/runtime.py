@@ -28,6 +28,7 @@ import pyopencl as cl
 from uopgrad import DType, dtypes
 from uopgrad.backend import Allocator, Program
 from uopgrad.codegen import GridLimits
+from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
 
 __all__ = ["DEVICE_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices", "device_position",
@@ -42,7 +43,7 @@ def all_devices() -> list[cl.Device]:
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:  # the ICD loader found no platform at all
-        raise RuntimeError(f"no OpenCL platform: {e} (pip install pocl-binary-distribution gives one)") from e
+        raise BackendError(f"no OpenCL platform: {e} (pip install pocl-binary-distribution gives one)") from e
     found = []
     for p in platforms:
         try:
@@ -60,19 +61,19 @@ def select_device(spec: str, devices: Sequence[cl.Device]) -> int:
     """The position in `devices` that `spec` ($UOPGRAD_CL_DEVICE) names: "" the first, a number that one,
     other text the first device whose "platform: device" name contains it."""
     if not devices:
-        raise RuntimeError("no OpenCL device is available")
+        raise BackendError("no OpenCL device is available")
     listing = "; ".join(f"{i}: {_label(d)}" for i, d in enumerate(devices))
     spec = spec.strip()
     if not spec:
         return 0
     if spec.isdigit():
         if int(spec) >= len(devices):
-            raise RuntimeError(f"{DEVICE_ENV}={spec}: there are {len(devices)} OpenCL devices ({listing})")
+            raise BackendError(f"{DEVICE_ENV}={spec}: there are {len(devices)} OpenCL devices ({listing})")
         return int(spec)
     for i, d in enumerate(devices):
         if spec.lower() in _label(d).lower():
             return i
-    raise RuntimeError(f"{DEVICE_ENV}={spec!r} names no OpenCL device ({listing})")
+    raise BackendError(f"{DEVICE_ENV}={spec!r} names no OpenCL device ({listing})")
 
 
 # ---------------------------------------------------------------------- PoCL on a CPU its LLVM predates

@@ -4,8 +4,8 @@ Backends are plugins: each contributes one entry point in the `uopgrad.backends`
 device is first named, so `import uopgrad` imports no backend. REFERENCE ships with core and is also found
 without an installed entry point (a source checkout on PYTHONPATH).
 
-A backend that generates code subclasses `CompiledBackend` and supplies four parts (ARCHITECTURE §3): a
-renderer (`uopgrad.renderer`), a `Compiler` (source -> bytes, cached on disk), an `Allocator` and a
+A backend that generates code subclasses `CompiledBackend` and supplies four parts (docs/ARCHITECTURE.md
+§3): a renderer (`uopgrad.renderer`), a `Compiler` (source -> bytes, cached on disk), an `Allocator` and a
 `Program` runtime (a loaded kernel). `realize(sink)` then runs schedule -> lower -> render -> compile ->
 launch, reusing compiled kernels across calls with the same kernel structure.
 """
@@ -28,17 +28,19 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from uopgrad.codegen import GridSpec, lower
+from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.config import DEBUG, getenv_str
 from uopgrad.dtype import DType, dtypes
-from uopgrad.ops import GroupOp, Ops
+from uopgrad.errors import BackendError, CompileError
+from uopgrad.ops import Ops
+from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "PREFERENCE", "Program",
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PREFERENCE", "Program",
            "compile_cache_dir", "count_kernel"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
@@ -47,39 +49,6 @@ PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 # backends that ship inside core: found even when core is used from a source tree without being installed
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
 H = TypeVar("H")  # an allocator's handle type
-# every dtype a value can have (REFERENCE stores all of them)
-_VALUE_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
-
-
-class GlobalCounters:
-    """What the kernels run since the last `reset()` cost: their number, the FLOPs and bytes estimated from
-    their lowered programs (uopgrad.codegen.estimate) and the seconds they ran. Copies between devices add
-    their bytes. REFERENCE, which evaluates graphs without kernels, counts the kernels a schedule of the same
-    graph would launch, and the time of its evaluation."""
-
-    global_ops: ClassVar[int] = 0
-    global_mem: ClassVar[int] = 0
-    kernel_count: ClassVar[int] = 0
-    time_sum_s: ClassVar[float] = 0.0
-
-    @staticmethod
-    def reset() -> None:
-        """Set every counter back to zero."""
-        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
-        GlobalCounters.time_sum_s = 0.0
-
-
-def count_kernel(device: str, prg: KernelProgram, var_vals: dict[str, int], seconds: float | None) -> None:
-    """Count one launch of `prg` (with `seconds` of run time, if measured) and print it at DEBUG >= 2."""
-    ops, mem = prg.estimates.at(var_vals)
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += ops
-    GlobalCounters.global_mem += mem
-    GlobalCounters.time_sum_s += seconds or 0.0
-    if DEBUG >= 2:
-        tm = "" if seconds is None else f" tm {seconds * 1e3:8.3f}ms"
-        n = GlobalCounters.kernel_count
-        print(f"*** {device:9s} {n:4d} {prg.name:24s} ops {ops:11d} mem {mem:10d}{tm}")
 
 
 @dataclass(frozen=True)
@@ -108,10 +77,10 @@ class Backend:
 
     The Tensor layer uses three methods: `copyin`/`copyout` move host data into and out of a BUFFER, and
     `realize` runs a SINK of STOREs into BUFFERs (and any other effects in it), after which those buffers
-    hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map."""
+    hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map. Every
+    backend declares its `capabilities` (a class attribute, or set in `__init__`)."""
 
-    # every op and dtype: REFERENCE evaluates the tensor IR directly
-    capabilities = Capabilities(_VALUE_DTYPES, GroupOp.ALU, None, compiled=False)
+    capabilities: Capabilities
 
     def __init__(self, device: str) -> None:
         self.name = device
@@ -131,17 +100,13 @@ class Backend:
         """Run every effect in `sink` (STOREs into BUFFERs, custom-kernel CALLs, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement realize")
 
+    def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
+        """Run one scheduled kernel CALL whose buffers live here (another device's schedule hands it over)."""
+        del var_vals  # a SINK of the CALL carries its bound variables
+        self.realize(item.sink())
+
 
 # ---------------------------------------------------------------------- the parts of a compiled backend
-class CompileError(RuntimeError):
-    """The compiler rejected generated source; the message holds its output and the numbered source."""
-
-    def __init__(self, compiler: str, message: str, src: str) -> None:
-        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
-        super().__init__(f"{compiler} failed:\n{message.rstrip()}\n--- generated source ---\n{numbered}")
-        self.message, self.src = message, src
-
-
 def compile_cache_dir() -> Path:
     """Where compiled kernels are kept: $UOPGRAD_CACHE_DIR, else ~/.cache/uopgrad."""
     env = getenv_str("UOPGRAD_CACHE_DIR")
@@ -244,6 +209,34 @@ class Allocator(Generic[H]):
     def as_buffer(self, handle: H) -> memoryview | None:
         """A zero-copy host view of `handle`, or None."""
         return None
+
+
+class HostAllocator(Allocator[np.ndarray]):
+    """Host memory as 64-byte aligned numpy byte arrays, for every backend whose kernels run on the host.
+    Fresh arrays are zeroed by calloc, so an untouched page costs nothing; copies are memcpys and
+    `as_buffer` is the array's own memory."""
+
+    align = 64  # a cache line: vector loads never straddle the start of a buffer
+
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        raw = np.zeros(nbytes + self.align, dtype=np.uint8)
+        start = -raw.ctypes.data % self.align
+        return raw[start:start + nbytes]
+
+    def _zero(self, handle: np.ndarray) -> None:
+        handle.fill(0)
+
+    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+        """memcpy host bytes into the buffer."""
+        handle[:] = np.frombuffer(src, dtype=np.uint8)
+
+    def copyout(self, dst: memoryview, handle: np.ndarray) -> None:
+        """memcpy the buffer into host bytes."""
+        np.frombuffer(dst, dtype=np.uint8)[:] = handle
+
+    def as_buffer(self, handle: np.ndarray) -> memoryview:
+        """The buffer's own memory (no copy)."""
+        return handle.data
 
 
 class Program:
@@ -360,37 +353,27 @@ class CompiledBackend(Backend):
             self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
 
     def realize(self, sink: UOp) -> None:
-        """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
+        """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
+        then the driver runs every item in order, each on the device its buffers live on."""
         sched = schedule(sink)
-        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._runs(it)])
-        for item in sched.items:
-            body, bufs = item.src[0], item.src[1:]
-            if body.op is Ops.COPY:
-                self._copy(bufs[0], bufs[1])
-                continue
-            if body.op is not Ops.SINK:
-                raise RuntimeError(f"{self.name} can't run a CALL of {body.op}: {item.short()}")
-            if not self._runs(item):  # a kernel of another device in this graph runs there
-                self._device(bufs[0]).realize(item.sink())
-                continue
-            k = self._kernels[body]
-            handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
-            start = time.perf_counter()
-            k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
-                  local_size=k.program.local_size)
-            count_kernel(self.name, k.program, sched.var_vals, time.perf_counter() - start)
+        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
+        run_schedule(sched.items, sched.var_vals, self._device)
 
-    def _runs(self, item: UOp) -> bool:
-        """Whether a kernel item is this device's (its buffers live here)."""
+    def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
+        """Launch one scheduled kernel CALL on this device's buffers."""
+        k = self.kernel(item)
+        bufs = item.src[1:]
+        handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+        start = time.perf_counter()
+        k.run(*handles, vals=k.program.var_values(var_vals), global_size=k.program.global_size,
+              local_size=k.program.local_size)
+        count_kernel(self.name, k.program, var_vals, time.perf_counter() - start)
+
+    def _mine(self, item: UOp) -> bool:
         return len(item.src) < 2 or item.src[1].device == self.name
 
-    def _device(self, buf: UOp) -> Backend:
-        return self if buf.device == self.name else Device[str(buf.device)]
-
-    def _copy(self, dst: UOp, src: UOp) -> None:
-        """COPY: the contents of `src` into `dst`, each on its own device (this one or another)."""
-        self._device(dst).copyin(dst, self._device(src).copyout(src))
-        GlobalCounters.global_mem += int(dst.arg) * dst.dtype.base.itemsize
+    def _device(self, name: str) -> Backend:
+        return self if name in ("", self.name) else Device[name]
 
 
 @dataclass(frozen=True)
@@ -417,7 +400,7 @@ class DeviceRegistry:
                 new = _Plugin(ep.name.upper(), ep.value, dist)
                 old = plugins.get(new.name)
                 if old is not None and old.value != new.value:
-                    raise RuntimeError(f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
+                    raise BackendError(f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
                                        f"and by {new.dist} ({new.value}); uninstall one of them")
                 plugins[new.name] = new
             for name, value in _BUILTIN.items():
@@ -439,7 +422,7 @@ class DeviceRegistry:
         return base.upper() if not sep or index in ("", "0") else f"{base.upper()}:{index}"
 
     @property
-    def DEFAULT(self) -> str:  # noqa: N802  (tinygrad's spelling)
+    def DEFAULT(self) -> str:
         """$UOPGRAD_DEVICE if set, else the first installed of CPU, CL, CUDA, REFERENCE."""
         if self._default is None:
             env = getenv_str("UOPGRAD_DEVICE")
@@ -451,7 +434,7 @@ class DeviceRegistry:
         return self._default
 
     @DEFAULT.setter
-    def DEFAULT(self, name: str) -> None:  # noqa: N802
+    def DEFAULT(self, name: str) -> None:
         self._default = self.canonicalize(name)
 
     def _load(self, base: str) -> type[Backend]:
@@ -460,7 +443,7 @@ class DeviceRegistry:
         plugins = self._discover()
         if base not in plugins:
             installed = ", ".join(self.installed())
-            raise RuntimeError(f"unknown device {base!r}: the installed backends are {installed}")
+            raise BackendError(f"unknown device {base!r}: the installed backends are {installed}")
         plugin = plugins[base]
         module_name, _, attr = plugin.value.partition(":")
         try:
@@ -468,10 +451,10 @@ class DeviceRegistry:
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
         except Exception as e:  # a broken plugin must not look like a crash of uopgrad itself
-            raise RuntimeError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
+            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
                                f"load: {type(e).__name__}: {e}") from e
         if not (isinstance(obj, type) and issubclass(obj, Backend)):
-            raise RuntimeError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
+            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
                                f"{obj!r}, not a subclass of uopgrad.backend.Backend")
         self._classes[base] = obj
         return obj

@@ -5,6 +5,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from uopgrad.errors import ConfigError
+
 __all__ = ["ALLOW_DEVICE_USAGE", "Context", "ContextVar", "DEBUG", "TRACK_MATCH_STATS", "VERIFY", "getenv",
            "getenv_str"]
 
@@ -21,14 +23,15 @@ def getenv_str(key: str, default: str = "") -> str:
 
 
 class ContextVar:
-    """An integer flag initialised from the environment and overridable with `Context`."""
+    """An integer flag initialised from the environment variable `env` (default: its name) and overridable
+    with `Context` under its name, e.g. `VERIFY`, or under the environment variable, `UOPGRAD_VERIFY`."""
 
     _registry: dict[str, ContextVar] = {}
 
-    def __init__(self, key: str, default: int) -> None:
-        self.key = key
-        self.value = getenv(key, default)
-        ContextVar._registry[key] = self
+    def __init__(self, name: str, default: int, env: str | None = None) -> None:
+        self.key = env or name
+        self.value = getenv(self.key, default)
+        ContextVar._registry[name] = ContextVar._registry[self.key] = self
 
     def __bool__(self) -> bool:
         return bool(self.value)
@@ -44,12 +47,12 @@ class ContextVar:
 
 
 @contextlib.contextmanager
-def Context(**flags: int) -> Iterator[None]:  # noqa: N802  (reads like the flags it sets)
+def Context(**flags: int) -> Iterator[None]:
     """Temporarily set flags, e.g. `with Context(VERIFY=1): ...`; restores them even on error."""
     unknown = [k for k in flags if k not in ContextVar._registry]
     if unknown:
-        raise KeyError(f"unknown uopgrad flag(s) {unknown}; known: {sorted(ContextVar._registry)}")
-    old = {k: ContextVar._registry[k].value for k in flags}
+        raise ConfigError(f"unknown uopgrad flag(s) {unknown}; known: {sorted(ContextVar._registry)}")
+    old = {k: ContextVar._registry[k].value for k in flags}  # an alias given twice is restored in order
     try:
         for k, v in flags.items():
             ContextVar._registry[k].value = v
@@ -60,6 +63,6 @@ def Context(**flags: int) -> Iterator[None]:  # noqa: N802  (reads like the flag
 
 
 DEBUG = ContextVar("DEBUG", 0)                            # >0 prints what the pipeline does
-VERIFY = ContextVar("UOPGRAD_VERIFY", 0)                  # run verify() after every named pass
+VERIFY = ContextVar("VERIFY", 0, env="UOPGRAD_VERIFY")    # run verify() after every named pass
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)    # count rule hits per PatternMatcher row
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0 while tracing a function: realize is an error

@@ -10,7 +10,7 @@ from typing import Final, cast
 
 import numpy as np
 
-__all__ = [
+__all__ = ["Invalid", 
     "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
     "sum_acc_dtype", "truncate",
 ]
@@ -122,7 +122,7 @@ class FloatConst(float):
         return float.__repr__(self)
 
 
-class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
+class dtypes:
     """The dtype namespace: `dtypes.float32`, aliases like `dtypes.float`, and predicates."""
 
     void: Final = DType(-1, 0, "void", None)
@@ -334,3 +334,18 @@ def truncate(dtype: DType, value: ConstType) -> ConstType:
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # round to nearest even
         return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
     raise TypeError(f"can't truncate to {dtype}")
+
+
+class _InvalidType:
+    """The value of an uninitialised element (`Tensor.invalids`): any value of the dtype may be read."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Invalid"
+
+    def __reduce__(self) -> str:
+        return "Invalid"
+
+
+Invalid = _InvalidType()

@@ -15,6 +15,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from uopgrad._util import dedup
 from uopgrad.config import DEBUG, Context
+from uopgrad.errors import FunctionError
 from uopgrad.gradient import pm_transform_unique_const
 from uopgrad.ops import Ops
 from uopgrad.realized import is_realized_after
@@ -119,14 +120,14 @@ class _Function(Generic[P, R]):
         elif isinstance(ret, tuple) and all(isinstance(t, Tensor) for t in ret):
             body = UOp.maketuple(*(t.uop for t in ret))
         else:
-            raise RuntimeError(f"function return type {type(ret).__name__} is not supported: "
+            raise FunctionError(f"function return type {type(ret).__name__} is not supported: "
                                f"{name} must return a Tensor or a tuple of Tensors")
         body = body.substitute({u: u.param_like(i) for i, u in enumerate(inputs)})
         body = graph_rewrite(body, pm_ctx, ctx=(inputs, itertools.count(0)), bottom_up=True, name="capture")
         implicit_buffers = [u for u in inputs[n_explicit:] if u.op is Ops.BUFFER]
         if implicit_buffers and not self.allow_implicit:
             listed = ", ".join(f"{b.dtype!r}[{b.arg}] on {b.device}" for b in implicit_buffers)
-            raise RuntimeError(f"function {name} has {len(implicit_buffers)} implicit buffer(s) but "
+            raise FunctionError(f"function {name} has {len(implicit_buffers)} implicit buffer(s) but "
                                f"allow_implicit is False: {listed}. Pass them as arguments or use "
                                "@function(allow_implicit=True)")
         fxn = body.call(*inputs, grad_fxn=self.grad_fxn, name=name, precompile=self.precompile,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from uopgrad._util import argsort
 from uopgrad.dtype import sum_acc_dtype
+from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import UOp, all_metadata
@@ -39,7 +40,7 @@ def reduce_gradient(g: UOp, ret: UOp, op: Ops) -> LocalGrads | None:
         return (back(g),)
     if op is Ops.MAX:
         if ret.op is not Ops.REDUCE:
-            raise AssertionError(f"a MAX reduce gradient needs the REDUCE node, got {ret.op}")
+            raise GradientError(f"a MAX reduce gradient needs the REDUCE node, got {ret.op}")
         mask = x.eq(back(ret)).cast(g.dtype)
         count = mask._rop(Ops.ADD, axes)
         return (mask / back(count) * back(g),)  # tied maxima share the gradient equally
@@ -169,7 +170,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
         else:
             local = pm_gradient.rewrite(t, ctx=g)
         if local is None:
-            raise RuntimeError(f"failed to compute gradient for {t.op}\n\nin {t.short()}")
+            raise GradientError(f"failed to compute gradient for {t.op}\n\nin {t.short()}")
         if len(local) != len(t.src):
             raise AssertionError(f"{t.op} gradient has {len(local)} entries for {len(t.src)} sources")
         for s, v in zip(t.src, local):

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, dtypes
+from uopgrad.errors import MovementError, ShapeError
 from uopgrad.ops import Ops
 
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "resolve_shape_arg"]
+__all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "concrete_size", "resolve_shape_arg"]
 
 sint: TypeAlias = "int | UOp"
 
@@ -241,12 +242,12 @@ class MovementMixin:
         """View with a new shape; one dimension may be -1, and None keeps the old size."""
         new = [s if s is not None else self.shape[i] for i, s in enumerate(resolve_shape_arg(shape))]
         if (holes := sum(1 for s in new if isinstance(s, int) and s == -1)) > 1:
-            raise ValueError(f"reshape to {tuple(new)}: at most one dimension can be -1")
+            raise MovementError(f"reshape to {tuple(new)}: at most one dimension can be -1")
         if holes:
             known = prod(s for s in new if not (isinstance(s, int) and s == -1))
             total = prod(self.shape)
             if isinstance(known, int) and isinstance(total, int) and (known == 0 or total % known != 0):
-                raise ValueError(f"can't reshape {self.shape} to {tuple(new)}")
+                raise MovementError(f"can't reshape {self.shape} to {tuple(new)}")
             new = [total // known if isinstance(s, int) and s == -1 else s for s in new]
         if tuple(new) == self.shape:
             return self
@@ -256,7 +257,7 @@ class MovementMixin:
         """Broadcast to `shape` (aligned on the right; -1 or None keeps a dimension)."""
         new = resolve_shape_arg(shape)
         if len(new) < self.ndim:
-            raise ValueError(f"can't expand {self.shape} to fewer dimensions {new}")
+            raise MovementError(f"can't expand {self.shape} to fewer dimensions {new}")
         base = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self
         keep = [s is None or (isinstance(s, int) and s == -1) for s in new]
         out = tuple(b if k else s for s, b, k in zip(new, base.shape, keep))
@@ -268,7 +269,7 @@ class MovementMixin:
         """Reorder dimensions; negative axes count from the end."""
         o = tuple(self._axis(int(i)) for i in resolve_shape_arg(order))
         if sorted(o) != list(range(self.ndim)):
-            raise ValueError(f"permute order {o} is not a permutation of {self.ndim} axes")
+            raise MovementError(f"permute order {o} is not a permutation of {self.ndim} axes")
         if o == tuple(range(self.ndim)):
             return self
         return self._mop(Ops.PERMUTE, o)
@@ -276,10 +277,10 @@ class MovementMixin:
     def pad(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
         """Zero-pad each dimension by (before, after); None leaves a dimension alone."""
         if len(arg) != self.ndim:
-            raise ValueError(f"pad {tuple(arg)} needs one entry per dimension of {self.shape}")
+            raise MovementError(f"pad {tuple(arg)} needs one entry per dimension of {self.shape}")
         a = tuple((0, 0) if p is None else (p[0], p[1]) for p in arg)
         if any(isinstance(x, int) and x < 0 for p in a for x in p):
-            raise ValueError(f"pad {a} has a negative amount; use shrink to cut")
+            raise MovementError(f"pad {a} has a negative amount; use shrink to cut")
         if all(isinstance(x, int) and x == 0 for p in a for x in p):
             return self
         return self._mop(Ops.PAD, a)
@@ -287,7 +288,7 @@ class MovementMixin:
     def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
         """Keep [start, end) of each dimension; None keeps the whole dimension."""
         if len(arg) != self.ndim:
-            raise ValueError(f"shrink {tuple(arg)} needs one entry per dimension of {self.shape}")
+            raise MovementError(f"shrink {tuple(arg)} needs one entry per dimension of {self.shape}")
         a = tuple((0, s) if p is None else (p[0], p[1]) for p, s in zip(arg, self.shape))
         if all(_same(p[0], 0) and _same(p[1], s) for p, s in zip(a, self.shape)):
             return self
@@ -315,7 +316,13 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
         non1 = [d for d in dims if not (isinstance(d, int) and d == 1)]
         if any(d is not non1[0] and d != non1[0] for d in non1[1:]):
             listed = " and ".join(str(tuple(s)) for s in shapes)
-            raise ValueError(f"shapes {listed} can't be broadcast together")
+            raise MovementError(f"shapes {listed} can't be broadcast together")
         out.append(non1[0] if non1 else 1)
     return tuple(out)
 
+
+def concrete_size(s: object) -> int:
+    """A size as an int, for the ops that need concrete sizes (ShapeError for a symbolic one)."""
+    if not isinstance(s, int):
+        raise ShapeError(f"this operation needs concrete sizes, not the symbolic size {s}")
+    return s

@@ -57,8 +57,6 @@ class GroupOp:
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.AND, Ops.OR})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
-    # an op in here may never be rewritten into a different value just because its sources are equal
-    UnsafePad = frozenset({Ops.RECIPROCAL, Ops.LOG2, Ops.EXP2, Ops.CDIV, Ops.POW, Ops.FDIV, Ops.FLOORDIV})
     # bodies of calls that are kernels or effects, not values: they make CALL, everything else FUNCTION
     OpaqueBody = frozenset({Ops.SINK, Ops.PROGRAM, Ops.LINEAR, Ops.COPY, Ops.BUFFER_VIEW,
                             Ops.CUSTOM_FUNCTION})

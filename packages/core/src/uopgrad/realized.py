@@ -20,6 +20,7 @@ import itertools
 import weakref
 from collections.abc import Collection, Iterable
 
+from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, UOp
@@ -78,7 +79,7 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
     for call in graph.toposort(enter_calls=False):
         for b, version in _reads.get(call, ()):
             if b in need and _versions.get(b, 0) != version:
-                raise RuntimeError(
+                raise GradientError(
                     f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
                     f"on {b.device} that has been overwritten in place since (an assign after the forward "
                     "pass). Call backward() (or realize the gradients) before updating the tensors it reads.")

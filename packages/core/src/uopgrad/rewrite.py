@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from uopgrad.config import TRACK_MATCH_STATS
+from uopgrad.config import DEBUG, TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import RewriteError
 from uopgrad.mixin import MathMixin
 from uopgrad.ops import GroupOp, Ops
 
@@ -28,7 +29,7 @@ Bindings = dict[str, "UOp"]
 STACK_LIMIT = 250_000
 
 
-class BottomUpGate(Exception):  # noqa: N818  (a control-flow signal, not an error)
+class BottomUpGate(Exception):
     """Raised by a bottom-up rule to keep the node as it is and not visit its sources."""
 
 
@@ -257,7 +258,7 @@ class _RewriteContext:
         stages = (self._descend, self._rebuild, self._link)
         while self.stack:
             if len(self.stack) > STACK_LIMIT:
-                raise RuntimeError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
+                raise RewriteError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
             n, stage, new_n = self.stack.pop()
             if n not in self.replace:
                 stages[stage](n, new_n)
@@ -274,7 +275,7 @@ class _RewriteContext:
             try:
                 while (test_n := self.cached_bpm(new_n)) is not None:
                     if test_n in seen:
-                        raise RuntimeError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
+                        raise RewriteError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
                     seen.add(new_n)
                     new_n = test_n
             except BottomUpGate:
@@ -342,6 +343,15 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
                   bpm: PatternMatcher | None = None, walk: bool = False, enter_calls: bool = False) -> UOp:
     """Rewrite the graph under `sink` with `pm`: top-down (post-order) by default, bottom-up (pre-order) with
     `bottom_up=True`, both directions when `bpm` is given; to a fixpoint, or in one pass with `walk=True`.
-    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass."""
+    Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass: the engine's
+    errors name it, and DEBUG>=5 prints it with the graph's size before and after."""
     rc = _RewriteContext(None if bottom_up else pm, pm if bottom_up else bpm, ctx, enter_calls)
-    return rc.walk(sink) if walk else rc.fixpoint(sink)
+    try:
+        ret = rc.walk(sink) if walk else rc.fixpoint(sink)
+    except RewriteError as e:
+        if name is None:
+            raise
+        raise RewriteError(f"in the rewrite '{name}': {e}") from e
+    if DEBUG >= 5:
+        print(f"graph_rewrite {name or '<unnamed>'}: {len(sink.toposort())} -> {len(ret.toposort())} nodes")
+    return ret

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from uopgrad._util import all_int, dedup, prod
 from uopgrad.config import VERIFY
 from uopgrad.dtype import dtypes
+from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, Invalid, UOp, sint
@@ -265,12 +266,13 @@ class _Scheduler:
     def allocate(self, u: UOp) -> UOp:
         """A fresh buffer for the realized node `u`; returns its view, which has `u`'s shape."""
         if not isinstance(u.device, str):
-            raise RuntimeError(f"can't realize a value with device {u.device!r}: {u.short()}")
+            raise ScheduleError(f"can't realize a value with device {u.device!r}: {u.short()}")
         shape = u.shape
         size: sint = prod(shape)
         limit = size if isinstance(size, int) else size.vmax
         if not isinstance(limit, int):
-            raise RuntimeError(f"can't realize shape {shape}: a symbolic dimension has no finite upper bound")
+            raise ScheduleError(f"can't realize shape {shape}: a symbolic dimension has no finite upper "
+                                "bound")
         buf = UOp.new_buffer(u.device, limit, u.dtype.base)
         self.fresh.add(buf)
         view = buf if isinstance(size, int) else buf.shrink(((0, size),))
@@ -284,7 +286,7 @@ class _Scheduler:
         if u in self.views:
             return _view_chain(self.views[u])[1], []
         if (found := _buffer_of(u)) is None:
-            raise RuntimeError(f"no buffer holds {u.short()}")
+            raise ScheduleError(f"no buffer holds {u.short()}")
         return found
 
     def add(self, call: UOp, after: list[UOp], after_bufs: set[UOp], follows: tuple[int, ...] = ()) -> int:
@@ -440,7 +442,7 @@ class _Scheduler:
                 if indeg[j] == 0:
                     heapq.heappush(ready, j)
         if len(out) != n:
-            raise RuntimeError("the schedule has a cycle: assigns read each other's buffers before writing")
+            raise ScheduleError("the schedule has a cycle: assigns read each other's buffers before writing")
         return out
 
 

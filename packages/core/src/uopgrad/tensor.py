@@ -19,6 +19,7 @@ from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype, sum_acc_dtype
+from uopgrad.errors import DeviceError, GradientError, ShapeError
 from uopgrad.gradient import compute_gradient
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape, resolve_shape_arg
 from uopgrad.ops import Ops
@@ -77,7 +78,7 @@ def _py(x: T) -> T:
 def _concrete(s: sint, what: str = "this operation") -> int:
     """A size as an int; symbolic sizes are an error."""
     if not isinstance(s, int):
-        raise RuntimeError(f"{what} needs a concrete size, not the symbolic {s.short()}")
+        raise ShapeError(f"{what} needs a concrete size, not the symbolic {s.short()}")
     return s
 
 
@@ -133,7 +134,7 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     # a symbolic shape: a buffer of the largest size, of which a SHRINK to the bound size is the tensor
     limits = [d if isinstance(d, int) else d.vmax for d in shape]
     if not all(isinstance(x, int) for x in limits):
-        raise RuntimeError(f"can't realize shape {shape}: a symbolic dimension has no finite upper bound")
+        raise ShapeError(f"can't realize shape {shape}: a symbolic dimension has no finite upper bound")
     buf = UOp.new_buffer(device, int(prod(limits)), u.dtype.base)
     size_sym = prod(shape)
     region = buf.shrink(((0, size_sym),))
@@ -231,7 +232,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         """The device name, e.g. "REFERENCE" (the default device for a value bound to none)."""
         dev = self.uop.device
         if isinstance(dev, tuple):
-            raise RuntimeError(f"multi-device tensors are not supported yet (devices {dev})")
+            raise DeviceError(f"multi-device tensors are not supported yet (devices {dev})")
         return dev if dev is not None else Device.DEFAULT
 
     def numel(self) -> sint:
@@ -426,7 +427,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         devices = {d for d in (self.uop.device, *(o.uop.device for o in others)) if d is not None}
         if len(devices) > 1:
             names = sorted(map(str, devices))
-            raise RuntimeError(f"tensors are on different devices {names}; move them with .to()")
+            raise DeviceError(f"tensors are on different devices {names}; move them with .to()")
 
     def _binop(self, op: Ops, x: TensorLike | Sequence[Any] | np.ndarray, reverse: bool) -> Tensor:
         if isinstance(x, (list, tuple, np.ndarray)):
@@ -669,7 +670,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         return self.permute(order)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802  (numpy's name)
+    def T(self) -> Tensor:
         """All dimensions reversed."""
         return self.permute(tuple(reversed(range(self.ndim))))
 
@@ -886,7 +887,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
     def to(self, device: str) -> Tensor:
         """This tensor on `device` (a COPY; self when it is there already)."""
         dev = Device.canonicalize(device)
-        Device[dev]  # noqa: B018  (an unknown device fails here, listing the installed ones)
+        Device[dev]
         if dev == self.uop.device:
             return self
         return Tensor._wrap(self.uop.copy_to_device(dev), self)
@@ -957,7 +958,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         form (uopgrad.realized): AFTER(buffer view, CALL of the graph that computed it). The backends see the
         graphs with every realized value read from its buffer; gradients still see the whole graph."""
         if not ALLOW_DEVICE_USAGE:
-            raise RuntimeError("realize() is not allowed while device usage is disabled "
+            raise DeviceError("realize() is not allowed while device usage is disabled "
                                "(ALLOW_DEVICE_USAGE=0, e.g. while a function is being traced)")
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
@@ -1031,7 +1032,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
         if not all_int(self.shape):
-            raise RuntimeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
+            raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         self.realize()
         buf = _plain_buffer(realized_view(self.uop))
         if buf is None:  # a strided view of a buffer: copy it out through a temporary buffer
@@ -1059,7 +1060,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
             raise AssertionError(f"gradient of a non-scalar tensor of shape {self.shape} needs gradient=")
         for t in (self, *targets):
             if not dtypes.is_float(t.dtype):
-                raise RuntimeError(f"only float Tensors have gradient, not {t.dtype}")
+                raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
         grads = compute_gradient(self.uop, seed.uop, {t.uop for t in targets})
         out = [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]

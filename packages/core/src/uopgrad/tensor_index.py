@@ -17,7 +17,7 @@ import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.mixin import MathMixin, broadcast_shape
+from uopgrad.mixin import MathMixin, broadcast_shape, concrete_size
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -31,11 +31,7 @@ def _t(x: object) -> Tensor:
     """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
     return cast("Tensor", x)
 
-def _int(s: object) -> int:
-    """A size as an int: these ops need concrete sizes."""
-    if not isinstance(s, int):
-        raise RuntimeError(f"this operation needs concrete sizes, not the symbolic size {s}")
-    return s
+_int = concrete_size  # these ops need concrete sizes
 
 
 def _lowest(dt: DType) -> ConstType:
@@ -84,25 +80,27 @@ class IndexMixin:
         """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on): index has self's rank and is no
         larger than self outside `dim`."""
         x = _t(self)
-        d = x._axis(dim)
-        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-            raise ValueError(f"gather index of shape {index.shape} does not fit {x.shape} along dim {d}")
-        n = _int(x.shape[d])
-        idx = x._int_index(index, n, "gather")
+        d, n, idx = x._fitted_index(dim, index, "gather")
         sel = x.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
         sel = sel.unsqueeze(-1).transpose(-1, d)  # dim d now has size 1, the last axis walks the source
         mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1)
         return mask.where(sel, 0).sum(-1, dtype=x.dtype)
 
+    def _fitted_index(self, dim: int, index: Tensor, what: str) -> tuple[int, int, Tensor]:
+        """(the normalised dim, its size, `index` checked as gather/scatter indices along it): `index` has
+        self's rank and is no larger than self outside `dim`."""
+        x = _t(self)
+        d = x._axis(dim)
+        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
+            raise ValueError(f"{what} index of shape {index.shape} does not fit {x.shape} along dim {d}")
+        n = _int(x.shape[d])
+        return d, n, x._int_index(index, n, what)
+
     def _scatter_parts(self, dim: int, index: Tensor, src: Tensor | ConstType) -> tuple[Tensor, Tensor, int]:
         """(mask, values): mask[..., j at dim, ..., k] says source element k lands on j; values is the source
         laid out alike; both padded to self's shape. Also the normalised dim."""
         x = _t(self)
-        d = x._axis(dim)
-        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-            raise ValueError(f"scatter index of shape {index.shape} does not fit {x.shape} along dim {d}")
-        n = _int(x.shape[d])
-        idx = x._int_index(index, n, "scatter")
+        d, n, idx = x._fitted_index(dim, index, "scatter")
         if isinstance(src, (int, float, bool)):
             vals = x.full_like(src).shrink(tuple((0, 1) if k == d else None for k in range(x.ndim)))
             vals = vals.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))

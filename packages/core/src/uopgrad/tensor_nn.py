@@ -14,6 +14,7 @@ from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from uopgrad.dtype import dtypes, least_upper_dtype
+from uopgrad.mixin import concrete_size
 from uopgrad.tensor_shape import pad_pairs
 
 if TYPE_CHECKING:
@@ -28,11 +29,7 @@ def _t(x: object) -> Tensor:
     """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
     return cast("Tensor", x)
 
-def _int(s: object) -> int:
-    """A size as an int: these ops need concrete sizes."""
-    if not isinstance(s, int):
-        raise RuntimeError(f"this operation needs concrete sizes, not the symbolic size {s}")
-    return s
+_int = concrete_size  # these ops need concrete sizes
 
 
 def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
@@ -52,7 +49,7 @@ def grad_enabled() -> bool:
     return _GradMode.enabled
 
 
-class no_grad(ContextDecorator):  # noqa: N801  (PyTorch's name)
+class no_grad(ContextDecorator):
     """Context manager (and decorator): the results of operations inside carry no gradient (they are
     detached and do not require grad), e.g. for evaluation and for optimiser updates."""
 
@@ -115,7 +112,7 @@ class NNMixin:
             x = x.shrink([*noop, *((0, o * s) for o, s in zip(o_, s_))])
             x = x.reshape(lead + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
             x = x.shrink([*noop, *(p for o, k in zip(o_, k_) for p in ((0, o), (0, k)))])
-            L = len(lead)  # noqa: N806
+            L = len(lead)
             return x.permute(*range(L), *(L + 2 * j for j in range(n)), *(L + 2 * j + 1 for j in range(n)))
         # overlapping windows: repeat each dim so that row j of a (k, i*f + d) reshape starts at j*d
         f_ = [max(1, math.ceil((o * s - d) / i)) for o, s, d, i in zip(o_, s_, d_, i_)]
@@ -127,7 +124,7 @@ class NNMixin:
         x = x.reshape(lead + tuple(v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)))
         x = x.shrink([*noop, *(p for k, o in zip(k_, o_) for p in ((0, k), (0, o), (0, 1)))])
         x = x.reshape(lead + tuple(v for k, o in zip(k_, o_) for v in (k, o)))
-        L = len(lead)  # noqa: N806
+        L = len(lead)
         return x.permute(*range(L), *(L + 2 * j + 1 for j in range(n)), *(L + 2 * j for j in range(n)))
 
     def _pad_spatial(self, padding: int | Sequence[int], n: int, value: float = 0.0) -> Tensor:
@@ -262,7 +259,7 @@ class NNMixin:
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
     # ------------------------------------------------------------------ losses
-    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # noqa: N803
+    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
                  reduction: str = "mean") -> Tensor:
         """Negative log likelihood of log-probabilities self (N, C, ...) at int targets Y (N, ...)."""
         x = _t(self)
@@ -278,7 +275,7 @@ class NNMixin:
             return nll.sum() / w.sum()
         return _reduce(nll, reduction)
 
-    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,  # noqa: N803
+    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
                       ignore_index: int = -100) -> Tensor:
         """Cross entropy of logits self (N, C, ...) against int class indices Y (N, ...) or class
         probabilities of self's shape, with label smoothing; index targets equal to ignore_index count
@@ -306,13 +303,13 @@ class NNMixin:
             return loss.sum() / valid.cast(logp.dtype).sum()
         return _reduce(loss, reduction)
 
-    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:  # noqa: N803
+    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
         """-(Y log(p) + (1 - Y) log(1 - p)) of probabilities self; each log is clamped at -100, as
         PyTorch does."""
         x = _t(self)
         return _reduce(-(Y * x.log().maximum(-100) + (1 - Y) * (1 - x).log().maximum(-100)), reduction)
 
-    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",  # noqa: N803
+    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",
                                    pos_weight: Tensor | None = None) -> Tensor:
         """Binary cross entropy of logits self, computed stably from logsigmoid."""
         x = _t(self)

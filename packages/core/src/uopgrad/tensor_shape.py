@@ -16,7 +16,8 @@ import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.mixin import resolve_shape_arg
+from uopgrad.errors import ShapeError
+from uopgrad.mixin import concrete_size, resolve_shape_arg
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -32,11 +33,7 @@ def _t(x: object) -> Tensor:
     """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
     return cast("Tensor", x)
 
-def _int(s: object) -> int:
-    """A size as an int: these ops need concrete sizes."""
-    if not isinstance(s, int):
-        raise RuntimeError(f"this operation needs concrete sizes, not the symbolic size {s}")
-    return s
+_int = concrete_size  # these ops need concrete sizes
 
 
 def _cls(c: object) -> type[Tensor]:
@@ -402,7 +399,7 @@ class ShapeMixin:
 
 def _ints(shape: Sequence[sint]) -> tuple[int, ...]:
     if not all(isinstance(s, int) for s in shape):
-        raise RuntimeError(f"random values need a concrete shape, not {tuple(shape)}")
+        raise ShapeError(f"random values need a concrete shape, not {tuple(shape)}")
     return tuple(cast(int, s) for s in shape)
 
 

@@ -6,15 +6,15 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 from __future__ import annotations
 
 import functools
-import hashlib
-import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias, cast
+from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 from uopgrad._util import all_int, prod
-from uopgrad.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype
+from uopgrad.dtype import ConstType, DType, Invalid, PtrDType, dtypes, least_upper_dtype
+from uopgrad.errors import ConfigError, MovementError, ShapeError
+from uopgrad.facts import Err, infer_axis, infer_device, infer_key, infer_min_max, infer_shape, vec_values
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -22,6 +22,7 @@ from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 __all__ = ["CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint", "ssimplify"]
 
 sint: TypeAlias = "int | UOp"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,13 @@ class Metadata:
     name: str
     caller: str = ""
     backward: bool = False
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """The arg of a custom kernel's SINK: what names the kernel (its compiled function is called `name`)."""
+
+    name: str = "test"
 
 
 @dataclass(frozen=True)
@@ -53,38 +61,7 @@ class CallInfo:
         return (CallInfo, (None, self.metadata, self.name, self.precompile, self.precompile_backward))
 
 
-@dataclass(frozen=True)
-class KernelInfo:
-    """The arg of a custom kernel's SINK: what names the kernel (its compiled function is called `name`)."""
-
-    name: str = "test"
-
-
-class _InvalidType:
-    """The value of an uninitialised element (`Tensor.invalids`): any value of the dtype may be read."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "Invalid"
-
-    def __reduce__(self) -> str:
-        return "Invalid"
-
-
-Invalid = _InvalidType()
-
-
 all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
-
-
-class _Err:
-    """A derived fact that failed: raised again only when something actually needs it."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
 
 
 class UOpMetaClass(type):
@@ -116,10 +93,6 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
 
 
 _CALLS = GroupOp.Call
-_PASS_SHAPE = {Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE,
-               Ops.MSTACK, Ops.MSELECT, Ops.LOAD, Ops.PATCH}
-_SCALAR_SHAPE = {Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX}
-_ELEMENTWISE_SHAPE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}
 _unique_counter = iter(range(1 << 62))
 
 
@@ -259,33 +232,39 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def simplify(self) -> UOp:
         """Symbolic simplification (the `sym` table of uopgrad.symbolic)."""
         if _simplifier is None:
-            raise RuntimeError("no simplifier registered: import uopgrad (or uopgrad.symbolic) first")
+            raise ConfigError("no simplifier registered: import uopgrad (or uopgrad.symbolic) first")
         return _simplifier(self)
 
     # ------------------------------------------------------------------ derived facts (cached, iterative)
-    def _fact(self, name: str, compute: Callable[[UOp], Any]) -> Any:
+    def _fact(self, name: str, compute: Callable[[UOp], T]) -> T | Err:
+        """The fact `name` of this node, computed by `compute` for every node under it that lacks it (one
+        iterative post-order pass); a ShapeError is kept as an Err and raised where the fact is needed."""
         c = self._cache
         if name not in c:
             for u in self.toposort(gate=lambda x: name not in x._cache):
                 try:
                     u._cache[name] = compute(u)
-                except (RuntimeError, ValueError, AssertionError, IndexError, KeyError, TypeError) as e:
-                    u._cache[name] = _Err(e)
-        return c[name]
+                except ShapeError as e:
+                    u._cache[name] = Err(e)
+        return cast("T | Err", c[name])
+
+    def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
+        """`_fact` for facts whose rules never fail."""
+        ret = self._fact(name, compute)
+        if isinstance(ret, Err):
+            raise ret.exc
+        return ret
 
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
-        ret = self._fact("shape", _infer_shape)
-        if isinstance(ret, _Err):
-            raise ret.exc
-        return ret  # type: ignore[no-any-return]
+        return self._ok("shape", infer_shape)
 
     @property
     def shape(self) -> tuple[sint, ...]:
-        """The shape; RuntimeError if this node has none."""
+        """The shape; ShapeError (a RuntimeError) if this node has none."""
         if (s := self._shape) is None:
-            raise RuntimeError(f"{self.op} has no shape: {self.short()}")
+            raise ShapeError(f"{self.op} has no shape: {self.short()}")
         return s
 
     @property
@@ -296,32 +275,28 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @property
     def device(self) -> str | tuple[str, ...] | None:
         """The device (a name, or a tuple for multi-device values), or None."""
-        return self._fact("device", _infer_device)  # type: ignore[no-any-return]
-
-    @property
-    def _device(self) -> str | tuple[str, ...] | None:
-        return self.device
+        return self._ok("device", infer_device)
 
     @property
     def axis(self) -> int | None:
         """The sharding axis of a multi-device value, or None."""
-        ret = self._fact("axis", _infer_axis)
-        return None if isinstance(ret, _Err) else ret
+        ret = self._fact("axis", infer_axis)
+        return None if isinstance(ret, Err) else ret
 
     @property
     def key(self) -> bytes:
         """A content hash of the whole graph under this node: equal for equal structure, across processes."""
-        return self._fact("key", _infer_key)  # type: ignore[no-any-return]
+        return self._ok("key", infer_key)
 
     @property
     def vmin(self) -> ConstType:
         """A lower bound of every value this node can take."""
-        return self._fact("minmax", _infer_min_max)[0]  # type: ignore[no-any-return]
+        return self._ok("minmax", infer_min_max)[0]
 
     @property
     def vmax(self) -> ConstType:
         """An upper bound of every value this node can take."""
-        return self._fact("minmax", _infer_min_max)[1]  # type: ignore[no-any-return]
+        return self._ok("minmax", infer_min_max)[1]
 
     @property
     def marg(self) -> Any:
@@ -332,7 +307,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return tuple(zip(vec_values(self.src[1]), vec_values(self.src[2])))
         if self.op in (Ops.PERMUTE, Ops.FLIP):
             return self.arg
-        raise RuntimeError(f"marg is only defined for movement ops, not {self.op}")
+        raise MovementError(f"marg is only defined for movement ops, not {self.op}")
 
     @property
     def base(self) -> UOp:
@@ -357,14 +332,6 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if shape is not None and len(shape):
             ret = ret.reshape((1,) * len(shape)).expand(shape)
         return ret
-
-    @staticmethod
-    def invalids(dtype: DType, device: str, shape: tuple[sint, ...]) -> UOp:
-        """Elements that are not initialised: a unique CONST of `Invalid`, broadcast to `shape`. Realized, it
-        is a buffer no kernel fills; read, any value of the dtype may come back (REFERENCE gives zeros)."""
-        src = (UOp(Ops.UNIQUE, arg=next(_unique_counter)), UOp(Ops.DEVICE, arg=device))
-        ret = UOp(Ops.CONST, dtype, src, Invalid)
-        return ret.reshape((1,) * len(shape)).expand(shape) if len(shape) else ret
 
     def const_like(self, b: ConstType) -> UOp:
         """A constant of this node's dtype, device and shape."""
@@ -397,6 +364,14 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def expr(self) -> str:
         """The name of a variable."""
         return str(self.arg[0])
+
+    @staticmethod
+    def invalids(dtype: DType, device: str, shape: tuple[sint, ...]) -> UOp:
+        """Elements that are not initialised: a unique CONST of `Invalid`, broadcast to `shape`. Realized, it
+        is a buffer no kernel fills; read, any value of the dtype may come back (REFERENCE gives zeros)."""
+        src = (UOp(Ops.UNIQUE, arg=next(_unique_counter)), UOp(Ops.DEVICE, arg=device))
+        ret = UOp(Ops.CONST, dtype, src, Invalid)
+        return ret.reshape((1,) * len(shape)).expand(shape) if len(shape) else ret
 
     @staticmethod
     def new_buffer(device: str, size: int, dtype: DType) -> UOp:
@@ -663,7 +638,7 @@ def _broadcast(srcs: Sequence[UOp]) -> tuple[UOp, ...]:
         return tuple(srcs)
     try:
         out = broadcast_shape(*shapes)  # type: ignore[arg-type]
-    except ValueError:
+    except MovementError:
         return tuple(srcs)  # mismatches are reported by shape inference, with the node
     return tuple(s if s._shape == out else s.reshape((1,) * (len(out) - len(s.shape)) + s.shape).expand(out)
                  for s in srcs)
@@ -681,259 +656,4 @@ def shape_vec(shape: Sequence[sint]) -> UOp:
     elems = tuple(s if isinstance(s, UOp) else UOp(Ops.CONST, dtypes.index, (), s) for s in shape)
     return UOp(Ops.STACK, dtypes.index.vec(len(shape)), elems)
 
-
-def vec_values(v: UOp) -> tuple[sint, ...]:
-    """Decode a shape vector made by `shape_vec`."""
-    if v.op is Ops.CONST:
-        return (v.arg,) * v.dtype.count
-    if v.op is Ops.VCONST:
-        return tuple(v.arg)
-    if v.op is Ops.STACK:
-        return tuple(s.arg if s.op is Ops.CONST else s for s in v.src)
-    raise ValueError(f"not a shape vector: {v.short()}")
-
-
-def _is(a: sint, b: sint) -> bool:
-    return a is b if isinstance(a, UOp) or isinstance(b, UOp) else a == b
-
-
-def _shape_of(u: UOp) -> tuple[sint, ...] | None:
-    s = u._cache["shape"]
-    if isinstance(s, _Err):
-        raise s.exc
-    return s  # type: ignore[no-any-return]
-
-
-def _need_shape(u: UOp, consumer: UOp) -> tuple[sint, ...]:
-    if (s := _shape_of(u)) is None:
-        raise RuntimeError(f"{consumer.op} needs a shaped source; {u.op} has no shape: {consumer.short()}")
-    return s
-
-
-def _infer_shape(u: UOp) -> tuple[sint, ...] | None:  # noqa: C901  (one branch per op family)
-    op = u.op
-    if op in GroupOp.Shapeless or (op in (Ops.NOOP, Ops.MULTI) and not u.src):
-        return None
-    if op in _SCALAR_SHAPE:
-        return ()
-    if op is Ops.NOOP:
-        return _shape_of(u.src[0])
-    if op is Ops.BUFFER:
-        return (u.arg,)
-    if op is Ops.PARAM:
-        if isinstance(u.dtype, PtrDType):
-            return (u.dtype.size,)
-        if u.src[0].op is Ops.NOOP:
-            raise RuntimeError(f"PARAM slot {u.arg} has an unknown shape")
-        return vec_values(u.src[0])
-    if op in _PASS_SHAPE or (op is Ops.REDUCE and not u.arg[1]):
-        return _need_shape(u.src[0], u) if op is not Ops.AFTER else _shape_of(u.src[0])
-    if op is Ops.GETTUPLE:
-        return _gettuple_shape(u)
-    if op in GroupOp.Movement or op in (Ops.REDUCE, Ops.MULTI):
-        return _movement_shape(u, _need_shape(u.src[0], u))
-    if op in _ELEMENTWISE_SHAPE:
-        shapes = [_shape_of(s) for s in u.src]
-        first = shapes[0]
-        if first is None or any(s is None or len(s) != len(first) or
-                                not all(_is(a, b) for a, b in zip(s, first)) for s in shapes):
-            raise RuntimeError(f"shape mismatch in {op}: source shapes {shapes}: {u.short()}")
-        return first
-    return _shape_of(u.src[0]) if u.src else None
-
-
-def _gettuple_shape(u: UOp) -> tuple[sint, ...] | None:
-    k = u.src[0]
-    holder = k.src[0] if k.op is Ops.FUNCTION else k
-    shape = _shape_of(holder.src[u.arg])
-    if shape is None or k.op is not Ops.FUNCTION or all_int(shape):
-        return shape
-    args = k.src[1:]
-    out: list[sint] = []
-    for d in shape:
-        if isinstance(d, UOp):
-            params = {p: args[p.arg] for p in d.toposort() if p.op is Ops.PARAM and p.arg < len(args)}
-            d = d.substitute(params, walk=True)
-        out.append(d)
-    return tuple(out)
-
-
-def _movement_shape(u: UOp, src: tuple[sint, ...]) -> tuple[sint, ...]:  # noqa: C901  (one branch per op)
-    op = u.op
-    if op is Ops.RESHAPE:
-        new = vec_values(u.src[1])
-        if any(isinstance(s, int) and s < 0 for s in new):
-            raise ValueError(f"RESHAPE to {new}: dimensions must be non-negative")
-        if all_int(new) and all_int(src) and prod(new) != prod(src):
-            raise ValueError(f"RESHAPE from {src} to {new}: the number of elements differs")
-        return new
-    if op is Ops.EXPAND:
-        new = vec_values(u.src[1])
-        if any(isinstance(n, int) and n < 0 for n in new):
-            raise ValueError(f"EXPAND to {new}: dimensions must be non-negative")
-        grows = [not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)]
-        if len(new) != len(src) or any(grows):
-            raise ValueError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must match")
-        return new
-    if op is Ops.PERMUTE:
-        if sorted(u.arg) != list(range(len(src))):
-            raise ValueError(f"PERMUTE {u.arg} is not a permutation of {len(src)} axes")
-        return tuple(src[i] for i in u.arg)
-    if op in (Ops.PAD, Ops.SHRINK):
-        b, e = vec_values(u.src[1]), vec_values(u.src[2])
-        if len(b) != len(src) or len(e) != len(src):
-            raise ValueError(f"{op.name} {tuple(zip(b, e))} needs one pair per dimension of {src}")
-        if op is Ops.PAD:
-            if any(isinstance(x, int) and x < 0 for x in b + e):
-                raise ValueError(f"PAD {tuple(zip(b, e))} must be non-negative")
-            return tuple(_sadd(_sadd(s, bb), ee) for s, bb, ee in zip(src, b, e))
-        for s, bb, ee in zip(src, b, e):
-            if isinstance(s, int) and isinstance(bb, int) and isinstance(ee, int) and not 0 <= bb <= ee <= s:
-                raise ValueError(f"SHRINK {tuple(zip(b, e))} is out of bounds for shape {src}")
-        return tuple(ee if isinstance(bb, int) and bb == 0 else _ssub(ee, bb) for bb, ee in zip(b, e))
-    if op is Ops.FLIP:
-        if len(u.arg) != len(src):
-            raise ValueError(f"FLIP {u.arg} needs one flag per dimension of {src}")
-        return src
-    if op is Ops.REDUCE:
-        if any(not 0 <= a < len(src) for a in u.arg[1]):
-            raise ValueError(f"REDUCE axes {u.arg[1]} out of range for shape {src}")
-        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
-    assert op is Ops.MULTI
-    ndev = len(u.device) if isinstance(u.device, tuple) else 1
-    return tuple(s * ndev if i == u.arg else s for i, s in enumerate(src))
-
-
-def _sadd(a: sint, b: sint) -> sint:
-    if isinstance(b, int) and b == 0:
-        return a
-    return a + b
-
-
-def _ssub(a: sint, b: sint) -> sint:
-    """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a - b
-    diff = a - b
-    return ssimplify(diff) if _simplifier is not None else diff  # type: ignore[return-value]
-
-
-def _infer_device(u: UOp) -> str | tuple[str, ...] | None:
-    if u.op is Ops.DEVICE:
-        return u.arg  # type: ignore[no-any-return]
-    if u.op in (Ops.COPY, Ops.BUFFER, Ops.ALLREDUCE):
-        return u.src[1]._cache["device"]  # type: ignore[no-any-return]
-    if u.op is Ops.AFTER:
-        return u.src[0]._cache["device"]  # type: ignore[no-any-return]
-    for s in u.src:
-        if (d := s._cache["device"]) is not None:
-            return d  # type: ignore[no-any-return]
-    return None
-
-
-def _axis_of(u: UOp) -> int | None:
-    a = u._cache.get("axis")
-    return None if isinstance(a, _Err) else a
-
-
-def _infer_axis(u: UOp) -> int | None:
-    op = u.op
-    if op is Ops.MULTI:
-        return u.arg  # type: ignore[no-any-return]
-    if op is Ops.COPY or not u.src:
-        return None
-    if op is Ops.GETTUPLE:
-        k = u.src[0]
-        return _axis_of((k.src[0] if k.op is Ops.FUNCTION else k).src[u.arg])
-    if op is Ops.PARAM:
-        return next((s.arg for s in u.src if s.op is Ops.MULTI and not s.src), None)
-    if op in GroupOp.ALU:
-        axes = [a for s in u.src if (a := _axis_of(s)) is not None]
-        return axes[-1] if axes else None
-    axis = _axis_of(u.src[0])
-    if axis is None:
-        return None
-    if op is Ops.REDUCE and axis in u.arg[1]:
-        return None
-    if op is Ops.PERMUTE:
-        return u.arg.index(axis)  # type: ignore[no-any-return]
-    if op is Ops.SHRINK:
-        s0 = _shape_of(u.src[0])
-        return axis if s0 is not None and _is(u.marg[axis][1] - u.marg[axis][0], s0[axis]) else None
-    return axis
-
-
-def _infer_key(u: UOp) -> bytes:
-    h = hashlib.sha256(f"{u.op}|{u.dtype!r}|{u.arg!r}|{u.tag!r}".encode())
-    for s in u.src:
-        h.update(s._cache["key"])
-    return h.digest()
-
-
-def _safe_mul(a: ConstType, b: ConstType) -> ConstType:
-    return 0 if a == 0 or b == 0 else a * b
-
-
-def _div_bound(a: ConstType, c: int) -> ConstType:
-    """a // c (c > 0) for a bound that may be infinite (an unbounded index): inf // c would be NaN."""
-    return a if isinstance(a, float) and math.isinf(a) else a // c
-
-
-def _infer_min_max(u: UOp) -> tuple[ConstType, ConstType]:  # noqa: C901  (one branch per op)
-    dt = u.dtype.scalar()
-    lo, hi = dtypes.min(dt), dtypes.max(dt)
-    mm = [s._cache["minmax"] for s in u.src]
-    op = u.op
-    if op is Ops.CONST:
-        return (lo, hi) if u.arg is Invalid else (u.arg, u.arg)
-    if op is Ops.VCONST:
-        return (min(u.arg), max(u.arg))
-    if op is Ops.DEFINE_VAR:
-        return (u.arg[1], u.arg[2])
-    if op is Ops.PARAM and len(u.src) >= 4 and u.src[2].op is Ops.CONST and u.src[3].op is Ops.CONST:
-        return (u.src[2].arg, u.src[3].arg)
-    if op is Ops.BIND:
-        return cast(tuple[ConstType, ConstType], mm[0])
-    if op in (Ops.RANGE, Ops.SPECIAL):
-        return (0, mm[0][1] - 1)
-    if op is Ops.CAST and (dtypes.is_int(dt) or dt == dtypes.bool) and dtypes.is_int(u.src[0].dtype):
-        return (max(lo, mm[0][0]), min(hi, mm[0][1])) if lo <= mm[0][0] and mm[0][1] <= hi else (lo, hi)
-    if op is Ops.WHERE:
-        return (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1]))
-    # float bounds leave out NaN, which makes CMPLT False and CMPNE True: for floats decide only that way
-    maybe_nan = u.src[0].dtype.scalar() in dtypes.floats if u.src else False
-    if op is Ops.CMPLT:
-        if mm[0][1] < mm[1][0] and not maybe_nan:
-            return (True, True)
-        return (False, False) if mm[0][0] >= mm[1][1] else (False, True)
-    if op is Ops.CMPNE:
-        if mm[0][1] < mm[1][0] or mm[0][0] > mm[1][1]:
-            return (True, True)
-        same = mm[0][0] == mm[0][1] == mm[1][0] == mm[1][1] and not maybe_nan
-        return (False, False) if same else (False, True)
-    if not (dtypes.is_int(dt)):
-        return (lo, hi) if op is not Ops.MAX else (max(mm[0][0], mm[1][0]), max(mm[0][1], mm[1][1]))
-    ret: tuple[ConstType, ConstType] | None = None
-    if op is Ops.ADD:
-        ret = (mm[0][0] + mm[1][0], mm[0][1] + mm[1][1])
-    elif op is Ops.MUL:
-        corners = [_safe_mul(a, b) for a in mm[0] for b in mm[1]]
-        ret = (min(corners), max(corners))
-    elif op is Ops.NEG:
-        ret = (-mm[0][1], -mm[0][0])
-    elif op is Ops.MAX:
-        ret = (max(mm[0][0], mm[1][0]), max(mm[0][1], mm[1][1]))
-    elif op is Ops.FLOORDIV and mm[1][0] == mm[1][1] and mm[1][0] > 0:
-        ret = (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
-    elif op is Ops.FLOORMOD and mm[1][0] == mm[1][1] and mm[1][0] > 0:
-        c = mm[1][0]
-        same_block = mm[0][0] // c == mm[0][1] // c
-        ret = (mm[0][0] % c, mm[0][1] % c) if same_block else (0, c - 1)
-    elif op is Ops.CDIV and mm[1][0] == mm[1][1] and mm[1][0] > 0 and mm[0][0] >= 0:
-        ret = (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
-    elif op is Ops.CMOD and mm[1][0] == mm[1][1] and mm[1][0] > 0 and mm[0][0] >= 0:
-        ret = (0, min(mm[0][1], mm[1][0] - 1))
-    if ret is None or (dt != dtypes.index and (ret[0] < lo or ret[1] > hi)):
-        return (lo, hi) if dt != dtypes.index else (-math.inf, math.inf)
-    return ret
 

@@ -7,6 +7,7 @@ inferred, and raises `VerifyError` naming the first bad node in toposort order. 
 from __future__ import annotations
 
 from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.errors import ShapeError, VerifyError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import CallInfo, Invalid, UOp
@@ -16,19 +17,11 @@ __all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_
 REDUCE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
 # ops whose dtype may be a vector: the shape vectors of RESHAPE/EXPAND/PAD/SHRINK and PARAM
 _VECTOR_OPS = frozenset({Ops.CONST, Ops.VCONST, Ops.STACK})
-_INT_ONLY = frozenset({Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD})
+_INT_ONLY = frozenset({Ops.SHL, Ops.SHR})
+# divisions and remainders: any number dtype (REFERENCE defines the float ones, codegen decomposes them)
+_DIVISIONS = frozenset({Ops.CDIV, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD})
 _INT_OR_BOOL = frozenset({Ops.AND, Ops.OR, Ops.XOR})
-_PLAIN_BINARY = GroupOp.Binary - GroupOp.Comparison - _INT_ONLY - _INT_OR_BOOL
-_SHAPE_ERRORS = (RuntimeError, ValueError, AssertionError, IndexError, KeyError, TypeError)
-
-
-class VerifyError(RuntimeError):
-    """A node breaks the IR's rules. `.uop` is the node, `.index` its position in toposort order."""
-
-    def __init__(self, message: str, uop: UOp, index: int) -> None:
-        super().__init__(message)
-        self.uop = uop
-        self.index = index
+_PLAIN_BINARY = GroupOp.Binary - GroupOp.Comparison - _INT_ONLY - _INT_OR_BOOL - _DIVISIONS
 
 
 # ---------------------------------------------------------------------- predicates used by the rules
@@ -233,6 +226,8 @@ pm_spec_shared = PatternMatcher([
      lambda x, a, b: x.dtype == dtypes.bool and a.dtype.base == b.dtype.base != dtypes.void),
     (UPat(_INT_ONLY, src=(UPat.var("a"), UPat.var("b")), name="x"),
      lambda x, a, b: _same_dtype(x, a, b) and _is_int(x.dtype.base)),
+    (UPat(_DIVISIONS, src=(UPat.var("a"), UPat.var("b")), name="x"),
+     lambda x, a, b: _same_dtype(x, a, b) and x.dtype.base != dtypes.bool),
     (UPat(_INT_OR_BOOL, src=(UPat.var("a"), UPat.var("b")), name="x"),
      lambda x, a, b: _same_dtype(x, a, b) and (_is_int(x.dtype.base) or x.dtype.base == dtypes.bool)),
     (UPat(_PLAIN_BINARY, src=(UPat.var("a"), UPat.var("b")), name="x"), lambda x, a, b: _same_dtype(x, a, b)),
@@ -304,6 +299,7 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     (GroupOp.Unary, "1 source; output dtype = source dtype; arg None"),
     (GroupOp.Comparison, "2 sources of one dtype; output dtype bool"),
     (_INT_ONLY, "2 sources of one integer dtype; output dtype = that dtype"),
+    (_DIVISIONS, "2 sources of one number dtype (not bool); output dtype = that dtype"),
     (_INT_OR_BOOL, "2 sources of one integer or bool dtype; output dtype = that dtype"),
     (_PLAIN_BINARY, "2 sources of one dtype; output dtype = that dtype"),
     ({Ops.WHERE}, "3 sources (bool condition, a, b); a, b and the output share one dtype"),
@@ -350,7 +346,7 @@ _EXPECT: dict[Ops, str] = {op: text for ops, text in _EXPECT_ROWS for op in ops}
 def _shape_text(u: UOp) -> str:
     try:
         s = u._shape
-    except _SHAPE_ERRORS:
+    except ShapeError:
         return "<shape error>"
     return "-" if s is None else str(tuple(d if isinstance(d, int) else f"<{d.op.name}>" for d in s))
 
@@ -400,7 +396,7 @@ def _check_shape(u: UOp) -> str | None:
         return None
     try:
         _ = u._shape
-    except _SHAPE_ERRORS as e:
+    except ShapeError as e:
         return f"shape inference failed: {type(e).__name__}: {e}"
     return None
 

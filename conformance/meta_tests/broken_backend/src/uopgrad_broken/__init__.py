@@ -92,7 +92,7 @@ class _ZeroIdentityRenderer(NumpyRenderer):
 
 
 def _np(c: UOp) -> str:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
     return np.dtype(dtypes.to_numpy(c.dtype)).name
 
 

@@ -15,6 +15,7 @@ import itertools
 from uopgrad._util import prod
 from uopgrad.codegen.program import GridSpec
 from uopgrad.dtype import dtypes
+from uopgrad.errors import LoweringError
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import sym
@@ -66,7 +67,7 @@ def _plan(sizes: list[int], grid: GridSpec) -> Plan:
     c1 = min(-(-n // (local * c0)), grid.global_max[1])
     c2 = -(-n // (local * c0 * c1))
     if c2 > grid.global_max[2]:
-        raise RuntimeError(f"an output of shape {sizes} does not fit a grid with limits {grid}")
+        raise LoweringError(f"an output of shape {sizes} does not fit a grid with limits {grid}")
     return [(order, [(0, c0, local), (1, c1, 1), (2, c2, 1)])]
 
 

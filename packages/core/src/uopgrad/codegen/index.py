@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from uopgrad._util import prod
 from uopgrad.codegen.reduce import identity_element
 from uopgrad.dtype import ConstType, DType, PtrDType, dtypes
+from uopgrad.errors import LoweringError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import sym
@@ -144,7 +145,7 @@ class _Indexer:
                                        UOp(Ops.CMPLT, dtypes.bool, (x, _idx(b) + _idx(s)))))
                 i.append(x - _idx(b))
         else:
-            raise RuntimeError(f"{op} is not a movement op")
+            raise LoweringError(f"{op} is not a movement op")
         return tuple(self.simplify(x) for x in i), None if cond is None else self.simplify(cond)
 
     def address(self, view: UOp, o: Index) -> tuple[UOp, UOp | None]:
@@ -156,12 +157,12 @@ class _Indexer:
                 valid = _and(valid, cond)
             view = view.src[0]
         if view.op is not Ops.PARAM or not isinstance(view.dtype, PtrDType):
-            raise RuntimeError(f"a kernel stores into movement ops over a pointer PARAM, not {view.short()}")
+            raise LoweringError(f"a kernel stores into movement ops over a pointer PARAM, not {view.short()}")
         index = UOp(Ops.INDEX, view.dtype, (self.param(view), o[0]))
         return index, None if valid is None else self.simplify(valid)
 
     # -------------------------------------------------------------- values
-    def plan(self, key: Key) -> Plan:  # noqa: C901  (one branch per family of ops)
+    def plan(self, key: Key) -> Plan:
         """The (node, index, gate) keys a value needs, and how to build it from their lowered values."""
         u, o, valid = key
         op = u.op
@@ -189,7 +190,7 @@ class _Indexer:
             return [(u.src[0], o, valid)], lambda v: v[0]
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
             return [(s, o, valid) for s in u.src], lambda v: UOp(op, u.dtype.base, tuple(v), u.arg)
-        raise RuntimeError(f"{op} can't appear in a kernel body (spec/kernels.md §1): {u.short()}")
+        raise LoweringError(f"{op} can't appear in a kernel body (spec/kernels.md §1): {u.short()}")
 
     def plan_reduce(self, u: UOp, o: Index, valid: UOp | None) -> Plan:
         rop, axes = u.arg
@@ -241,7 +242,7 @@ def lower_indexing(sink: UOp) -> UOp:
             nests.extend(_Loops(_Indexer(counter, {}), loops).lower(st))
             continue
         if st.op is not Ops.STORE:
-            raise RuntimeError(f"a kernel body is a SINK of STOREs, not of {st.op}")
+            raise LoweringError(f"a kernel body is a SINK of STOREs, not of {st.op}")
         target, value = st.src
         shape = target.shape
         if isinstance(n := prod(shape), int) and n == 0:

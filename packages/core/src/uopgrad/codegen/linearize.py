@@ -13,6 +13,7 @@ import heapq
 from collections import defaultdict
 
 from uopgrad.dtype import dtypes
+from uopgrad.errors import LoweringError
 from uopgrad.ops import Ops
 from uopgrad.uop import UOp
 
@@ -73,7 +74,7 @@ class _Scopes:
             return self.path(self.parent[r]), r
         path = self.path(self.home[u])
         if not self.rset[u] <= set(path):
-            raise RuntimeError(f"the loops of {u.short()} are not nested in one another")
+            raise LoweringError(f"the loops of {u.short()} are not nested in one another")
         return path, u
 
 
@@ -139,5 +140,5 @@ def _toposort(items: dict[UOp, None], deps: dict[UOp, set[UOp]], order: dict[UOp
             if indeg[v] == 0:
                 heapq.heappush(ready, (key(v), v))
     if len(out) != len(items):
-        raise RuntimeError("the kernel's scopes depend on each other in a cycle")
+        raise LoweringError("the kernel's scopes depend on each other in a cycle")
     return out[::-1]

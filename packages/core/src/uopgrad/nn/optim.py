@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from uopgrad.errors import GradientError
 from uopgrad.tensor import Tensor, _concrete
 from uopgrad.tensor_nn import no_grad
 
@@ -65,7 +66,7 @@ class Optimizer:
     def _grads(self) -> list[Tensor]:
         missing = [k for k, p in enumerate(self.params) if p.grad is None]
         if missing:
-            raise RuntimeError(f"parameters {missing} have no gradient: call backward() before step(), and "
+            raise GradientError(f"parameters {missing} have no gradient: call backward() before step(), and "
                                "check that the loss depends on every parameter")
         return [p.grad.detach() for p in self.params if p.grad is not None]
 

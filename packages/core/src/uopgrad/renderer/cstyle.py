@@ -24,15 +24,12 @@ from typing import ClassVar
 
 from uopgrad.codegen import Program
 from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import RenderError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer import OpTemplate, Renderer
 from uopgrad.uop import UOp
 
 __all__ = ["CStyleRenderer", "RenderError"]
-
-
-class RenderError(RuntimeError):
-    """A linear program holds something this renderer cannot print (the message names the uop)."""
 
 
 # ---------------------------------------------------------------------- templates shared by the dialects
@@ -53,7 +50,7 @@ def _signed_int(dt: DType) -> bool:
     return dt.scalar() in dtypes.sints
 
 
-def _max(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _max(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # numpy's maximum, bit for bit: a NaN in a wins, then a NaN in b (a > NaN is false). On a tie (0.0 and
     # -0.0) numpy's float32/float64 loops keep b, its float16 loop keeps a.
     if not dtypes.is_float(dt):
@@ -62,34 +59,34 @@ def _max(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     return f"((({a}!={a})||({a}{ge}{b}))?{a}:{b})"
 
 
-def _cdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
-    # C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
-    if dtypes.is_float(dt):
-        return f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})"
-    if _signed_int(dt):
-        return f"(({b})==0?0:({b})==-1?-({a}):({a})/({b}))"
-    return f"(({b})==0?0:({a})/({b}))"
+def _int_guarded(on_floats: OpTemplate, signed: str, unsigned: str) -> OpTemplate:
+    """A C division-like template: `on_floats` for floats, else the guarded integer form (`{a}`, `{b}` are
+    the operand expressions), signed or unsigned."""
+    def template(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+        if dtypes.is_float(dt):
+            return str(on_floats(r, dt, a, b))
+        return (signed if _signed_int(dt) else unsigned).format(a=a, b=b)
+    return template
 
 
-def _cmod(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
-    # the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
-    if dtypes.is_float(dt):
-        return f"{r.math_fn('fmod', dt)}({a}, {b})"
-    if _signed_int(dt):
-        return f"((({b})==0||({b})==-1)?0:({a})%({b}))"
-    return f"(({b})==0?0:({a})%({b}))"
+# C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
+_cdiv = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})",
+                     "(({b})==0?0:({b})==-1?-({a}):({a})/({b}))", "(({b})==0?0:({a})/({b}))")
+# the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
+_cmod = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('fmod', dt)}({a}, {b})",
+                     "((({b})==0||({b})==-1)?0:({a})%({b}))", "(({b})==0?0:({a})%({b}))")
 
 
 def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     return f"({a}/{b})" if dtypes.is_float(dt) else _cdiv(r, dt, a, b)
 
 
-def _shl(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shl(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # a shift by 0..bits-1 as in C; by any other amount (negative ones included) it is 0
     return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})<<({b}):0)"
 
 
-def _shr(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+def _shr(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
     # arithmetic for signed types; an over-wide shift gives 0, or -1 for a negative value
     fill = f"(({a})<0?-1:0)" if _signed_int(dt) else "0"
     return f"(((unsigned long long)({b}))<{_bits(dt)}u?({a})>>({b}):{fill})"
@@ -106,7 +103,7 @@ def _mulacc(r: CStyleRenderer, dt: DType, a: str, b: str, c: str) -> str:
     return f"({r.round_to(dt, f'({a}*{b})')}+{c})"
 
 
-def _neg(r: CStyleRenderer, dt: DType, x: str) -> str:
+def _neg(_r: CStyleRenderer, dt: DType, x: str) -> str:
     return f"(!{x})" if dt.scalar() == dtypes.bool else f"(-{x})"
 
 

@@ -1,6 +1,10 @@
-"""Hand-built linear programs (spec/kernels.md §2) and a runner, for testing the CPU backend's renderer,
-compiler and runtime on their own; and the REFERENCE value of the same elementwise op, for comparison."""
+"""Hand-built linear programs (spec/kernels.md §2) and a runner, for checking a backend's renderer,
+compiler and runtime on their own, without the scheduler or codegen; and REFERENCE's value of the same
+elementwise op, the definition the backend must match.
 
+The programs are loop-style (one RANGE over the elements): on a grid-style backend they run as a single
+work-item, which is all an op's numerics need. Grid launches are checked through the whole pipeline.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -9,13 +13,17 @@ from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
 from uopgrad.codegen import Program
 
+__all__ = ["const", "elementwise", "linear", "out_dtype", "prog", "reference", "run"]
+
 i32 = dtypes.int32
 
 
-def prog(name: str, uops: tuple[UOp, ...]) -> Program:
+def prog(name: str, uops: tuple[UOp, ...], global_size: tuple[int, int, int] | None = None,
+         local_size: tuple[int, int, int] | None = None) -> Program:
     """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
     slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
-    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), ())
+    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), (), global_size,
+                   local_size)
 
 
 def linear(*roots: UOp) -> tuple[UOp, ...]:
@@ -27,6 +35,7 @@ def linear(*roots: UOp) -> tuple[UOp, ...]:
 
 
 def const(dt: DType, v: float | int | bool) -> UOp:
+    """A CONST of `v` in `dt`."""
     return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
 
 
@@ -41,11 +50,13 @@ def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str =
     return prog(name, linear(out, *ins, st, UOp(Ops.END, dtypes.void, (r,))))
 
 
-def run(backend: CompiledBackend, prog: Program, out: tuple[int, DType], *ins: np.ndarray,
+def run(backend: CompiledBackend, program: Program, out: tuple[int, DType], *ins: np.ndarray,
         vals: tuple[int, ...] = ()) -> np.ndarray:
-    """Render, compile and launch `prog` on `backend`; returns the contents of buffer 0."""
-    src = backend.renderer.render(prog)
-    kernel = backend.runtime(prog.name, backend.compiler.compile_cached(src))
+    """Render, compile and launch `program` on `backend` as its realize would (the renderer's function
+    name, the program's launch sizes); returns the contents of buffer 0."""
+    src = backend.renderer.render(program)
+    lib = backend.compiler.compile_cached(src)
+    kernel = backend.runtime(backend.renderer.function_name(program.name), lib)
     n, dt = out
     npdt = dtypes.to_numpy(dt)
     handles = [backend.allocator.alloc(max(n, 1) * npdt.itemsize)]
@@ -53,14 +64,14 @@ def run(backend: CompiledBackend, prog: Program, out: tuple[int, DType], *ins: n
         h = backend.allocator.alloc(max(a.nbytes, 1))
         backend.allocator.copyin(h, np.ascontiguousarray(a).data.cast("B"))
         handles.append(h)
-    kernel(*handles, vals=vals)
+    kernel(*handles, vals=vals, global_size=program.global_size, local_size=program.local_size)
     res = np.empty(n, dtype=npdt)
     backend.allocator.copyout(res.data.cast("B"), handles[0])
     return res
 
 
 def reference(op: Ops, out_dt: DType, *ins: tuple[np.ndarray, DType]) -> np.ndarray:
-    """REFERENCE's value of `op` on whole buffers (the definition the CPU must match)."""
+    """REFERENCE's value of `op` on whole buffers (the definition the backend must match)."""
     ref = Device["REFERENCE"]
     bufs = []
     for arr, dt in ins:
@@ -73,4 +84,5 @@ def reference(op: Ops, out_dt: DType, *ins: tuple[np.ndarray, DType]) -> np.ndar
 
 
 def out_dtype(op: Ops, dt: DType) -> DType:
+    """The dtype `op` produces from operands of `dt`."""
     return dtypes.bool if op in GroupOp.Comparison else dt

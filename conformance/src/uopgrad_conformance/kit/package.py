@@ -1,0 +1,69 @@
+"""Checks of how a uopgrad package is built, for its own test folder: it imports no other uopgrad package,
+ships its type marker, and (for a backend) has the four modules of every backend, registers its entry
+point, and runs the README's one-liner in a fresh interpreter.
+
+    # packages/backend-xyz/tests/test_xyz_package.py
+    from uopgrad_conformance.kit.package import package_tests
+    globals().update(package_tests("uopgrad_xyz", device="XYZ"))
+"""
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.resources
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from uopgrad.backend import ENTRY_POINT_GROUP, Backend
+
+__all__ = ["package_tests"]
+
+LIST_PACKAGES = "print(sorted({m.partition('.')[0] for m in sys.modules if m.startswith('uopgrad_')}))"
+
+
+def _python(code: str) -> str:
+    """stdout of `code` in a fresh interpreter (modules other tests imported can't hide anything there)."""
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+
+
+def package_tests(module: str, device: str | None = None) -> dict[str, Callable[..., Any]]:
+    """Tests of the package `module`; `device` names the backend its entry point registers, if any."""
+    def test_import_loads_no_other_uopgrad_package() -> None:
+        assert ast.literal_eval(_python(f"import sys, {module}; {LIST_PACKAGES}")) == [module]
+
+    def test_ships_py_typed() -> None:
+        assert importlib.resources.files(module).joinpath("py.typed").is_file()
+
+    tests: dict[str, Callable[..., Any]] = {
+        f.__name__: f for f in (test_import_loads_no_other_uopgrad_package, test_ships_py_typed)}
+    if device is None:
+        return tests
+
+    def test_has_the_four_modules_of_a_backend() -> None:
+        files = {p.name for p in importlib.resources.files(module).iterdir()}
+        assert {"__init__.py", "renderer.py", "compiler.py", "runtime.py"} <= files
+
+    def entry_point() -> importlib.metadata.EntryPoint:
+        eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == device]
+        if not eps:  # running from a source tree without `pip install` of the package
+            pytest.skip(f"the package of {module} is not installed")
+        return eps[0]
+
+    def test_entry_point_names_the_backend() -> None:
+        cls = entry_point().load()
+        assert isinstance(cls, type) and issubclass(cls, Backend)
+        assert cls.__module__.startswith(module)
+
+    def test_acceptance_one_liner() -> None:
+        entry_point()
+        t = f"Tensor([1., 2., 3.], device={device!r})"
+        code = f"from uopgrad import Tensor; print(({t} * 2).sum().numpy())"
+        assert _python(code).strip() == "12.0"
+
+    backend = (test_has_the_four_modules_of_a_backend, test_entry_point_names_the_backend,
+               test_acceptance_one_liner)
+    return {**tests, **{f.__name__: f for f in backend}}

@@ -1,0 +1,87 @@
+"""The errors uopgrad raises (layer 0), one class per kind of failure, all under `UopgradError`.
+
+Each class also subclasses the builtin that uopgrad raised for that failure before it had its own type, and
+the one docs/semantics.md §3.9 fixes where the reference pins it (shape inference: RuntimeError, invalid
+movement arguments: ValueError, the rewrite engine: RuntimeError), so `except RuntimeError` and
+`except ValueError` keep working. Where §3.9 fixes a bare `AssertionError` (gradient and tuple checks),
+that builtin itself is raised.
+"""
+from __future__ import annotations
+
+__all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EvaluationError", "FunctionError",
+           "GradientError", "LoweringError", "MovementError", "RenderError", "RewriteError", "ScheduleError",
+           "ShapeError", "UopgradError", "VerifyError"]
+
+
+class UopgradError(Exception):
+    """The base of every error uopgrad raises on purpose."""
+
+
+class ShapeError(UopgradError, RuntimeError):
+    """Shape inference failed: mismatched elementwise shapes, a shapeless source, or a symbolic size where a
+    concrete one is needed."""
+
+
+class MovementError(ShapeError, ValueError):
+    """A movement op's argument does not fit its source's shape (an invalid reshape, expand, pad, ...)."""
+
+
+class ConfigError(UopgradError, RuntimeError):
+    """uopgrad is used in a way its setup does not allow: an unknown flag, a missing registration."""
+
+
+class RewriteError(UopgradError, RuntimeError):
+    """The rewrite engine gave up: its stack passed the limit, or a bottom-up rewrite loops."""
+
+
+class VerifyError(UopgradError, RuntimeError):
+    """A node breaks the IR's rules. `.uop` is the node, `.index` its position in toposort order (-1 where a
+    check names no position)."""
+
+    def __init__(self, message: str, uop: object = None, index: int = -1) -> None:
+        super().__init__(message)
+        self.uop = uop
+        self.index = index
+
+
+class GradientError(UopgradError, RuntimeError):
+    """A gradient can't be built: an op on the path has no rule, or a loss or target is not float."""
+
+
+class FunctionError(UopgradError, RuntimeError):
+    """The `function` decorator can't trace the function (what it returns, what it captures)."""
+
+
+class ScheduleError(UopgradError, RuntimeError):
+    """The scheduler can't turn a graph into kernels (a device it can't realize, an unbounded size, a
+    cycle of assigns)."""
+
+
+class LoweringError(UopgradError, RuntimeError):
+    """Codegen can't lower a kernel: an op that does not belong in a kernel body, a grid that does not
+    fit."""
+
+
+class RenderError(UopgradError, RuntimeError):
+    """A renderer can't print a program: an op, dtype or form the dialect has no text for."""
+
+
+class CompileError(UopgradError, RuntimeError):
+    """The compiler rejected generated source; the message holds its output and the numbered source."""
+
+    def __init__(self, compiler: str, message: str, src: str) -> None:
+        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
+        super().__init__(f"{compiler} failed:\n{message.rstrip()}\n--- generated source ---\n{numbered}")
+        self.message, self.src = message, src
+
+
+class BackendError(UopgradError, RuntimeError):
+    """A backend can't be found, loaded or run: an unknown device, a broken plugin, a missing driver."""
+
+
+class DeviceError(UopgradError, RuntimeError):
+    """Tensors on devices that don't fit together, or device use while it is disabled."""
+
+
+class EvaluationError(UopgradError, RuntimeError):
+    """REFERENCE can't evaluate a node or a linear program (an unbound variable, a missing argument, ...)."""

@@ -1,0 +1,414 @@
+"""Facts derived from a UOp (layer 5): shape, device, sharding axis, structural key and value range, each
+as one rule per op in a table.
+
+A rule computes one node's fact from its own fields and its sources' facts, which are already in their
+`_cache` (UOp._fact fills a whole graph in one iterative post-order pass). `SHAPE_RULES` and
+`MOVEMENT_SHAPE_RULES` give every op its shape rule; `VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops
+whose vmin/vmax are tighter than their dtype's bounds (`DTYPE_RANGE_OPS` are the rest, by name). A failed
+shape rule raises ShapeError (MovementError for a bad movement argument), which the cache keeps and raises
+again only where the shape is needed. The rules read nodes and never build them, so this module sits
+below uop.py (UOp is named only for the type checker).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast
+
+from uopgrad._util import all_int, prod
+from uopgrad.dtype import ConstType, Invalid, PtrDType, dtypes
+from uopgrad.errors import ConfigError, MovementError, ShapeError
+from uopgrad.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
+
+__all__ = ["DTYPE_RANGE_OPS", "INT_RANGE_RULES", "MOVEMENT_SHAPE_RULES", "SHAPE_RULES", "VALUE_RANGE_RULES",
+           "Err", "infer_axis", "infer_device", "infer_key", "infer_min_max", "infer_shape", "vec_values"]
+
+sint: TypeAlias = "int | UOp"
+Shape: TypeAlias = "tuple[sint, ...]"
+Bounds: TypeAlias = tuple[ConstType, ConstType]
+
+
+class Err:
+    """A derived fact that failed: raised again only when something actually needs it."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+def vec_values(v: UOp) -> tuple[sint, ...]:
+    """Decode a shape vector (CONST, VCONST or STACK of index)."""
+    if v.op is Ops.CONST:
+        return (v.arg,) * v.dtype.count
+    if v.op is Ops.VCONST:
+        return tuple(v.arg)
+    if v.op is Ops.STACK:
+        return tuple(s.arg if s.op is Ops.CONST else s for s in v.src)
+    raise MovementError(f"not a shape vector: {v.short()}")
+
+
+def _symbolic(x: object) -> TypeGuard[UOp]:
+    """A symbolic size (a UOp: the only sizes with an `op`), not a number."""
+    return hasattr(x, "op")
+
+
+def _is(a: sint, b: sint) -> bool:
+    return a is b if _symbolic(a) or _symbolic(b) else a == b
+
+
+def _shape_of(u: UOp) -> Shape | None:
+    s = u._cache["shape"]
+    if isinstance(s, Err):
+        raise s.exc
+    return cast("Shape | None", s)
+
+
+def _need_shape(u: UOp, consumer: UOp) -> Shape:
+    if (s := _shape_of(u)) is None:
+        raise ShapeError(f"{consumer.op} needs a shaped source; {u.op} has no shape: {consumer.short()}")
+    return s
+
+
+# ---------------------------------------------------------------------- shape: one rule per op
+ShapeRule: TypeAlias = "Callable[[UOp], Shape | None]"
+
+
+def _first_source(u: UOp) -> Shape | None:
+    return _shape_of(u.src[0]) if u.src else None
+
+
+def _param(u: UOp) -> Shape | None:
+    if isinstance(u.dtype, PtrDType):
+        return (u.dtype.size,)
+    if u.src[0].op is Ops.NOOP:
+        raise ShapeError(f"PARAM slot {u.arg} has an unknown shape")
+    return vec_values(u.src[0])
+
+
+def _gettuple(u: UOp) -> Shape | None:
+    k = u.src[0]
+    holder = k.src[0] if k.op is Ops.FUNCTION else k
+    shape = _shape_of(holder.src[u.arg])
+    if shape is None or k.op is not Ops.FUNCTION or all_int(shape):
+        return shape
+    args = k.src[1:]
+    out: list[sint] = []
+    for d in shape:
+        if _symbolic(d):  # a symbolic size in the body's PARAMs: in terms of the call's arguments
+            params = {p: args[p.arg] for p in d.toposort() if p.op is Ops.PARAM and p.arg < len(args)}
+            d = d.substitute(params, walk=True)
+        out.append(d)
+    return tuple(out)
+
+
+def _elementwise(u: UOp) -> Shape | None:
+    shapes = [_shape_of(s) for s in u.src]
+    first = shapes[0]
+    if first is None or any(s is None or len(s) != len(first) or
+                            not all(_is(a, b) for a, b in zip(s, first)) for s in shapes):
+        raise ShapeError(f"shape mismatch in {u.op}: source shapes {shapes}: {u.short()}")
+    return first
+
+
+def _movement(u: UOp) -> Shape:
+    return MOVEMENT_SHAPE_RULES[u.op](u, _need_shape(u.src[0], u))
+
+
+def _reduce(u: UOp) -> Shape:
+    return _movement(u) if u.arg[1] else _need_shape(u.src[0], u)
+
+
+# ---------------------------------------------------------------------- movement shapes (and REDUCE, MULTI)
+def _reshape(u: UOp, src: Shape) -> Shape:
+    new = vec_values(u.src[1])
+    if any(isinstance(s, int) and s < 0 for s in new):
+        raise MovementError(f"RESHAPE to {new}: dimensions must be non-negative")
+    if all_int(new) and all_int(src) and prod(new) != prod(src):
+        raise MovementError(f"RESHAPE from {src} to {new}: the number of elements differs")
+    return new
+
+
+def _expand(u: UOp, src: Shape) -> Shape:
+    new = vec_values(u.src[1])
+    if any(isinstance(n, int) and n < 0 for n in new):
+        raise MovementError(f"EXPAND to {new}: dimensions must be non-negative")
+    grows = [not _is(s, n) and not (isinstance(s, int) and s == 1) for s, n in zip(src, new)]
+    if len(new) != len(src) or any(grows):
+        raise MovementError(f"EXPAND from {src} to {new}: only size-1 dimensions can grow, rank must match")
+    return new
+
+
+def _permute(u: UOp, src: Shape) -> Shape:
+    if sorted(u.arg) != list(range(len(src))):
+        raise MovementError(f"PERMUTE {u.arg} is not a permutation of {len(src)} axes")
+    return tuple(src[i] for i in u.arg)
+
+
+def _pairs(u: UOp, src: Shape) -> tuple[tuple[sint, ...], tuple[sint, ...]]:
+    b, e = vec_values(u.src[1]), vec_values(u.src[2])
+    if len(b) != len(src) or len(e) != len(src):
+        raise MovementError(f"{u.op.name} {tuple(zip(b, e))} needs one pair per dimension of {src}")
+    return b, e
+
+
+def _pad(u: UOp, src: Shape) -> Shape:
+    b, e = _pairs(u, src)
+    if any(isinstance(x, int) and x < 0 for x in b + e):
+        raise MovementError(f"PAD {tuple(zip(b, e))} must be non-negative")
+    return tuple(_sadd(_sadd(s, bb), ee) for s, bb, ee in zip(src, b, e))
+
+
+def _shrink(u: UOp, src: Shape) -> Shape:
+    b, e = _pairs(u, src)
+    for s, bb, ee in zip(src, b, e):
+        if isinstance(s, int) and isinstance(bb, int) and isinstance(ee, int) and not 0 <= bb <= ee <= s:
+            raise MovementError(f"SHRINK {tuple(zip(b, e))} is out of bounds for shape {src}")
+    return tuple(ee if isinstance(bb, int) and bb == 0 else _ssub(ee, bb) for bb, ee in zip(b, e))
+
+
+def _flip(u: UOp, src: Shape) -> Shape:
+    if len(u.arg) != len(src):
+        raise MovementError(f"FLIP {u.arg} needs one flag per dimension of {src}")
+    return src
+
+
+def _reduce_axes(u: UOp, src: Shape) -> Shape:
+    if any(not 0 <= a < len(src) for a in u.arg[1]):
+        raise MovementError(f"REDUCE axes {u.arg[1]} out of range for shape {src}")
+    return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src))
+
+
+def _multi(u: UOp, src: Shape) -> Shape:
+    ndev = len(u.device) if isinstance(u.device, tuple) else 1
+    return tuple(s * ndev if i == u.arg else s for i, s in enumerate(src))
+
+
+def _sadd(a: sint, b: sint) -> sint:
+    return a if isinstance(b, int) and b == 0 else a + b
+
+
+def _ssub(a: sint, b: sint) -> sint:
+    """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    diff = a - b
+    if isinstance(diff, int):
+        return diff
+    try:
+        s = diff.simplify()
+    except ConfigError:  # no simplifier registered yet (uopgrad.symbolic not imported)
+        return diff
+    return cast("sint", s.arg) if s.op is Ops.CONST else s
+
+
+MOVEMENT_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
+    Ops.RESHAPE: _reshape, Ops.EXPAND: _expand, Ops.PERMUTE: _permute, Ops.PAD: _pad, Ops.SHRINK: _shrink,
+    Ops.FLIP: _flip, Ops.REDUCE: _reduce_axes, Ops.MULTI: _multi,
+}
+
+# ops whose shape is their first source's (or none without sources): markers, loads, loops' bodies, ...
+FIRST_SOURCE_SHAPE = frozenset(Ops) - GroupOp.Shapeless - GroupOp.ALU - GroupOp.Movement - {
+    Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.NOOP, Ops.MULTI, Ops.BUFFER,
+    Ops.PARAM, Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE, Ops.MSTACK,
+    Ops.MSELECT, Ops.LOAD, Ops.PATCH, Ops.REDUCE, Ops.GETTUPLE, Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}
+
+SHAPE_RULES: dict[Ops, ShapeRule] = {
+    **dict.fromkeys(GroupOp.Shapeless, lambda _u: None),
+    # scalars (an INDEX of a custom kernel's buffer is one element)
+    **dict.fromkeys((Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX), lambda _u: ()),
+    Ops.NOOP: _first_source,  # a bare NOOP has none; NOOP(x) is x's
+    Ops.MULTI: lambda u: _movement(u) if u.src else None,
+    Ops.BUFFER: lambda u: (u.arg,),
+    Ops.PARAM: _param,
+    # the shape of the (shaped) source
+    **dict.fromkeys((Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.ALLREDUCE, Ops.MSTACK,
+                     Ops.MSELECT, Ops.LOAD, Ops.PATCH), lambda u: _need_shape(u.src[0], u)),
+    Ops.AFTER: lambda u: _shape_of(u.src[0]),
+    Ops.REDUCE: _reduce,
+    Ops.GETTUPLE: _gettuple,
+    **dict.fromkeys(GroupOp.Movement, _movement),
+    **dict.fromkeys(GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}, _elementwise),
+    **dict.fromkeys(FIRST_SOURCE_SHAPE, _first_source),
+}
+
+
+def infer_shape(u: UOp) -> Shape | None:
+    """The shape of `u` by its op's rule, or None for shapeless nodes."""
+    return SHAPE_RULES[u.op](u)
+
+
+# ---------------------------------------------------------------------- device, axis, key
+def infer_device(u: UOp) -> str | tuple[str, ...] | None:
+    """The device a value lives on: a DEVICE's arg, a COPY's/BUFFER's target, else its first source's."""
+    if u.op is Ops.DEVICE:
+        return cast("str | tuple[str, ...]", u.arg)
+    if u.op in (Ops.COPY, Ops.BUFFER, Ops.ALLREDUCE):
+        return cast("str | tuple[str, ...] | None", u.src[1]._cache["device"])
+    if u.op is Ops.AFTER:
+        return cast("str | tuple[str, ...] | None", u.src[0]._cache["device"])
+    for s in u.src:
+        if (d := s._cache["device"]) is not None:
+            return cast("str | tuple[str, ...]", d)
+    return None
+
+
+def _axis_of(u: UOp) -> int | None:
+    a = u._cache.get("axis")
+    return None if isinstance(a, Err) else cast("int | None", a)
+
+
+def infer_axis(u: UOp) -> int | None:
+    """The sharding axis of a multi-device value, followed through movement ops and reduces."""
+    op = u.op
+    if op is Ops.MULTI:
+        return cast("int", u.arg)
+    if op is Ops.COPY or not u.src:
+        return None
+    if op is Ops.GETTUPLE:
+        k = u.src[0]
+        return _axis_of((k.src[0] if k.op is Ops.FUNCTION else k).src[u.arg])
+    if op is Ops.PARAM:
+        return next((s.arg for s in u.src if s.op is Ops.MULTI and not s.src), None)
+    if op in GroupOp.ALU:
+        axes = [a for s in u.src if (a := _axis_of(s)) is not None]
+        return axes[-1] if axes else None
+    axis = _axis_of(u.src[0])
+    if axis is None or (op is Ops.REDUCE and axis in u.arg[1]):
+        return None
+    if op is Ops.PERMUTE:
+        return cast("int", u.arg.index(axis))
+    if op is Ops.SHRINK:
+        s0 = _shape_of(u.src[0])
+        return axis if s0 is not None and _is(u.marg[axis][1] - u.marg[axis][0], s0[axis]) else None
+    return axis
+
+
+def infer_key(u: UOp) -> bytes:
+    """A content hash of the graph under `u`: equal for equal structure, across processes."""
+    h = hashlib.sha256(f"{u.op}|{u.dtype!r}|{u.arg!r}|{u.tag!r}".encode())
+    for s in u.src:
+        h.update(s._cache["key"])
+    return h.digest()
+
+
+# ---------------------------------------------------------------------- value ranges (vmin, vmax)
+RangeRule: TypeAlias = "Callable[[UOp, list[Bounds]], Bounds | None]"
+
+
+def _safe_mul(a: ConstType, b: ConstType) -> ConstType:
+    return 0 if a == 0 or b == 0 else a * b
+
+
+def _div_bound(a: ConstType, c: ConstType) -> ConstType:
+    """a // c (c > 0) for a bound that may be infinite (an unbounded index): inf // c would be NaN."""
+    return a if isinstance(a, float) and math.isinf(a) else a // c
+
+
+def _maybe_nan(u: UOp) -> bool:
+    # float bounds leave out NaN, which makes CMPLT False and CMPNE True: for floats decide only that way
+    return bool(u.src) and u.src[0].dtype.scalar() in dtypes.floats
+
+
+def _cmplt(u: UOp, mm: list[Bounds]) -> Bounds:
+    if mm[0][1] < mm[1][0] and not _maybe_nan(u):
+        return (True, True)
+    return (False, False) if mm[0][0] >= mm[1][1] else (False, True)
+
+
+def _cmpne(u: UOp, mm: list[Bounds]) -> Bounds:
+    if mm[0][1] < mm[1][0] or mm[0][0] > mm[1][1]:
+        return (True, True)
+    same = mm[0][0] == mm[0][1] == mm[1][0] == mm[1][1] and not _maybe_nan(u)
+    return (False, False) if same else (False, True)
+
+
+def _dtype_bounds(u: UOp) -> Bounds:
+    return (dtypes.min(u.dtype.scalar()), dtypes.max(u.dtype.scalar()))
+
+
+def _param_range(u: UOp, _mm: list[Bounds]) -> Bounds | None:
+    if len(u.src) >= 4 and u.src[2].op is Ops.CONST and u.src[3].op is Ops.CONST:
+        return (u.src[2].arg, u.src[3].arg)
+    return None
+
+
+def _cast_range(u: UOp, mm: list[Bounds]) -> Bounds | None:
+    dt = u.dtype.scalar()
+    if not ((dtypes.is_int(dt) or dt == dtypes.bool) and dtypes.is_int(u.src[0].dtype)):
+        return None
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    return (max(lo, mm[0][0]), min(hi, mm[0][1])) if lo <= mm[0][0] and mm[0][1] <= hi else (lo, hi)
+
+
+def _max(_u: UOp, mm: list[Bounds]) -> Bounds:
+    return (max(mm[0][0], mm[1][0]), max(mm[0][1], mm[1][1]))
+
+
+def _const_divisor(mm: list[Bounds]) -> bool:
+    return mm[1][0] == mm[1][1] and mm[1][0] > 0
+
+
+def _floormod(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if not _const_divisor(mm):
+        return None
+    c = mm[1][0]
+    return (mm[0][0] % c, mm[0][1] % c) if mm[0][0] // c == mm[0][1] // c else (0, c - 1)
+
+
+def _mul(_u: UOp, mm: list[Bounds]) -> Bounds:
+    corners = [_safe_mul(a, b) for a in mm[0] for b in mm[1]]
+    return (min(corners), max(corners))
+
+
+# ops whose range is known whatever their dtype
+VALUE_RANGE_RULES: dict[Ops, RangeRule] = {
+    Ops.CONST: lambda u, _mm: _dtype_bounds(u) if u.arg is Invalid else (u.arg, u.arg),  # Invalid: any value
+    Ops.VCONST: lambda u, _mm: (min(u.arg), max(u.arg)),
+    Ops.DEFINE_VAR: lambda u, _mm: (u.arg[1], u.arg[2]),
+    Ops.PARAM: _param_range,  # a symbolic size's declared bounds
+    Ops.BIND: lambda _u, mm: mm[0],
+    Ops.RANGE: lambda _u, mm: (0, mm[0][1] - 1),
+    Ops.SPECIAL: lambda _u, mm: (0, mm[0][1] - 1),
+    Ops.CAST: _cast_range,  # int -> int keeps what fits
+    Ops.WHERE: lambda _u, mm: (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1])),
+    Ops.CMPLT: _cmplt,
+    Ops.CMPNE: _cmpne,
+}
+# integer arithmetic: the result's range, unless it leaves the dtype's (then the dtype's bounds: it wraps)
+INT_RANGE_RULES: dict[Ops, RangeRule] = {
+    Ops.ADD: lambda _u, mm: (mm[0][0] + mm[1][0], mm[0][1] + mm[1][1]),
+    Ops.MUL: _mul,
+    Ops.NEG: lambda _u, mm: (-mm[0][1], -mm[0][0]),
+    Ops.MAX: _max,
+    Ops.FLOORDIV: lambda _u, mm: (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
+    if _const_divisor(mm) else None,
+    Ops.FLOORMOD: _floormod,
+    Ops.CDIV: lambda _u, mm: (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
+    if _const_divisor(mm) and mm[0][0] >= 0 else None,
+    Ops.CMOD: lambda _u, mm: (0, min(mm[0][1], mm[1][0] - 1))
+    if _const_divisor(mm) and mm[0][0] >= 0 else None,
+}
+# every other op: its dtype's bounds (unbounded for `index`)
+DTYPE_RANGE_OPS = frozenset(Ops) - set(VALUE_RANGE_RULES) - set(INT_RANGE_RULES)
+
+
+def infer_min_max(u: UOp) -> Bounds:
+    """Bounds of every value `u` can take, from its op's rule and its sources' bounds."""
+    dt = u.dtype.scalar()
+    if dt == dtypes.void:  # effects and markers hold no value: unbounded, so no law can use their bounds
+        return (-math.inf, math.inf)
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    mm = [cast(Bounds, s._cache["minmax"]) for s in u.src]
+    if (rule := VALUE_RANGE_RULES.get(u.op)) is not None and (known := rule(u, mm)) is not None:
+        return known
+    if not dtypes.is_int(dt):
+        return _max(u, mm) if u.op is Ops.MAX else (lo, hi)
+    ret = rule(u, mm) if (rule := INT_RANGE_RULES.get(u.op)) is not None else None
+    if ret is None or (dt != dtypes.index and (ret[0] < lo or ret[1] > hi)):
+        return (lo, hi) if dt != dtypes.index else (-math.inf, math.inf)
+    return ret

@@ -1,0 +1,251 @@
+"""The pass driver (layer 12): the named codegen passes in one list, the one loop that runs them, and the
+loop that runs a schedule's items on their devices.
+
+`run_passes` is the only place that does what every pass needs: with UOPGRAD_VERIFY=1 it checks the
+output against the pass's well-formedness table, with DEBUG>=2 it prints each pass's time and with
+DEBUG>=4 its output, it adds the time to `pass_stats()` under the pass's name and hands the output to
+every function in `tracers`. `CODEGEN_PASSES` is the codegen pipeline in order (docs/ARCHITECTURE.md
+§2.1); `lower` runs it over a kernel and caches the program. `run_schedule` launches a schedule's items in
+order, each on the device its buffers live on.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeAlias
+
+import numpy as np
+
+from uopgrad.codegen import GridSpec, Program
+from uopgrad.codegen.decomp import pm_decomp
+from uopgrad.codegen.gpudims import add_gpudims
+from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
+from uopgrad.codegen.linearize import linearize
+from uopgrad.codegen.program import check, pm_spec_lowered, pm_spec_program
+from uopgrad.codegen.reduce import pm_reduce, reduce_context
+from uopgrad.config import DEBUG, VERIFY
+from uopgrad.dtype import PtrDType
+from uopgrad.errors import BackendError, LoweringError
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import PatternMatcher, graph_rewrite
+from uopgrad.uop import KernelInfo, UOp
+from uopgrad.verify import verify
+
+__all__ = ["CODEGEN_PASSES", "LowerContext", "Pass", "clear_program_cache", "lower", "pass_stats",
+           "program_cache_info", "rewrite_pass", "run_passes", "run_schedule", "tracers"]
+
+
+@dataclass
+class LowerContext:
+    """What the codegen passes of one kernel read and write besides the graph."""
+
+    ops: frozenset[Ops]                          # the ALU ops the backend renders natively
+    grid: GridSpec | None                        # launch limits of a grid-style backend, None: loop-style
+    global_size: tuple[int, int, int] | None = None  # set by the gpudims pass
+    local_size: tuple[int, int, int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One named step: `run(value, ctx)` -> value. It runs when `applies(ctx)`; its output must satisfy
+    `spec` (checked when VERIFY is on)."""
+
+    name: str
+    run: Callable[[Any, LowerContext], Any]
+    spec: PatternMatcher | None = pm_spec_lowered
+    applies: Callable[[LowerContext], bool] = lambda _ctx: True
+
+
+def rewrite_pass(name: str, pm: PatternMatcher, ctx: Callable[[UOp, LowerContext], Any]) -> Pass:
+    """A pass that is one `graph_rewrite` with `pm`, named once: the pass and the rewrite share `name`."""
+    return Pass(name, lambda sink, c: graph_rewrite(sink, pm, ctx=ctx(sink, c), name=name))
+
+
+# what flows between passes: a kernel graph, and after `linearize` the program's list of uops
+Stage: TypeAlias = "UOp | tuple[UOp, ...]"
+# pass name -> [runs, seconds]
+_times: dict[str, list[float]] = {}
+# called with (pass name, its output) after every pass: for tracing tools and tests
+tracers: list[Callable[[str, Stage], None]] = []
+
+
+def run_passes(sink: UOp, passes: Sequence[Pass], ctx: LowerContext, what: str = "kernel") -> Stage:
+    """Run `passes` over `sink` in order: the one loop that verifies, prints, times and traces by name."""
+    value: Stage = sink
+    for p in passes:
+        if not p.applies(ctx):
+            continue
+        start = time.perf_counter()
+        value = p.run(value, ctx)
+        elapsed = time.perf_counter() - start
+        stat = _times.setdefault(p.name, [0, 0.0])
+        stat[0] += 1
+        stat[1] += elapsed
+        if VERIFY and p.spec is not None:
+            check(value, p.spec, f"{what} after the '{p.name}' pass")
+        if DEBUG >= 2:
+            print(f"pass {p.name:<16} {elapsed * 1e3:8.3f} ms")
+        if DEBUG >= 4:
+            shown = value.pretty(200) if isinstance(value, UOp) else "\n".join(u.short() for u in value)
+            print(f"--- after {p.name}\n{shown}")
+        for trace in tracers:
+            trace(p.name, value)
+    return value
+
+
+def pass_stats() -> dict[str, tuple[int, float]]:
+    """Runs and total seconds of every pass, by name, since the process started."""
+    return {name: (int(n), secs) for name, (n, secs) in _times.items()}
+
+
+def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
+    assert ctx.grid is not None  # `applies` runs this pass for grid-style backends only
+    sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.grid)
+    return sink
+
+
+# the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
+CODEGEN_PASSES: tuple[Pass, ...] = (
+    Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
+    Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
+    rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
+    rewrite_pass("index dtype", pm_index_dtype, lambda sink, _ctx: index_dtype(sink)),  # index -> int32/64
+    rewrite_pass("decompositions", pm_decomp, lambda _sink, ctx: ctx.ops),  # ops the backend lacks
+    Pass("linearize", lambda sink, _ctx: linearize(sink), spec=pm_spec_program),  # graph -> list of uops
+)
+
+_cache: dict[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = {}
+_stats = {"hits": 0, "misses": 0}
+
+
+def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None) -> Program:
+    """The linear program of `kernel` (a kernel CALL, or its SINK body) for a backend that renders `ops`;
+    `grid` is given for grid-style backends. Programs are cached by kernel structure, op set and grid."""
+    body = kernel.src[0] if kernel.op is Ops.CALL else kernel
+    nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
+    key = (body.key, nargs, ops, grid)
+    if (prg := _cache.get(key)) is not None:
+        _stats["hits"] += 1
+        return prg
+    _stats["misses"] += 1
+    if VERIFY:
+        verify(kernel)
+    ctx = LowerContext(ops, grid)
+    linear = run_passes(body, CODEGEN_PASSES, ctx)
+    assert isinstance(linear, tuple)  # the last pass linearizes
+    uops = _with_all_params(linear, body, nargs)
+    if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in ops}):
+        raise LoweringError(f"the backend does not render {missing}, and codegen can't decompose them")
+    prg = Program(_name(kernel, body), uops, tuple(u.arg for u in uops if u.op is Ops.PARAM),
+                  tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),
+                  _slots(uops, Ops.STORE), _slots(uops, Ops.LOAD), ctx.global_size, ctx.local_size)
+    _cache[key] = prg
+    return prg
+
+
+def _with_all_params(uops: tuple[UOp, ...], body: UOp, nargs: int) -> tuple[UOp, ...]:
+    """Every buffer slot of the kernel as a PARAM, in slot order, first (unused ones too)."""
+    params = {u.arg: u for u in uops if u.op is Ops.PARAM}
+    for u in body.toposort():
+        if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.arg not in params:
+            params[u.arg] = UOp(Ops.PARAM, u.dtype, (), u.arg)
+    if missing := [s for s in range(nargs) if s not in params]:
+        raise LoweringError(f"kernel buffer slots {missing} have no PARAM in the body")
+    return (*(params[s] for s in sorted(params)), *(u for u in uops if u.op is not Ops.PARAM))
+
+
+def _slots(uops: tuple[UOp, ...], op: Ops) -> tuple[int, ...]:
+    found = set()
+    for u in uops:
+        if u.op is op and u.src[0].op is Ops.INDEX:
+            p = u.src[0].src[0]
+            found.add((p.src[0] if p.op is Ops.AFTER else p).arg)
+    return tuple(sorted(found))
+
+
+def _name(kernel: UOp, body: UOp) -> str:
+    """`E_<shape>` for an elementwise kernel, `r_<shape>` for one with a reduce, or a custom kernel's name."""
+    if kernel.op is Ops.CALL and kernel.arg.name:
+        return str(kernel.arg.name)
+    if isinstance(body.arg, KernelInfo):
+        return body.arg.name
+    kind = "r" if any(u.op is Ops.REDUCE for u in body.toposort()) else "E"
+    shape = body.src[0].src[0].shape if body.src and body.src[0].op is Ops.STORE else ()
+    return "_".join([kind, *(str(d) if isinstance(d, int) else "n" for d in shape)])
+
+
+def program_cache_info() -> dict[str, int]:
+    """Hits, misses and size of the program cache."""
+    return {**_stats, "size": len(_cache)}
+
+
+def clear_program_cache() -> None:
+    """Forget every lowered program (the counters too)."""
+    _cache.clear()
+    _stats.update(hits=0, misses=0)
+
+
+# ---------------------------------------------------------------------- running a schedule
+class GlobalCounters:
+    """What the kernels run since the last `reset()` cost: their number, the FLOPs and bytes estimated from
+    their lowered programs (uopgrad.codegen.estimate) and the seconds they ran. Copies between devices add
+    their bytes. REFERENCE, which evaluates graphs without kernels, counts the kernels a schedule of the same
+    graph would launch, and the time of its evaluation."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    kernel_count: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+
+    @staticmethod
+    def reset() -> None:
+        """Set every counter back to zero."""
+        GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
+        GlobalCounters.time_sum_s = 0.0
+
+
+def count_kernel(device: str, prg: Program, var_vals: dict[str, int], seconds: float | None) -> None:
+    """Count one launch of `prg` (with `seconds` of run time, if measured) and print it at DEBUG >= 2."""
+    ops, mem = prg.estimates.at(var_vals)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += ops
+    GlobalCounters.global_mem += mem
+    GlobalCounters.time_sum_s += seconds or 0.0
+    if DEBUG >= 2:
+        tm = "" if seconds is None else f" tm {seconds * 1e3:8.3f}ms"
+        n = GlobalCounters.kernel_count
+        print(f"*** {device:9s} {n:4d} {prg.name:24s} ops {ops:11d} mem {mem:10d}{tm}")
+
+
+
+class Runner(Protocol):
+    """What `run_schedule` needs of a device: its name, host copies, and a way to run one kernel item."""
+
+    name: str
+
+    def copyin(self, buf: UOp, data: np.ndarray) -> None:
+        """Fill BUFFER `buf` with host data."""
+
+    def copyout(self, buf: UOp) -> np.ndarray:
+        """The contents of BUFFER `buf`."""
+
+    def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
+        """Launch the kernel CALL `item` (its buffers live on this device)."""
+
+
+def run_schedule(items: Sequence[UOp], var_vals: dict[str, int], device: Callable[[str], Runner]) -> None:
+    """Run scheduled CALLs in order: a kernel on the device its buffers live on (`device(name)`), a COPY
+    from its source's device to its destination's."""
+    for item in items:
+        body, bufs = item.src[0], item.src[1:]
+        if body.op is Ops.COPY:
+            dst, src = bufs[0], bufs[1]
+            device(str(dst.device)).copyin(dst, device(str(src.device)).copyout(src))
+            GlobalCounters.global_mem += int(dst.arg) * dst.dtype.base.itemsize
+        elif body.op is Ops.SINK:
+            device(str(bufs[0].device) if bufs else "").run_kernel(item, var_vals)
+        else:
+            raise BackendError(f"a schedule item is a CALL of a kernel SINK or a COPY, not of {body.op}: "
+                               f"{item.short()}")
