@@ -2,7 +2,7 @@
 the host by the emulator).
 
 `CUDABackend` is the `uopgrad.backends` entry point `CUDA`: core's `CompiledBackend` with this package's
-parts, `CUDARenderer` (renderer.py), `NVRTCCompiler` (nvrtc.py) and, on a GPU, `CUDAAllocator` and
+parts, `CUDARenderer` (renderer.py), `NVRTCCompiler` (compiler.py) and, on a GPU, `CUDAAllocator` and
 `CUDAProgram` (runtime.py, on cupy). Without a GPU, `Device["CUDA"]` raises `NoGPUError` unless
 `UOPGRAD_CUDA_EMULATE=1` asks for the emulator (emulator.py): then every kernel is compiled by NVRTC for
 `$UOPGRAD_CUDA_ARCH` (default sm_90) and run from the same source built for the host.
@@ -16,7 +16,7 @@ from uopgrad.backend import CompiledBackend
 from uopgrad.codegen import GridLimits
 from uopgrad_cuda import runtime
 from uopgrad_cuda.emulator import EmulatedCompiler
-from uopgrad_cuda.nvrtc import NVRTCCompiler, nvrtc_library
+from uopgrad_cuda.compiler import NVRTCCompiler, nvrtc_library
 from uopgrad_cuda.renderer import CUDARenderer
 from uopgrad_cuda.runtime import (ARCH_ENV, EMULATE_ENV, CUDAAllocator, CUDAProgram, EmulatedAllocator,
                                   EmulatedProgram, NoGPUError)

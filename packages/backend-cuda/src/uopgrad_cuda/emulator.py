@@ -30,12 +30,14 @@ import tempfile
 from pathlib import Path
 
 from uopgrad.backend import CompileError, Compiler
-from uopgrad_cuda.nvrtc import NVRTCCompiler
+from uopgrad_cuda.compiler import NVRTCCompiler
 
 __all__ = ["CXX_FLAGS", "HEADER", "EmulatedCompiler", "kernel_names", "launcher"]
 
-CXX_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
-             "-fno-exceptions", "-fno-rtti", "-w")
+# -fvisibility=hidden: a kernel binds to its own definition, never to a libc function of the same name
+# (`div`, say) that dynamic symbol interposition would pick first; only the launchers are exported
+CXX_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off",
+             "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-w")
 
 HEADER = r'''
 /* uopgrad's CUDA emulation header: CUDA C++ on the host (see uopgrad_cuda/emulator.py) */
@@ -225,9 +227,9 @@ def launcher(src: str) -> str:
     """What is appended to `src`: `__uopgrad_launch_<name>(args, dims, flags, err, errlen)` per kernel;
     a source that calls `__syncthreads` runs its threads as fibers (flag 2)."""
     fibers = " | 2" if "__syncthreads" in src else ""
-    return "".join(f'\nextern "C" int __uopgrad_launch_{k}(void** a, const unsigned int* d, int f, char* e, '
-                   f'unsigned long n) {{ return __uopgrad_emu::launch({k}, a, d, f{fibers}, e, n); }}\n'
-                   for k in kernel_names(src))
+    return "".join(f'\nextern "C" __attribute__((visibility("default"))) int __uopgrad_launch_{k}(void** a, '
+                   f'const unsigned int* d, int f, char* e, unsigned long n) {{ return __uopgrad_emu::launch('
+                   f'{k}, a, d, f{fibers}, e, n); }}\n' for k in kernel_names(src))
 
 
 @functools.cache
