@@ -3,6 +3,8 @@ builds CUDA source with the emulator and launches it on host buffers."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -39,3 +41,18 @@ def launch(emu):
         prg(*[b.view(np.uint8).reshape(-1) for b in bufs], vals=vals, global_size=grid, local_size=block)
         return bufs
     return run
+
+
+def _gpu_present() -> bool:
+    try:
+        from uopgrad_cuda.runtime import open_gpu
+        open_gpu("CUDA")
+    except Exception:
+        return False
+    return True
+
+
+# the pipeline tests run on the device `CUDA`: a GPU where there is one, else the emulator (said here,
+# explicitly: the backend itself never falls back)
+if "UOPGRAD_CUDA_EMULATE" not in os.environ and not _gpu_present():
+    os.environ["UOPGRAD_CUDA_EMULATE"] = "1"
