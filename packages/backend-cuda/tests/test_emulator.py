@@ -124,7 +124,7 @@ def test_divergent_branches_and_early_returns(launch, reverse):
 
 ATOMICS = """
 extern "C" __global__ void __launch_bounds__(64) atom(int* __restrict__ slots, int* __restrict__ counter,
-                                                      float* __restrict__ fsum, unsigned int* __restrict__ mx) {
+                                                      float* __restrict__ fsum, unsigned int* mx) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   int old = atomicAdd(counter, 1);
   slots[old] = i;                  /* every old value is distinct: a permutation of the thread ids */
@@ -150,7 +150,8 @@ extern "C" __global__ void __launch_bounds__(24) ids(int* __restrict__ out) {
   const int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
   const int t = tx + blockDim.x * (ty + blockDim.y * tz);
   const int b = bx + gridDim.x * (by + gridDim.y * bz);
-  out[b * (blockDim.x * blockDim.y * blockDim.z) + t] = ((bz * 10 + by) * 10 + bx) * 1000 + (tz * 10 + ty) * 10 + tx;
+  out[b * (blockDim.x * blockDim.y * blockDim.z) + t] =
+      ((bz * 10 + by) * 10 + bx) * 1000 + (tz * 10 + ty) * 10 + tx;
 }
 """
 

@@ -66,7 +66,8 @@ def pairs(values: np.ndarray, dt) -> tuple[np.ndarray, np.ndarray]:
 
 
 BINARY_CASES = [(name, dt) for dt in FLOATS + INTS for name in BINARY] + \
-    [(name, dt) for dt in FLOATS for name in FLOAT_BINARY] + [(name, dt) for dt in INTS for name in INT_BINARY]
+    [(name, dt) for dt in FLOATS for name in FLOAT_BINARY] + \
+    [(name, dt) for dt in INTS for name in INT_BINARY]
 
 
 @pytest.mark.parametrize(("name", "dt"), BINARY_CASES, ids=str)
@@ -87,10 +88,11 @@ def test_unary_ops(name, dt):
     assert_same(got, want, RTOL[dt] if name in TRANSCENDENTAL else 0.0)
 
 
-@pytest.mark.parametrize(("src", "dst"), [(s, d) for s in [dtypes.bool, dtypes.int8, dtypes.uint16, dtypes.int32,
-                                                         dtypes.uint64, *FLOATS]
-                                          for d in [dtypes.bool, dtypes.int8, dtypes.uint32, dtypes.int64, *FLOATS]
-                                          if s != d], ids=str)
+CAST_FROM = [dtypes.bool, dtypes.int8, dtypes.uint16, dtypes.int32, dtypes.uint64, *FLOATS]
+CAST_TO = [dtypes.bool, dtypes.int8, dtypes.uint32, dtypes.int64, *FLOATS]
+
+
+@pytest.mark.parametrize(("src", "dst"), [(s, d) for s in CAST_FROM for d in CAST_TO if s != d], ids=str)
 def test_casts(src, dst):
     values = np.concatenate([FLOAT_VALUES, [300.7, -1.7, 65535.5, 3e9, -3e9, 1e20, -1e30]]) \
         if dtypes.is_float(src) else INT_VALUES

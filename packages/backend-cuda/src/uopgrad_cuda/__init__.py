@@ -15,11 +15,18 @@ from uopgrad import dtypes
 from uopgrad.backend import CompiledBackend
 from uopgrad.codegen import GridLimits
 from uopgrad_cuda import runtime
-from uopgrad_cuda.emulator import EmulatedCompiler
 from uopgrad_cuda.compiler import NVRTCCompiler, nvrtc_library
+from uopgrad_cuda.emulator import EmulatedCompiler
 from uopgrad_cuda.renderer import CUDARenderer
-from uopgrad_cuda.runtime import (ARCH_ENV, EMULATE_ENV, CUDAAllocator, CUDAProgram, EmulatedAllocator,
-                                  EmulatedProgram, NoGPUError)
+from uopgrad_cuda.runtime import (
+    ARCH_ENV,
+    EMULATE_ENV,
+    CUDAAllocator,
+    CUDAProgram,
+    EmulatedAllocator,
+    EmulatedProgram,
+    NoGPUError,
+)
 
 __all__ = ["ARCH_ENV", "CUDAAllocator", "CUDABackend", "CUDAProgram", "CUDARenderer", "EMULATE_ENV",
            "EmulatedAllocator", "EmulatedCompiler", "EmulatedProgram", "NVRTCCompiler", "NoGPUError"]
@@ -50,6 +57,6 @@ class CUDABackend(CompiledBackend):
                          runtime.emulated_program_class(self.mode == "reverse"), DTYPES)
 
     def __repr__(self) -> str:
-        where = self.gpu.name if self.gpu is not None else f"emulated on the host ({self.mode} order, NVRTC " \
-                                                            f"for {self.nvrtc.arch})"
+        where = self.gpu.name if self.gpu is not None else \
+            f"emulated on the host ({self.mode} order, NVRTC for {self.nvrtc.arch})"
         return f"<CUDABackend {self.name}: {where}>"

@@ -36,7 +36,8 @@ def _candidates() -> list[str]:
     found: list[str] = []
     for site in sys.path:
         for pattern in ("nvidia/cu*/lib/libnvrtc.so.*", "nvidia/cuda_nvrtc/lib/libnvrtc.so.*"):
-            found += [p for p in glob.glob(os.path.join(site, pattern)) if re.search(r"libnvrtc\.so\.\d+$", p)]
+            found += [p for p in glob.glob(os.path.join(site, pattern))
+                      if re.search(r"libnvrtc\.so\.\d+$", p)]
     found.sort(key=lambda p: -int(p.rpartition(".")[2]))
     return [*dict.fromkeys(found), "libnvrtc.so"]
 

@@ -20,7 +20,6 @@ both ways, so bit patterns (NaN payloads too) survive loads, stores and bitcasts
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -34,8 +33,8 @@ _BOUNDS = "__UOPGRAD_LAUNCH_BOUNDS__"  # replaced by the block's size once a ker
 
 
 def _unsigned(dt: DType) -> str | None:
-    """The type a wrapping int op is computed in: the unsigned type of a 32/64-bit signed int's width, and
-    `unsigned int` for 8/16-bit ints (promoted to int, `uint16 * uint16` could overflow it); None otherwise."""
+    """The type a wrapping int op is computed in: the unsigned type of a 32/64-bit signed int's width,
+    `unsigned int` for 8/16-bit ints (promoted to int, `uint16 * uint16` could overflow it); else None."""
     scalar = dt.scalar()
     if not dtypes.is_int(scalar) or scalar == dtypes.bool:
         return None
@@ -154,8 +153,9 @@ class CUDARenderer(CStyleRenderer):
     }
     storage: ClassVar[dict[DType, DType]] = {dtypes.float16: dtypes.uint16}
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
-        **CStyleRenderer.code_for_op, Ops.ADD: _wrapping("+"), Ops.SUB: _wrapping("-"), Ops.MUL: _wrapping("*"),
-        Ops.NEG: _neg, Ops.MULACC: _mulacc, Ops.CDIV: _cdiv, Ops.FDIV: _fdiv, Ops.SHL: _shl,
+        **CStyleRenderer.code_for_op, Ops.ADD: _wrapping("+"), Ops.SUB: _wrapping("-"),
+        Ops.MUL: _wrapping("*"), Ops.NEG: _neg, Ops.MULACC: _mulacc, Ops.CDIV: _cdiv, Ops.FDIV: _fdiv,
+        Ops.SHL: _shl,
     }
     helpers: ClassVar[dict[str, str]] = {
         **{name: _cuda_cpp(code) for name, code in CStyleRenderer.helpers.items()}, **HALF_HELPERS,

@@ -18,13 +18,14 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from uopgrad.backend import Allocator, Program
 
-__all__ = ["ARCH_ENV", "EMULATE_ENV", "CUDAAllocator", "CUDAProgram", "EmulatedAllocator", "EmulatedProgram",
+__all__ = ["ARCH_ENV", "EMULATE_ENV", "CUDAAllocator", "CUDAProgram", "DevicePointer", "EmulatedAllocator",
+           "EmulatedProgram",
            "GPU", "NoGPUError", "emulation", "open_gpu"]
 
 EMULATE_ENV = "UOPGRAD_CUDA_EMULATE"
@@ -155,35 +156,53 @@ def open_gpu(device_name: str) -> GPU:
     return _opened[index]
 
 
-class CUDAAllocator(Allocator[Any]):
+class _Memory(Protocol):
+    size: int
+
+
+class DevicePointer(Protocol):
+    """What the allocator uses of a cupy `MemoryPointer`."""
+
+    mem: _Memory
+
+    def memset_async(self, value: int, size: int, stream: object) -> None:
+        """Fill `size` bytes with `value` on `stream`."""
+
+    def copy_from_host_async(self, src: int, size: int, stream: object) -> None:
+        """Copy `size` bytes from host address `src` on `stream`."""
+
+    def copy_to_host_async(self, dst: int, size: int, stream: object) -> None:
+        """Copy `size` bytes to host address `dst` on `stream`."""
+
+
+class CUDAAllocator(Allocator[DevicePointer]):
     """Device memory from the GPU's cupy memory pool (`MemoryPointer`s), zeroed and copied on its stream."""
 
     def __init__(self, gpu: GPU) -> None:
         super().__init__()
         self.gpu = gpu
 
-    def _alloc(self, nbytes: int) -> Any:
+    def _alloc(self, nbytes: int) -> DevicePointer:
         with self.gpu.cupy.cuda.Device(self.gpu.index):
             try:
-                mem = self.gpu.pool.malloc(nbytes)
+                mem: DevicePointer = self.gpu.pool.malloc(nbytes)
             except self.gpu.cupy.cuda.memory.OutOfMemoryError as e:
                 raise MemoryError(f"CUDA device {self.gpu.name}: can't allocate {nbytes} bytes: {e}") from e
         self._zero(mem)
         return mem
 
-    def _free(self, handle: Any, nbytes: int) -> None:
-        handle.mem.free() if hasattr(handle.mem, "free") else None  # the pool takes it back when unreferenced
+    # no `_free`: the pool takes the memory back when the last reference to its MemoryPointer goes
 
-    def _zero(self, handle: Any) -> None:
+    def _zero(self, handle: DevicePointer) -> None:
         handle.memset_async(0, handle.mem.size, self.gpu.stream)
 
-    def copyin(self, handle: Any, src: memoryview) -> None:
+    def copyin(self, handle: DevicePointer, src: memoryview) -> None:
         """Host bytes into device memory (waits for the copy: `src` may be reused right after)."""
         arr = np.frombuffer(src, dtype=np.uint8)
         handle.copy_from_host_async(arr.ctypes.data, arr.nbytes, self.gpu.stream)
         self.gpu.stream.synchronize()
 
-    def copyout(self, dst: memoryview, handle: Any) -> None:
+    def copyout(self, dst: memoryview, handle: DevicePointer) -> None:
         """Device memory into host bytes, after everything queued before it."""
         arr = np.frombuffer(dst, dtype=np.uint8)
         handle.copy_to_host_async(arr.ctypes.data, arr.nbytes, self.gpu.stream)
