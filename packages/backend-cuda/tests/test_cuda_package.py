@@ -88,3 +88,33 @@ def test_nvrtc_compiles_a_cubin_for_the_arch_and_keys_the_cache():
 def test_a_failed_compile_raises_with_nvrtcs_log():
     with pytest.raises(CompileError, match=r'(?s)NVRTC .*identifier "nope" is undefined.*generated source'):
         NVRTCCompiler().compile('extern "C" __global__ void k(float* a) { a[0] = nope; }')
+
+
+class _FakeRuntime:
+    def __init__(self, count: int | Exception) -> None:
+        self.count = count
+
+    def getDeviceCount(self) -> int:  # noqa: N802  (cupy's spelling)
+        if isinstance(self.count, Exception):
+            raise self.count
+        return self.count
+
+    def driverGetVersion(self) -> int:  # noqa: N802
+        return 13000
+
+
+@pytest.mark.parametrize(("count", "why"), [
+    (0, "the driver sees no GPU"), (RuntimeError("cudaErrorInsufficientDriver"), "no usable GPU driver")])
+def test_each_missing_piece_is_named(monkeypatch, count, why):
+    # cupy stood in for by a module whose runtime reports no GPU, or fails as it does without a driver
+    import importlib
+    import types
+
+    from uopgrad_cuda import NoGPUError, runtime
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=_FakeRuntime(count)))
+    real_import = importlib.import_module
+    monkeypatch.setattr(runtime.importlib, "import_module",
+                        lambda name: fake if name == "cupy" else real_import(name))
+    with pytest.raises(NoGPUError, match=f"{why}.*UOPGRAD_CUDA_EMULATE=1"):
+        runtime.open_gpu("CUDA")
