@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from uopgrad import GlobalCounters, Ops, Tensor, UOp, function
-from uopgrad.codegen import lower
+from uopgrad.pipeline import lower
 from uopgrad.uop import KernelInfo
 
 

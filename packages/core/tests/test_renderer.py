@@ -344,3 +344,38 @@ def test_special_indices_come_from_the_dialect_table():
                                          ("main", "k_main"), ("exp2", "k_exp2"), ("", "kernel")])
 def test_function_names_are_safe_identifiers(name, c):
     assert CStyleRenderer().function_name(name) == c
+
+
+# ---------------------------------------------------------------------- local memory and barriers (hooks)
+class _SharedDialect(CStyleRenderer):
+    """A dialect with local memory, spelled as tests can read it."""
+
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        return f"LOCAL {self.ctype(dt)} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        return "BARRIER();"
+
+
+def _through_local() -> tuple[UOp, ...]:
+    # tile[l] = in[l]; barrier; out[l] = tile[3 - l], the tile read as it is after the barrier
+    out, a = param(0, dtypes.float32, 4), param(1, dtypes.float32, 4)
+    tile = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(4, type(dtypes.float32.ptr().addrspace).LOCAL), (), 0)
+    r = rng(0, 4)
+    bar = UOp(Ops.BARRIER, dtypes.void, (store(tile, r, load(a, r)),))
+    other = alu(Ops.SUB, const(dtypes.int32, 3), r)
+    return linear(store(out, r, load(UOp(Ops.AFTER, tile.dtype, (tile, bar)), other)), end(r))
+
+
+def test_local_memory_and_barriers_go_through_the_dialect_hooks():
+    src = _SharedDialect().render(prog("k", _through_local()))
+    lines = [line.strip() for line in src.splitlines()]
+    assert lines.index("LOCAL float temp0[4];") < lines.index("temp0[ridx0] = val0;") < \
+        lines.index("BARRIER();") < lines.index("const float val1 = temp0[alu0];")
+
+
+def test_a_dialect_without_local_memory_says_so():
+    with pytest.raises(RenderError, match="CStyleRenderer has no local memory"):
+        CStyleRenderer().render(prog("k", _through_local()))
+    with pytest.raises(RenderError, match="has no workgroup barrier"):
+        CStyleRenderer().render(prog("k", linear(UOp(Ops.BARRIER, dtypes.void, ()))))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -40,8 +40,8 @@ from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PREFERENCE", "Program",
-           "compile_cache_dir", "count_kernel"]
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PREFERENCE",
+           "Program", "compile_cache_dir", "count_kernel"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one

@@ -10,7 +10,7 @@ from typing import Final, cast
 
 import numpy as np
 
-__all__ = ["Invalid", 
+__all__ = ["Invalid",
     "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
     "sum_acc_dtype", "truncate",
 ]

@@ -214,8 +214,9 @@ MOVEMENT_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
 # ops whose shape is their first source's (or none without sources): markers, loads, loops' bodies, ...
 FIRST_SOURCE_SHAPE = frozenset(Ops) - GroupOp.Shapeless - GroupOp.ALU - GroupOp.Movement - {
     Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.NOOP, Ops.MULTI, Ops.BUFFER,
-    Ops.PARAM, Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE, Ops.MSTACK,
-    Ops.MSELECT, Ops.LOAD, Ops.PATCH, Ops.REDUCE, Ops.GETTUPLE, Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}
+    Ops.PARAM, Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE,
+    Ops.MSTACK, Ops.MSELECT, Ops.LOAD, Ops.PATCH, Ops.REDUCE, Ops.GETTUPLE, Ops.CAST, Ops.BITCAST, Ops.STORE,
+    Ops.GROUP}
 
 SHAPE_RULES: dict[Ops, ShapeRule] = {
     **dict.fromkeys(GroupOp.Shapeless, lambda _u: None),

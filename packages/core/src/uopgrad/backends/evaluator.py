@@ -15,10 +15,10 @@ import numpy as np
 
 from uopgrad.backend import Device
 from uopgrad.backends.numerics import Array, bitcast, cast, finish, movement, np_dtype, reduce, reference_alu
+from uopgrad.codegen.index import is_explicit
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.codegen.index import is_explicit
 from uopgrad.uop import Invalid, UOp
 
 __all__ = ["Evaluator", "Value", "evaluate", "register_loop_runner", "run", "storage"]

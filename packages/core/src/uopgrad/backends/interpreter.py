@@ -175,7 +175,8 @@ def run_schedule(sched: Schedule, lower_kernels: bool = True, ops: frozenset[Ops
             ev.commit()
 
 
-def _run_loops(call: UOp, arrays: list[Array], var_vals: dict[str, int]) -> tuple[list[Array], tuple[int, ...]]:
+def _run_loops(call: UOp, arrays: list[Array],
+               var_vals: dict[str, int]) -> tuple[list[Array], tuple[int, ...]]:
     """A custom kernel written with explicit loops: its linear program run on the argument arrays, counted as
     one launch."""
     prg = lower(call, REFERENCE_OPS)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from uopgrad._util import prod
 from uopgrad.dtype import PtrDType
+from uopgrad.errors import LoweringError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import UOp
 
@@ -54,7 +55,7 @@ def _value(u: UOp, var_vals: Mapping[str, int]) -> int:
              Ops.FLOORDIV: lambda: a[0] // a[1], Ops.CDIV: lambda: int(a[0] / a[1]),
              Ops.FLOORMOD: lambda: a[0] % a[1], Ops.CMOD: lambda: a[0] - a[1] * int(a[0] / a[1])}
     if u.op not in table:
-        raise RuntimeError(f"can't estimate a loop bound computed by {u.op}: {u.short()}")
+        raise LoweringError(f"can't estimate a loop bound computed by {u.op}: {u.short()}")
     return int(table[u.op]())
 
 

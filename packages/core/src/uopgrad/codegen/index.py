@@ -289,7 +289,7 @@ class _Loops:
                 rule = _Loops.value if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST) else \
                     _Loops.keep if u.op in GroupOp.Movement else None
             if rule is None:
-                raise RuntimeError(f"{u.op} can't appear in a kernel with explicit loops: {u.short()}")
+                raise LoweringError(f"{u.op} can't appear in a kernel with explicit loops: {u.short()}")
             self.new[u] = rule(self, u)
         return list(self.effects(effect))
 
@@ -297,7 +297,7 @@ class _Loops:
         """The lowered value of `u`: an element of a buffer is LOADed (gated like its address)."""
         v = self.new[u]
         if isinstance(v, tuple):
-            raise RuntimeError(f"a GROUP of effects is not a value: {u.short()}")
+            raise LoweringError(f"a GROUP of effects is not a value: {u.short()}")
         if u.op is not Ops.INDEX:
             return v
         return UOp(Ops.LOAD, v.dtype.base, (UOp(Ops.INDEX, v.dtype, v.src[:2]), *v.src[2:]))
@@ -324,13 +324,13 @@ class _Loops:
     def index(self, u: UOp) -> UOp:
         """INDEX(PARAM, offset[, gate]) for now; `one` and `store` split off the gate."""
         if not isinstance(u.src[0].base.dtype, PtrDType):
-            raise RuntimeError(f"a kernel indexes pointer PARAMs or views of them, not {u.src[0].short()}")
+            raise LoweringError(f"a kernel indexes pointer PARAMs or views of them, not {u.src[0].short()}")
         index, gate = self.ix.address(u.src[0], tuple(self.ix.simplify(self.one(s)) for s in u.src[1:]))
         return UOp(Ops.INDEX, index.dtype, (*index.src, *(() if gate is None else (gate,))))
 
     def store(self, u: UOp) -> UOp:
         if u.src[0].op is not Ops.INDEX:
-            raise RuntimeError(f"a kernel with explicit loops stores into view[i], not {u.src[0].short()}")
+            raise LoweringError(f"a kernel with explicit loops stores into view[i], not {u.src[0].short()}")
         target = self.new[u.src[0]]
         assert isinstance(target, UOp)
         srcs = (target.replace(src=target.src[:2]), self.one(u.src[1]), *target.src[2:])

@@ -3,8 +3,8 @@
 A dialect (C99 for the CPU, OpenCL C, CUDA C) subclasses `CStyleRenderer` and overrides tables and hooks:
 `type_map` (dtype -> type name), `code_for_op` (one template per ALU op; its keys are what the backend
 claims natively), `helpers` (support functions emitted when a kernel uses them), and the hooks for
-constants, casts, bitcasts, buffer loads and stores, math functions, special indices, the kernel prefix and
-parameter qualifiers.
+constants, casts, bitcasts, buffer loads and stores, math functions, special indices, the kernel prefix,
+parameter qualifiers, and local memory and barriers (DEFINE_LOCAL, BARRIER) where the dialect has them.
 
 Every value gets its own SSA-style temporary (`const float alu3 = (alu1+alu2);`): a kernel that fuses
 thousands of ops is thousands of short statements, never one expression nested thousands deep (C
@@ -181,7 +181,7 @@ class _State:
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # names the renderer itself writes: a variable may not take one of them
-_RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx)\d+|__uopgrad_\w*")
+_RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx|temp)\d+|__uopgrad_\w*")
 _C_KEYWORDS = frozenset("auto break case char const continue default do double else enum extern float for "
                         "goto if inline int long register restrict return short signed sizeof static struct "
                         "switch typedef union unsigned void volatile while".split())
@@ -319,6 +319,14 @@ class CStyleRenderer(Renderer):
         return " ".join(x for x in (f"{self.buffer_qualifier}{const}{self.ctype(dt)}*", self.restrict,
                                     f"data{slot}") if x)
 
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        """The declaration of a DEFINE_LOCAL: `size` elements of `dt` shared by a workgroup's threads."""
+        raise RenderError(f"{type(self).__name__} has no local memory (DEFINE_LOCAL {name})")
+
+    def render_barrier(self) -> str:
+        """The statement of a BARRIER: every thread of the workgroup waits there for the others."""
+        raise RenderError(f"{type(self).__name__} has no workgroup barrier (BARRIER)")
+
     def render_var(self, name: str, dt: DType) -> str:
         """One scalar parameter (a DEFINE_VAR)."""
         return f"const {self.ctype(dt)} {name}"
@@ -442,6 +450,16 @@ class CStyleRenderer(Renderer):
         init = st.names[u.src[0]] if u.src else self.render_const(0, u.dtype.base)
         st.emit(f"{self.ctype(u.dtype)} {name} = {init};")
 
+    def _define_local(self, st: _State, u: UOp) -> None:
+        name = st.names[u] = f"temp{u.arg}"
+        size = getattr(u.dtype, "size", -1)
+        if not isinstance(size, int) or size < 1:
+            raise RenderError(f"DEFINE_LOCAL needs a pointer dtype with a size: {u.short()}")
+        st.emit(self.render_local(name, u.dtype.base, size))
+
+    def _barrier(self, st: _State, u: UOp) -> None:
+        st.emit(self.render_barrier())
+
     def _index(self, st: _State, u: UOp) -> None:
         st.names[u] = f"{st.names[u.src[0]]}[{st.names[u.src[1]]}]"
 
@@ -518,4 +536,5 @@ _HANDLERS: dict[Ops, _Handler] = {
     Ops.INDEX: CStyleRenderer._index, Ops.LOAD: CStyleRenderer._load, Ops.STORE: CStyleRenderer._store,
     Ops.CAST: CStyleRenderer._cast, Ops.BITCAST: CStyleRenderer._bitcast, Ops.AFTER: CStyleRenderer._alias,
     Ops.SINK: CStyleRenderer._skip, Ops.NOOP: CStyleRenderer._skip, Ops.GROUP: CStyleRenderer._skip,
+    Ops.DEFINE_LOCAL: CStyleRenderer._define_local, Ops.BARRIER: CStyleRenderer._barrier,
 }

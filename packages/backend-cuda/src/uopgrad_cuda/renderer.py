@@ -1,0 +1,260 @@
+"""The CUDA backend's renderer: CUDA C++ from core's `CStyleRenderer`, grid-style (one thread per output
+element, blocks of `local_size` threads).
+
+The dialect differs from C99 in its tables and a few hooks: `extern "C" __global__` entry points with
+`__launch_bounds__` of the block's size, `__restrict__` buffers, `blockIdx`/`threadIdx` for the grid
+indices, C++'s `bool`, `__shared__` arrays for DEFINE_LOCAL and `__syncthreads()` for BARRIER, the
+`__int_as_float` family for bitcasts and for inf/NaN (NVRTC has no <math.h> macros), and `__device__`
+helpers. Every source is also valid host C++ for the emulator (emulator.py), which builds it unchanged.
+
+Signed wrap-around is made defined in the source: NVRTC has no `-fwrapv`, and C++ leaves signed overflow
+undefined, so 32- and 64-bit signed `+ - * <<` and negation are computed in the unsigned type of the same
+width and converted back (modulo 2^n, as REFERENCE wraps). Narrower types are promoted to int first and
+cannot overflow there.
+
+float16 is the OpenCL backend's scheme (no `half` type, no cuda_fp16.h): a float16 buffer is `unsigned short`
+bits, a float16 value is a `float` holding a value of float16, and every op that yields one rounds its float
+result to float16 (ties to even), as numpy computes float16. The conversions are integer helpers, exact
+both ways, so bit patterns (NaN payloads too) survive loads, stores and bitcasts, on the GPU and on the host.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from uopgrad import DType, Ops, dtypes
+from uopgrad.codegen import GridLimits, GridSpec, Program
+from uopgrad.renderer import CStyleRenderer, OpTemplate
+
+__all__ = ["CUDARenderer", "HALF_HELPERS"]
+
+_BOUNDS = "__UOPGRAD_LAUNCH_BOUNDS__"  # replaced by the block's size once a kernel is rendered
+
+
+def _unsigned(dt: DType) -> str | None:
+    """The type a wrapping int op is computed in: the unsigned type of a 32/64-bit signed int's width,
+    `unsigned int` for 8/16-bit ints (promoted to int, `uint16 * uint16` could overflow it); else None."""
+    scalar = dt.scalar()
+    if not dtypes.is_int(scalar) or scalar == dtypes.bool:
+        return None
+    if scalar.itemsize < 4:
+        return "unsigned int"
+    if scalar in dtypes.sints:
+        return "unsigned long long" if scalar.itemsize == 8 else "unsigned int"
+    return None
+
+
+def _wrapping(sym: str) -> OpTemplate:
+    """`a sym b`, computed in `_unsigned(dt)` where that is a type, and converted back (modulo 2^n)."""
+    def template(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+        u = _unsigned(dt)
+        return f"({a}{sym}{b})" if u is None else f"(({r.ctype(dt)})(({u})({a}){sym}({u})({b})))"
+    return template
+
+
+def _neg(r: CStyleRenderer, dt: DType, x: str) -> str:
+    if dt.scalar() == dtypes.bool:
+        return f"(!{x})"
+    u = _unsigned(dt)
+    return f"(-{x})" if u is None else f"(({r.ctype(dt)})(0u-({u})({x})))"
+
+
+def _mulacc(r: CStyleRenderer, dt: DType, a: str, b: str, c: str) -> str:
+    u = _unsigned(dt)
+    if u is not None:
+        return f"(({r.ctype(dt)})(({u})({a})*({u})({b})+({u})({c})))"
+    return f"({r.round_to(dt, f'({a}*{b})')}+{c})"
+
+
+def _cdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # C division truncates; x/0 is 0 and INT_MIN/-1 wraps (as the C99 template, the negation defined)
+    if dtypes.is_float(dt):
+        return f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})"
+    if dt.scalar() in dtypes.sints:
+        return f"(({b})==0?0:({b})==-1?{_neg(r, dt, a)}:({a})/({b}))"
+    return f"(({b})==0?0:({a})/({b}))"
+
+
+def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    return f"({a}/{b})" if dtypes.is_float(dt) else _cdiv(r, dt, a, b)
+
+
+def _shl(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # a shift by 0..bits-1 (of the unsigned bits, as `_wrapping`); any other amount gives 0
+    u = _unsigned(dt)
+    shifted = f"({a})<<({b})" if u is None else f"(({r.ctype(dt)})(({u})({a})<<({b})))"
+    return f"(((unsigned long long)({b}))<{8 * dt.scalar().itemsize}u?{shifted}:0)"
+
+
+# float16 <-> float by bits: the OpenCL backend's helpers in CUDA's spelling (exact both ways; float ->
+# float16 rounds to nearest even; a NaN keeps its sign and the top bits of its payload, as numpy does)
+HALF_HELPERS = {
+    "__uopgrad_bits_half": """\
+static __device__ inline float __uopgrad_bits_half(unsigned short h) {
+  /* float16 bits -> float, exactly */
+  unsigned int sign = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu;
+  unsigned int m = (unsigned int)h & 0x3ffu;
+  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0u) return __uint_as_float(sign | __float_as_uint((float)m * 0x1p-24f));
+  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}""",
+    "__uopgrad_half_bits": """\
+static __device__ inline unsigned short __uopgrad_half_bits(float x) {
+  /* float -> float16 bits, rounded to nearest even */
+  unsigned int f = __float_as_uint(x), sign = (f >> 16) & 0x8000u, a = f & 0x7fffffffu;
+  if (a > 0x7f800000u) {
+    unsigned int m = (a & 0x7fffffu) >> 13;
+    return (unsigned short)(sign | 0x7c00u | (m > 1u ? m : 1u));
+  }
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (a < 0x38800000u) return (unsigned short)(sign | (unsigned int)rintf(__uint_as_float(a) * 0x1p24f));
+  unsigned int r = a - 0x38000000u;
+  return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}""",
+    "__uopgrad_half": """\
+static __device__ inline float __uopgrad_half(float x) {
+  /* x rounded to float16 */
+  return __uopgrad_bits_half(__uopgrad_half_bits(x));
+}""",
+    "__uopgrad_half_d": """\
+static __device__ inline float __uopgrad_half_d(double x) {
+  /* a double rounded to float16 once: to float rounding to odd (exact enough for a second rounding) */
+  float f = __double2float_rz(x);
+  if (f == f && (double)f != x) f = __uint_as_float(__float_as_uint(f) | 1u);
+  return __uopgrad_bits_half(__uopgrad_half_bits(f));
+}""",
+}
+
+
+def _cuda_cpp(code: str) -> str:
+    """A core helper (C99) as CUDA C++: a `__device__` function, no static locals."""
+    return code.replace("static inline ", "static __device__ inline ").replace("  static const ", "  const ")
+
+
+# C++ keywords, CUDA's built-in variables, types and the device functions kernels may call (and libc's that
+# NVRTC and the emulator declare): a kernel or variable name must not take one of them
+_CUDA_RESERVED = frozenset("""alignas alignof and asm bool catch char16_t char32_t class compl constexpr
+    const_cast decltype delete dynamic_cast explicit export false friend mutable namespace new noexcept not
+    nullptr operator or private protected public reinterpret_cast static_assert static_cast template this
+    thread_local throw true try typeid typename using virtual wchar_t xor
+    threadIdx blockIdx blockDim gridDim warpSize dim3 uint3 half nv_bfloat16 __syncthreads
+    atomicAdd atomicSub atomicExch atomicMin atomicMax atomicCAS atomicAnd atomicOr atomicXor
+    printf malloc free memcpy memset assert abort exit min max abs rintf
+    """.split())
+
+
+class CUDARenderer(CStyleRenderer):
+    """CUDA C++ for NVRTC (and the host emulator): grid-style, one `extern "C" __global__` per program."""
+
+    device = "CUDA"
+    type_map: ClassVar[dict[DType, str]] = {
+        **CStyleRenderer.type_map, dtypes.bool: "bool", dtypes.float16: "float",
+    }
+    storage: ClassVar[dict[DType, DType]] = {dtypes.float16: dtypes.uint16}
+    code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
+        **CStyleRenderer.code_for_op, Ops.ADD: _wrapping("+"), Ops.SUB: _wrapping("-"),
+        Ops.MUL: _wrapping("*"), Ops.NEG: _neg, Ops.MULACC: _mulacc, Ops.CDIV: _cdiv, Ops.FDIV: _fdiv,
+        Ops.SHL: _shl,
+    }
+    helpers: ClassVar[dict[str, str]] = {
+        **{name: _cuda_cpp(code) for name, code in CStyleRenderer.helpers.items()}, **HALF_HELPERS,
+    }
+    keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CUDA_RESERVED
+    prefix_lines: ClassVar[tuple[str, ...]] = ()
+    kernel_prefix = f'extern "C" __global__ void __launch_bounds__({_BOUNDS})'
+    restrict = "__restrict__"
+    infinity = "__int_as_float(0x7f800000)"
+    nan = "__int_as_float(0x7fc00000)"
+    special_index: ClassVar[dict[str, str]] = {
+        "gidx": "blockIdx.{1}", "lidx": "threadIdx.{1}", "idx": "(blockIdx.{1}*blockDim.{1}+threadIdx.{1})",
+    }
+    half_via_float = True
+
+    def __init__(self, grid: GridSpec | None = None) -> None:
+        self.grid = grid if grid is not None else GridLimits()
+
+    # ------------------------------------------------------------------ dialect hooks
+    def render(self, program: Program) -> str:
+        """core's walk; `__launch_bounds__` is the block's size (threads per block)."""
+        threads = math.prod(program.local_size) if program.local_size else 1
+        return super().render(program).replace(_BOUNDS, str(threads), 1)
+
+    def function_name(self, name: str) -> str:
+        """C's rules with CUDA's reserved words (`keywords`)."""
+        ident = super().function_name(name)
+        return f"k_{ident}" if ident in self.keywords else ident
+
+    def round_to(self, dt: DType, expr: str) -> str:
+        """`expr` (a float) rounded to float16 where `dt` is float16."""
+        return f"__uopgrad_half({expr})" if dt.scalar() == dtypes.float16 else expr
+
+    def render_cast(self, x: str, src: DType, dst: DType) -> str:
+        """C's casts; to float16 by rounding (a double directly, never through float)."""
+        if dst.scalar() == dtypes.float16:
+            return f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else \
+                f"__uopgrad_half((float){x})"
+        return super().render_cast(x, src, dst)
+
+    def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
+        """CUDA's `__float_as_int` family; float16 through its bits; integers of one size by conversion
+        (modulo 2^n); bool's bits are 0 or 1."""
+        s, d = src.scalar(), dst.scalar()
+        if d == dtypes.bool:
+            return f"({x}!=0)"
+        if s == dtypes.float16:
+            return f"(({self.ctype(dst)})__uopgrad_half_bits({x}))"
+        if d == dtypes.float16:
+            return f"__uopgrad_bits_half((unsigned short){x})"
+        if s == dtypes.float32:
+            return f"(({self.ctype(dst)})__float_as_uint({x}))"
+        if s == dtypes.float64:
+            return f"(({self.ctype(dst)})__double_as_longlong({x}))"
+        if d == dtypes.float32:
+            return f"__uint_as_float((unsigned int){x})"
+        if d == dtypes.float64:
+            return f"__longlong_as_double((long long){x})"
+        return f"(({self.ctype(dst)}){x})"
+
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """`buf[offset]`; a float16 from its bits."""
+        if dt.scalar() == dtypes.float16:
+            return f"__uopgrad_bits_half({buf}[{offset}])"
+        return super().render_load(buf, offset, dt)
+
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """`buf[offset] = value;`; a float16 as its bits."""
+        if dt.scalar() == dtypes.float16:
+            return super().render_store(buf, offset, f"__uopgrad_half_bits({value})", dtypes.uint16)
+        return super().render_store(buf, offset, value, dt)
+
+    def render_param(self, slot: int, dt: DType, writable: bool) -> str:
+        """`float* __restrict__ data0`; float16 buffers are `unsigned short`."""
+        return super().render_param(slot, self.storage.get(dt.base.scalar(), dt.base.scalar()), writable)
+
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        """A `__shared__` array (float16 as its bits, as in buffers)."""
+        return f"__shared__ {self.ctype(self.storage.get(dt.scalar(), dt.scalar()))} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        """`__syncthreads()`."""
+        return "__syncthreads();"
+
+    def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
+                      prefix: Sequence[str]) -> str:
+        """The source: the helpers the kernel calls and those they call (callees first)."""
+        text = "\n".join(body)
+        lines = [*(line for line in prefix if line not in self.helpers.values()), *self._helpers_for(text)]
+        return super().render_kernel(name, params, body, lines)
+
+    def _helpers_for(self, text: str) -> list[str]:
+        """The helpers `text` calls and those they call, in table order (callees come first there)."""
+        used: set[str] = set()
+        todo = [text]
+        while todo:
+            caller = todo.pop()
+            for name, code in self.helpers.items():
+                if name not in used and name + "(" in caller:
+                    used.add(name)
+                    todo.append(code)
+        return [code for name, code in self.helpers.items() if name in used]
