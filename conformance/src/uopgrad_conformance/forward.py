@@ -90,7 +90,7 @@ def rerun_differs(got: np.ndarray, again: np.ndarray, how: str) -> str | None:
     same = _same_bits(got, again)
     if bool(np.all(same)):
         return None
-    bad = np.argwhere(~same)[:4] if same.shape == np.shape(got) else []
+    bad: list[np.ndarray] = list(np.argwhere(~same)[:4]) if same.shape == np.shape(got) else []
     shown = ", ".join(f"at {tuple(int(i) for i in ix)}: {np.asarray(got)[tuple(ix)]!r} then "
                       f"{np.asarray(again)[tuple(ix)]!r}" for ix in bad)
     n_bad = int(np.size(same) - np.sum(same))
