@@ -155,7 +155,7 @@ def conformance_meta(session: nox.Session) -> None:
 
     Installs the broken backends of conformance/meta_tests/broken_backend; REFERENCE and the out-of-tree
     example must pass."""
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BROKEN_BACKENDS)
+    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
     session.run("pytest", "conformance/meta_tests", *session.posargs)
 
 

@@ -20,7 +20,11 @@ import pytest
 
 from uopgrad import Device, GroupOp
 
-NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC"]
+C_MUTANTS = ["BROKEN_C_TAIL", "BROKEN_C_RACE", "BROKEN_C_WHERE", "BROKEN_C_INTDIV", "BROKEN_C_F2I",
+             "BROKEN_C_NOZERO", "BROKEN_C_VARS", "BROKEN_C_F16", "BROKEN_C_LITERAL", "BROKEN_C_MANYBUF",
+             "BROKEN_C_INDEX16", "BROKEN_C_MATH"]
+NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC",
+          *C_MUTANTS]
 missing = [n for n in NEEDED if n not in Device]
 pytestmark = pytest.mark.skipif(bool(missing), reason=f"meta tests need the backends {missing} installed "
                                 "(nox -s conformance_meta installs them)")
@@ -85,6 +89,48 @@ PLANTED = [
     ("BROKEN_SUB", "test_alu and SUB", ["test_alu[SUB-int32-forward]", "test_alu[SUB-float32-forward]"],
      []),
 ]
+
+
+# the C backend with one realistic bug per case class (broken_backend/src/uopgrad_broken/cbackend.py):
+# (device, -k selection, cases that must fail, a phrase the failure must show)
+E = "test_edge"
+C_PLANTED = [
+    ("BROKEN_C_TAIL", "sizes_above_1024-float32", [f"{E}[sizes_above_1024-float32-forward]"], "differs"),
+    ("BROKEN_C_RACE", "sizes_above_1024-int32", [f"{E}[sizes_above_1024-int32-forward]"], ""),
+    ("BROKEN_C_WHERE", "WHERE_broadcast-float32", [f"{E}[WHERE_broadcast-float32-forward]"], "differs"),
+    ("BROKEN_C_INTDIV", "integer_edges-int32", [f"{E}[integer_edges-int32-forward]"], "SIGFPE"),
+    ("BROKEN_C_F2I", "CAST_from_float32 and int32", ["test_cast[CAST_from_float32-int32-forward]"],
+     "differs"),
+    ("BROKEN_C_NOZERO", "in_place_into_a_fresh_buffer-float32",
+     [f"{E}[in_place_into_a_fresh_buffer-float32-forward]"], "differs"),
+    ("BROKEN_C_VARS", "bound_variables-int32", [f"{E}[bound_variables-int32-forward]"], "differs"),
+    ("BROKEN_C_F16", "CAST_from_float32 and float16", ["test_cast[CAST_from_float32-float16-forward]"],
+     "differs"),
+    ("BROKEN_C_LITERAL", "test_alu and MUL-float32", ["test_alu[MUL-float32-forward]"], "differs"),
+    ("BROKEN_C_MANYBUF", "many_buffers-int32", [f"{E}[many_buffers-int32-forward]"], "differs"),
+    ("BROKEN_C_INDEX16", "strided_views-int32", [f"{E}[strided_views-int32-forward]"], "differs"),
+    ("BROKEN_C_MATH", "LOG2-float64", ["test_alu[LOG2-float64-forward]", "test_gradient[LOG2-float64-grad]"],
+     "FORWARD: the program's float64 forward pass differs"),
+]
+
+
+@pytest.mark.parametrize(("backend", "select", "must_fail", "phrase"), C_PLANTED,
+                         ids=[p[0] for p in C_PLANTED])
+def test_planted_c_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
+                                 phrase: str) -> None:
+    """Caught by the check of its class under the `ci` profile, with a repro that runs on its own."""
+    run = run_suite(tmp_path, backend, "-k", select)
+    assert run.rc == 1, run.out[-3000:]
+    for t in must_fail:
+        assert run.outcome(t) == "failed", t
+    assert phrase in run.out, run.out[-3000:]
+    found = snippets(run.out)
+    assert found, run.out[-3000:]
+    script = tmp_path / "repro.py"
+    script.write_text(found[0])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    # the repro runs (a trapping one dies of the same signal: that is the bug, shown)
+    assert res.returncode == 0 or (backend == "BROKEN_C_INTDIV" and res.returncode < 0), res.stderr[-2000:]
 
 
 @pytest.mark.parametrize(("backend", "select", "must_fail", "must_pass"), PLANTED,
