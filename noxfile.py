@@ -76,7 +76,8 @@ def imports(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests of every package, and the property tests of the core in spec/."""
-    session.install(*TEST_DEPS, *ORACLE_DEPS, *ALL_PACKAGES)
+    # ml_dtypes: the bfloat16 oracle of REFERENCE (conformance/tests/test_oracle.py)
+    session.install(*TEST_DEPS, *ORACLE_DEPS, "ml_dtypes", *ALL_PACKAGES)
     if session.posargs:
         session.run("pytest", *session.posargs)
         return

@@ -150,6 +150,7 @@ def run_forward(target: Target, dt: DType | None, inputs: Sequence[Input], check
     extra_src = extra_src or {}
     isolated: list[np.ndarray | None] = []
     died: str | None = None
+    isolate = isolate and target.backend.capabilities.compiled  # only generated code can trap
     if isolate:
         isolated, died = _isolated(target, dt, inputs, checks, extra_src)
     repeat = target.backend.capabilities.compiled and not isolate
