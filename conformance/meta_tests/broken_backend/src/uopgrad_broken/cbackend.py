@@ -18,6 +18,7 @@ split without its remainder, a pragma on the wrong loop, a fast path that swaps 
 | BROKEN_C_MANYBUF | the launcher passes buffers after the 8th in reverse order                     |
 | BROKEN_C_INDEX16 | buffer indices wrap at 16 bits (an index type too narrow for large buffers)    |
 | BROKEN_C_MATH    | float64 math calls the float versions (`log2f`, `sinf`, ...)                   |
+| BROKEN_C_REALIZE | a realized tensor becomes its bare buffer: gradients after a read are zero     |
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from uopgrad.renderer import Renderer
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
 __all__ = ["MUTANTS", "BrokenF2I", "BrokenF16", "BrokenIndex16", "BrokenIntDiv", "BrokenLiteral",
-           "BrokenManyBuf", "BrokenMath", "BrokenNoZero", "BrokenRace", "BrokenTail", "BrokenVars",
-           "BrokenWhere"]
+           "BrokenManyBuf", "BrokenMath", "BrokenNoZero", "BrokenRace", "BrokenRealize", "BrokenTail",
+           "BrokenVars", "BrokenWhere"]
 
 
 def _backend(renderer: type[Renderer] = CRenderer, program: type[CPUProgram] = CPUProgram,
@@ -187,3 +188,29 @@ MUTANTS: dict[str, type[CompiledBackend]] = {
     "BROKEN_C_VARS": BrokenVars, "BROKEN_C_F16": BrokenF16, "BROKEN_C_LITERAL": BrokenLiteral,
     "BROKEN_C_MANYBUF": BrokenManyBuf, "BROKEN_C_INDEX16": BrokenIndex16, "BROKEN_C_MATH": BrokenMath,
 }
+
+
+# ---------------------------------------------------------------------- a realize that drops the graph
+def _drops_graph_at_realize() -> None:
+    """BROKEN_C_REALIZE: the CPU backend whose realize hands back bare buffers: a tensor on it, once
+    realized (`.realize()`, `.numpy()`, `.item()`), is its buffer with the computation that filled it
+    forgotten, so a gradient taken afterwards is zero (issue 9's bug, planted in one device)."""
+    from uopgrad import Tensor  # noqa: PLC0415
+
+    original = Tensor._realize
+
+    def realize(tensors: Sequence[Tensor]) -> None:
+        original(tensors)
+        for t in tensors:
+            if str(t.device).startswith("BROKEN_C_REALIZE"):
+                u = t.uop
+                while u.op is Ops.AFTER:  # the buffer, without the CALL that wrote it
+                    u = u.src[0]
+                t.uop = u
+
+    Tensor._realize = staticmethod(realize)  # type: ignore[method-assign]
+
+
+_drops_graph_at_realize()
+BrokenRealize = _backend()
+MUTANTS["BROKEN_C_REALIZE"] = BrokenRealize
