@@ -110,6 +110,7 @@ def _reference(expr: str, arrays: list[np.ndarray], dts: list[DType]) -> np.ndar
     return np.asarray(eval(expr, ns).numpy())  # noqa: S307  (the suite's own expression text)
 
 
+_LABELS = "below, 'got' is REFERENCE and 'REFERENCE' is the oracle"
 _CHECKED = [(s, dt) for s in ALU_SPECS if s.op is not Ops.THREEFRY for dt in s.dtypes]  # THREEFRY: no numpy
 
 
@@ -126,7 +127,7 @@ def test_reference_alu_matches_the_oracle(spec: AluSpec, dt: DType) -> None:
     got = _reference(spec.expressions(dt)[0], arrays, ins.dtypes)
     want = oracle(spec, dt, arrays)
     cmp = compare(got, want, out_dt, 0, 0.0, spec.signed_zero, arrays)
-    assert cmp.ok, cmp.message(f"REFERENCE's {spec.op.name} on {name(dt)} is not the spec's")
+    assert cmp.ok, cmp.message(f"REFERENCE's {spec.op.name} on {name(dt)} is not the spec's ({_LABELS})")
 
 
 # ---------------------------------------------------------------------- casts
@@ -152,7 +153,7 @@ def test_reference_cast_matches_the_oracle(src: DType, dst: DType) -> None:
     x = cast_inputs(src, dst, np.random.default_rng(3))
     got = np.asarray(Tensor(x, device="REFERENCE", dtype=src).cast(dst).numpy())
     cmp = compare(got, cast_oracle(x, src, dst), dst, 0, 0.0, True, [x])
-    assert cmp.ok, cmp.message(f"REFERENCE's cast {name(src)} -> {name(dst)} is not the spec's")
+    assert cmp.ok, cmp.message(f"REFERENCE's cast {name(src)} -> {name(dst)} is not the spec's ({_LABELS})")
 
 
 # ---------------------------------------------------------------------- where the spec is not numpy
