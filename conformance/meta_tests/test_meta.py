@@ -136,10 +136,6 @@ def test_planted_c_bug_is_caught(tmp_path: Path, backend: str, select: str, must
 def test_planted_c_bug_is_caught_realize_drops_the_graph(tmp_path: Path) -> None:
     """Issue 9's bug planted in one device: the realized programs (outputs read before the gradient) catch
     it by finite differences, with a repro that reads before it differentiates, as the check did."""
-    from uopgrad_conformance.xfails import realize_cuts_gradients
-    if realize_cuts_gradients():
-        pytest.skip("core itself still drops the graph at realize (issue 9): the realized programs are known "
-                    "failures on every backend, so the planted copy of that bug cannot stand out yet")
     run = run_suite(tmp_path, "BROKEN_C_REALIZE", "-k", "programs_realized-float64 or realized-float64-fixed")
     assert run.rc == 1, run.out[-3000:]
     assert run.outcome("test_programs[programs_realized-float64-random]") == "failed"

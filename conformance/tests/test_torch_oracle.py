@@ -17,7 +17,6 @@ from uopgrad import dtypes
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, run_env, vjp
 from uopgrad_conformance.repro import execute
 from uopgrad_conformance.strategies import fixed_programs, programs
-from uopgrad_conformance.xfails import realize_cuts_gradients
 
 torch = pytest.importorskip("torch", reason="the PyTorch oracle needs torch (an optional extra)")
 
@@ -136,8 +135,6 @@ def test_program_gradients_match_torch(prog: Any) -> None:  # noqa: ANN401
     _check(prog)
 
 
-@pytest.mark.xfail(realize_cuts_gradients(), reason="core: a gradient taken after realize is zero (issue 9)",
-                   strict=True)
 @settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(prog=programs(dtypes.float64, kinds=_KINDS, read_first=True))
