@@ -154,8 +154,8 @@ def conformance_external(session: nox.Session) -> None:
 def conformance_meta(session: nox.Session) -> None:
     """Meta tests of the conformance harness: every planted bug is caught, with a repro.
 
-    Installs the broken backends of conformance/meta_tests/broken_backend; REFERENCE and the out-of-tree
-    example must pass."""
+    Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants);
+    REFERENCE and the out-of-tree example must pass. Ends with the mutation score."""
     session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
     session.run("pytest", "conformance/meta_tests", *session.posargs)
 

@@ -1,10 +1,11 @@
 """Meta tests: the conformance harness itself, run as a backend author runs it (a pytest subprocess with
 `--pyargs uopgrad_conformance --backend NAME`).
 
-Needs the broken backends of `broken_backend/` (and the out-of-tree example they build on) installed:
-`nox -s conformance_meta` installs them. Each planted bug must be caught, by the check meant to catch it,
-with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the xfails file
-and the skip reasons must behave as documented (docs/conformance.md).
+Needs the broken backends of `broken_backend/` (and the out-of-tree example and the CPU backend they build
+on) installed: `nox -s conformance_meta` installs them. The run ends with the mutation score
+(conftest.py): planted bugs caught of planted. Each planted bug must be caught, by the check meant to
+catch it, with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the
+xfails file and the skip reasons must behave as documented (docs/conformance.md).
 """
 from __future__ import annotations
 
