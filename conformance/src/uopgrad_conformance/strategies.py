@@ -319,8 +319,10 @@ DEFAULT_KINDS = ("unary", "binary", "movement", "reduce", "matmul", "cast", "fun
 
 @st.composite
 def programs(draw: st.DrawFn, dt: DType, max_steps: int = 5, kinds: Sequence[str] = DEFAULT_KINDS,
-             cast_to: Sequence[DType] = (), read_first: bool = False) -> Program:
-    """A random well-typed program whose values are in `dt` (casts to `cast_to` dtypes and back)."""
+             cast_to: Sequence[DType] = (), read_first: bool | None = None) -> Program:
+    """A random well-typed program whose values are in `dt` (casts to `cast_to` dtypes and back).
+    `read_first` (by default: when `kinds` has "realize") reads the outputs before the gradient."""
+    read_first = "realize" in kinds if read_first is None else read_first
     b = _Builder(draw, dt, cast_to)
     b.new_input(draw(shapes()))
     for _ in range(draw(st.integers(1, max_steps))):

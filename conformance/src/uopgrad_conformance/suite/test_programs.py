@@ -37,7 +37,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases.append(Case("programs", dt, "random", target.not_claimed(dt), ROWS["programs"], "program"))
     if metafunc.function.__name__ == "test_program_examples":
         cases = [Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
-                 for row in ("programs (1,) (1,1)", "programs (1,) (1,1) realized")
+                 for row in ("programs one element", "programs one element realized")
                  for dt in (*FLOATS, dtypes.int32)]
     metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
                                                else []) for c in cases])
@@ -57,8 +57,7 @@ def test_programs(case: Case, target: Target, record: Recorder, data: st.DataObj
     """Random programs of one dtype: forward (and backward) against REFERENCE; shrunk when one fails."""
     dt = case.dtype
     assert dt is not None
-    prog = data.draw(programs(dt, kinds=case.payload, cast_to=_cast_targets(target, dt),
-                              read_first=case.row == "programs realized"), label="program")
+    prog = data.draw(programs(dt, kinds=case.payload, cast_to=_cast_targets(target, dt)), label="program")
     check_program(target, prog, record, case_rng(case, salt=prog.body()))
 
 
