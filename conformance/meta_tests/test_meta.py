@@ -173,7 +173,9 @@ def test_random_program_is_shrunk_to_a_minimal_repro(tmp_path: Path) -> None:
     assert run.outcome("test_programs[programs-float32-random]") == "failed"
     program = next(s for s in snippets(run.out) if ".pad(" in s)
     body = [ln for ln in program.splitlines() if re.match(r"t\d+ = t\d+\.", ln)]
-    assert len(body) == 1, program  # one step: the pad itself
+    # the pad and at most one other movement step: hypothesis stops shrinking after 5 minutes, which a
+    # loaded 2-core machine can reach before the last step (a no-op reshape) is gone
+    assert any(".pad(" in ln for ln in body) and len(body) <= 2, program
 
 
 def test_vjp_bug_is_invisible_to_an_all_ones_cotangent() -> None:
