@@ -79,7 +79,8 @@ def imports(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests of every package, and the property tests of the core in spec/."""
-    session.install(*TEST_DEPS, *ORACLE_DEPS, *ALL_PACKAGES)
+    # ml_dtypes: the bfloat16 oracle of REFERENCE (conformance/tests/test_oracle.py)
+    session.install(*TEST_DEPS, *ORACLE_DEPS, "ml_dtypes", *ALL_PACKAGES)
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
@@ -162,9 +163,9 @@ def conformance_external(session: nox.Session) -> None:
 def conformance_meta(session: nox.Session) -> None:
     """Meta tests of the conformance harness: every planted bug is caught, with a repro.
 
-    Installs the broken backends of conformance/meta_tests/broken_backend; REFERENCE and the out-of-tree
-    example must pass."""
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BROKEN_BACKENDS)
+    Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants);
+    REFERENCE and the out-of-tree example must pass. Ends with the mutation score."""
+    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
     session.run("pytest", "conformance/meta_tests", *session.posargs)
 
 

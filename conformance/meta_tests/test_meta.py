@@ -1,10 +1,11 @@
 """Meta tests: the conformance harness itself, run as a backend author runs it (a pytest subprocess with
 `--pyargs uopgrad_conformance --backend NAME`).
 
-Needs the broken backends of `broken_backend/` (and the out-of-tree example they build on) installed:
-`nox -s conformance_meta` installs them. Each planted bug must be caught, by the check meant to catch it,
-with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the xfails file
-and the skip reasons must behave as documented (docs/conformance.md).
+Needs the broken backends of `broken_backend/` (and the out-of-tree example and the CPU backend they build
+on) installed: `nox -s conformance_meta` installs them. The run ends with the mutation score
+(conftest.py): planted bugs caught of planted. Each planted bug must be caught, by the check meant to
+catch it, with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the
+xfails file and the skip reasons must behave as documented (docs/conformance.md).
 """
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ import pytest
 
 from uopgrad import Device, GroupOp
 
-NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC"]
+C_MUTANTS = ["BROKEN_C_TAIL", "BROKEN_C_RACE", "BROKEN_C_WHERE", "BROKEN_C_INTDIV", "BROKEN_C_F2I",
+             "BROKEN_C_NOZERO", "BROKEN_C_VARS", "BROKEN_C_F16", "BROKEN_C_LITERAL", "BROKEN_C_MANYBUF",
+             "BROKEN_C_INDEX16", "BROKEN_C_MATH", "BROKEN_C_REALIZE"]
+NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC",
+          *C_MUTANTS]
 missing = [n for n in NEEDED if n not in Device]
 pytestmark = pytest.mark.skipif(bool(missing), reason=f"meta tests need the backends {missing} installed "
                                 "(nox -s conformance_meta installs them)")
@@ -87,6 +92,62 @@ PLANTED = [
 ]
 
 
+# the C backend with one realistic bug per case class (broken_backend/src/uopgrad_broken/cbackend.py):
+# (device, -k selection, cases that must fail, a phrase the failure must show)
+E = "test_edge"
+C_PLANTED = [
+    ("BROKEN_C_TAIL", "sizes_above_1024-float32", [f"{E}[sizes_above_1024-float32-forward]"], "differs"),
+    ("BROKEN_C_RACE", "sizes_above_1024-int32", [f"{E}[sizes_above_1024-int32-forward]"], ""),
+    ("BROKEN_C_WHERE", "WHERE_broadcast-float32", [f"{E}[WHERE_broadcast-float32-forward]"], "differs"),
+    ("BROKEN_C_INTDIV", "integer_edges-int32", [f"{E}[integer_edges-int32-forward]"], "SIGFPE"),
+    ("BROKEN_C_F2I", "CAST_from_float32 and int32", ["test_cast[CAST_from_float32-int32-forward]"],
+     "differs"),
+    ("BROKEN_C_NOZERO", "in_place_into_a_fresh_buffer-float32",
+     [f"{E}[in_place_into_a_fresh_buffer-float32-forward]"], "differs"),
+    ("BROKEN_C_VARS", "bound_variables-int32", [f"{E}[bound_variables-int32-forward]"], "differs"),
+    ("BROKEN_C_F16", "CAST_from_float32 and float16", ["test_cast[CAST_from_float32-float16-forward]"],
+     "differs"),
+    ("BROKEN_C_LITERAL", "test_alu and MUL-float32", ["test_alu[MUL-float32-forward]"], "differs"),
+    ("BROKEN_C_MANYBUF", "many_buffers-int32", [f"{E}[many_buffers-int32-forward]"], "differs"),
+    ("BROKEN_C_INDEX16", "strided_views-int32", [f"{E}[strided_views-int32-forward]"], "differs"),
+    ("BROKEN_C_MATH", "LOG2-float64", ["test_alu[LOG2-float64-forward]", "test_gradient[LOG2-float64-grad]"],
+     "FORWARD: the program's float64 forward pass differs"),
+]
+
+
+@pytest.mark.parametrize(("backend", "select", "must_fail", "phrase"), C_PLANTED,
+                         ids=[p[0] for p in C_PLANTED])
+def test_planted_c_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
+                                 phrase: str) -> None:
+    """Caught by the check of its class under the `ci` profile, with a repro that runs on its own."""
+    run = run_suite(tmp_path, backend, "-k", select)
+    assert run.rc == 1, run.out[-3000:]
+    for t in must_fail:
+        assert run.outcome(t) == "failed", t
+    assert phrase in run.out, run.out[-3000:]
+    found = snippets(run.out)
+    assert found, run.out[-3000:]
+    script = tmp_path / "repro.py"
+    script.write_text(found[0])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    # the repro runs (a trapping one dies of the same signal: that is the bug, shown)
+    assert res.returncode == 0 or (backend == "BROKEN_C_INTDIV" and res.returncode < 0), res.stderr[-2000:]
+
+
+def test_planted_c_bug_is_caught_realize_drops_the_graph(tmp_path: Path) -> None:
+    """Issue 9's bug planted in one device: the realized programs (outputs read before the gradient) catch
+    it by finite differences, with a repro that reads before it differentiates, as the check did."""
+    run = run_suite(tmp_path, "BROKEN_C_REALIZE", "-k", "programs_realized-float64 or realized-float64-fixed")
+    assert run.rc == 1, run.out[-3000:]
+    assert run.outcome("test_programs[programs_realized-float64-random]") == "failed"
+    found = [s for s in snippets(run.out) if ".gradient(" in s]
+    assert found, run.out[-3000:]
+    script = tmp_path / "repro.py"
+    script.write_text(found[0])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 @pytest.mark.parametrize(("backend", "select", "must_fail", "must_pass"), PLANTED,
                          ids=[p[0] for p in PLANTED])
 def test_planted_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
@@ -112,7 +173,9 @@ def test_random_program_is_shrunk_to_a_minimal_repro(tmp_path: Path) -> None:
     assert run.outcome("test_programs[programs-float32-random]") == "failed"
     program = next(s for s in snippets(run.out) if ".pad(" in s)
     body = [ln for ln in program.splitlines() if re.match(r"t\d+ = t\d+\.", ln)]
-    assert len(body) == 1, program  # one step: the pad itself
+    # the pad and at most one other movement step: hypothesis stops shrinking after 5 minutes, which a
+    # loaded 2-core machine can reach before the last step (a no-op reshape) is gone
+    assert any(".pad(" in ln for ln in body) and len(body) <= 2, program
 
 
 def test_vjp_bug_is_invisible_to_an_all_ones_cotangent() -> None:

@@ -62,9 +62,14 @@ def test_special_values_are_there():
         assert len(special_values(dt)) >= 2
 
 
-def test_cast_inputs_stay_in_range():
+def test_cast_inputs_reach_the_ends_of_the_range_and_beyond():
+    # the spec defines float -> int beyond the range (truncate, wrap; NaN and inf give 0): the suite checks it
     x = cast_inputs(dtypes.float32, dtypes.uint8, np.random.default_rng(0))
-    assert np.all(np.isfinite(x)) and np.all(np.trunc(x) >= 0) and np.all(np.trunc(x) <= 255)
+    assert np.isnan(x).any() and np.isinf(x).any()
+    assert {255.0, 256.0, -1.0, 0.0} <= set(x[np.isfinite(x)].tolist())
+    assert (x[np.isfinite(x)] > 2.0 ** 63).any()
+    y = cast_inputs(dtypes.float64, dtypes.int64, np.random.default_rng(0))
+    assert {2.0 ** 63, -(2.0 ** 63), 2.0 ** 53} <= set(y[np.isfinite(y)].tolist())
 
 
 # ---------------------------------------------------------------------- comparisons

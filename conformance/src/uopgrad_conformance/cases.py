@@ -3,9 +3,11 @@ dtype the IR defines it for, CAST and BITCAST between dtypes, the six movement o
 COPY. Each case is uopgrad source text run on the backend and on REFERENCE; which cases run is derived from
 the backend's declared dtypes, and every case that does not run says why.
 
-The inputs C leaves undefined are never generated (spec/reference.md): integer division and remainder by
-zero and of the dtype's minimum by -1 (the hardware traps), shifts by a negative or too-large amount, and
-float -> int casts of values out of the target's range (NaN and inf included).
+Where C leaves a case undefined, spec/reference.md still defines the answer, and the suite checks it:
+shifts by a negative or too-large amount, float -> int casts out of the target's range (NaN and inf
+included; `cast_inputs` adds the values at and beyond the range's ends). Two inputs stay out of these
+in-process cases: integer division and remainder by zero (the spec leaves it to the backend) and of the
+dtype's minimum by -1 (defined, but a plain C division traps, so `edges.py` checks it in a subprocess).
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from uopgrad_conformance.numerics import (
     special_values,
 )
 
-__all__ = ["ALU_SPECS", "NOT_CLAIMED_OPS", "AluSpec", "OpInputs", "alu_inputs", "bitcast_pairs",
-           "cast_inputs"]
+__all__ = ["ALU_SPECS", "INTS", "NOT_CLAIMED_OPS", "AluSpec", "OpInputs", "alu_inputs", "bitcast_pairs",
+           "cast_inputs", "range_edges"]
 
 INTS = tuple(dt for dt in ALL_DTYPES if dtypes.is_int(dt))
 NUMBERS = INTS + FLOATS
@@ -60,24 +62,20 @@ class AluSpec:
         signed, unsigned = dt in dtypes.sints, dt in dtypes.uints
         consts = {"neg": "-3" if signed else "3" if unsigned else "2.5" if dt != dtypes.bool else "True",
                   "m1": "3" if unsigned else "True" if dt == dtypes.bool else "-1",
-                  "bits": "True" if dt == dtypes.bool else "6"}
+                  "bits": "True" if dt == dtypes.bool else "6", "width": str(8 * dt.itemsize),
+                  "pi": "3.141592653589793" if dtypes.is_float(dt) else "True" if dt == dtypes.bool else "3"}
         return (plain, *(v.format(**consts) for v in self.variants))
 
 
 def _int_divisor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer division is defined unless b == 0 or a is the minimum of a signed dtype and b == -1."""
+    """Inputs checked in process: not b == 0 (left to the backend), not (minimum, -1) (it can trap: it is
+    checked in a subprocess by edges.py)."""
     if a.dtype.kind not in "iu":
         return np.ones(a.shape, dtype=bool)
     ok = b != 0
     if a.dtype.kind == "i":
         ok &= ~((a == np.iinfo(a.dtype).min) & (b == -1))
     return np.asarray(ok)
-
-
-def _shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    bits = a.dtype.itemsize * 8
-    return np.asarray((b.astype(np.int64) >= 0) & (b.astype(np.int64) < bits) if b.dtype != np.uint64
-                      else b < bits)
 
 
 def _const(op: str, value: str) -> str:
@@ -102,11 +100,11 @@ ALU_SPECS: tuple[AluSpec, ...] = (
     AluSpec(Ops.RECIPROCAL, FLOATS),
     AluSpec(Ops.NEG, _ALL),
     AluSpec(Ops.TRUNC, _ALL),
-    AluSpec(Ops.ADD, _ARITH, variants=(_const("ADD", "1"),)),
+    AluSpec(Ops.ADD, _ARITH, variants=(_const("ADD", "1"), _const("ADD", "{pi}"))),
     AluSpec(Ops.SUB, _ARITH, variants=(_const("SUB", "1"),)),
-    AluSpec(Ops.MUL, _ARITH, variants=(_const("MUL", "{m1}"),)),
-    AluSpec(Ops.SHL, INTS, keep=_shift, variants=(_const("SHL", "3"),)),
-    AluSpec(Ops.SHR, INTS, keep=_shift, variants=(_const("SHR", "3"),)),
+    AluSpec(Ops.MUL, _ARITH, variants=(_const("MUL", "{m1}"), _const("MUL", "{pi}"))),
+    AluSpec(Ops.SHL, INTS, variants=(_const("SHL", "3"), _const("SHL", "{width}"))),
+    AluSpec(Ops.SHR, INTS, variants=(_const("SHR", "3"), _const("SHR", "{width}"))),
     AluSpec(Ops.CDIV, NUMBERS, keep=_int_divisor, variants=_div_variants("CDIV")),
     AluSpec(Ops.CMOD, NUMBERS, keep=_int_divisor, variants=_div_variants("CMOD")),
     AluSpec(Ops.FDIV, NUMBERS, keep=_int_divisor, variants=(_const("FDIV", "3"),)),
@@ -162,24 +160,27 @@ def alu_inputs(spec: AluSpec, dt: DType, rng: np.random.Generator, n_random: int
 
 
 # ---------------------------------------------------------------------- casts
-def _in_range(x: np.ndarray, dst: DType) -> np.ndarray:
-    """Floats whose truncation `dst` holds (NaN and inf excluded): C defines only those conversions."""
-    bits = 8 * dst.itemsize
-    lo, hi = (0.0, 2.0 ** bits) if dtypes.is_unsigned(dst) else (-(2.0 ** (bits - 1)), 2.0 ** (bits - 1))
-    with np.errstate(all="ignore"):
-        t = np.trunc(x.astype(np.float64))
-        return np.asarray(np.isfinite(t) & (t >= lo) & (t < hi))
+def range_edges(dst: DType) -> list[float]:
+    """Floats at and beyond the ends of int `dst`'s range (spec/reference.md §4: truncate, then wrap modulo
+    2^bits; NaN and inf give 0), and at the edges 64-bit casts meet: ±2^31, ±2^53, ±2^63, ±2^64."""
+    lo, hi = float(dtypes.min(dst)), float(dtypes.max(dst))
+    vals = [lo, lo - 1, lo - 0.5, lo + 0.5, hi, hi + 1, hi + 0.5, hi - 0.5, 2 * hi + 2, -0.9, -1.0, 0.9999,
+            1e30, -1e30]
+    for e in (31, 32, 53, 63, 64):
+        vals += [2.0 ** e, -(2.0 ** e), 2.0 ** e - 2.0 ** (e - 52), -(2.0 ** e) + 2.0 ** (e - 52)]
+    return vals
 
 
 def cast_inputs(src: DType, dst: DType, rng: np.random.Generator) -> np.ndarray:
-    """Values of `src` to cast to `dst`: specials and random values (floats in range for an int `dst`)."""
+    """Values of `src` to cast to `dst`: specials and random values; for a float -> int cast also values
+    in the whole range of `dst`, at its ends and beyond them (`range_edges`)."""
     x = np.concatenate([special_values(src), random_values(src, 48, rng),
                         random_values(src, 16, rng, scale=1e4) if dtypes.is_float(src) else
                         random_values(src, 0, rng)]).astype(special_values(src).dtype)
     if dtypes.is_float(src) and dtypes.is_int(dst):
         x = np.concatenate([x, representable(rng.uniform(float(dtypes.min(dst)), float(dtypes.max(dst)), 16)
-                                             if dst.itemsize < 8 else rng.standard_normal(16) * 1e9, src)])
-        x = x[_in_range(x, dst)]
+                                             if dst.itemsize < 8 else rng.standard_normal(16) * 1e9, src),
+                            representable(range_edges(dst), src)]).astype(x.dtype)
     return x
 
 

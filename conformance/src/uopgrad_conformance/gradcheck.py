@@ -143,9 +143,14 @@ def forward64(prog: GradProgram, inputs: Sequence[Input], env: _Env, values: Seq
 
 
 def vjp(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
-        cotangents: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(outputs, gradients of every target input) for the given output cotangents, in float64."""
+        cotangents: Sequence[np.ndarray], read_first: bool = False) \
+        -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(outputs, gradients of every target input) for the given output cotangents, in float64.
+    `read_first`: read every output (`.numpy()`) before differentiating, as a user prints a loss first."""
     outs, ins = _build(prog, body, inputs, env, requires_grad=True)
+    if read_first:
+        for o in outs:
+            o.numpy()
     targets = [t for t, i in zip(ins, inputs) if i.requires_grad]
     vs = [tensor(np.asarray(c, dtype=host_dtype(o.dtype)), o.dtype, str(o.device)) for c, o in
           zip(cotangents, outs)]
@@ -330,6 +335,8 @@ class _Check:
             return
         problems = self.against_reference(outs, grads)
         expected: list[np.ndarray] | None = None
+        if prog.expect == "fd" and (forward := self.forward64_differs()):
+            raise self.fail([*problems, forward])
         if prog.expect == "fd":
             problems += self.dot_product(grads)
             if self.small:
@@ -339,6 +346,27 @@ class _Check:
             problems += self.against_inline(outs, grads)
         if problems:
             raise self.fail(problems, expected)
+
+    def forward64_differs(self) -> str | None:
+        """When finite differences run on the backend: its float64 forward pass against REFERENCE's. A
+        mismatch is a forward bug and is reported as one (finite differences of a wrong function say
+        nothing about the gradient)."""
+        if self.fd_env.device == REFERENCE or self.target.is_reference:
+            return None
+        got = forward64(self.prog, self.draw.inputs, self.fd_env, self.draw.x64)
+        want = forward64(self.prog, self.draw.inputs, _Env(REFERENCE, dtypes.float64, "REFERENCE:1"),
+                         self.draw.x64)
+        # far tighter than a gradient's tolerance: the case programs are a few ops, each within a few ulp
+        tol = 1e-11
+        bad = [k for k, (g, w) in enumerate(zip(got, want)) if _rel_diff(g, w) > tol]
+        if not bad:
+            return None
+        k = bad[0]
+        return (f"FORWARD: the program's float64 forward pass differs on {self.target.name} from REFERENCE "
+                f"(output {k}, relative {_rel_diff(got[k], want[k]):.3g}): a forward bug, not a gradient one "
+                f"(the forward rows of its ops show which), so finite differences on {self.target.name} "
+                f"cannot check its gradient\n  {self.target.name}: {_short(got[k])}\n  REFERENCE: "
+                f"{_short(want[k])}")
 
     def dot_product(self, grads: Sequence[np.ndarray]) -> list[str]:
         """<v, J·u> by float64 central differences against <vjp(v), u>."""

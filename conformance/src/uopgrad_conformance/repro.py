@@ -51,10 +51,24 @@ def array_literal(arr: np.ndarray) -> str:
             return _scalar(x.item(), a.dtype.kind)
         return "[" + ", ".join(nested(x[i]) for i in range(x.shape[0])) + "]"
 
-    body = nested(a)
     if a.ndim > 0 and a.size == 0:
         return f"np.zeros({a.shape}, dtype=np.{a.dtype.name})"
-    return f"np.array({body}, dtype=np.{a.dtype.name})"
+    if (p := _period(a)) is not None:  # a large array that repeats: np.resize of one period, same shape
+        return f"np.resize({array_literal(a.reshape(-1)[:p])}, {a.shape})"
+    return f"np.array({nested(a)}, dtype=np.{a.dtype.name})"
+
+
+def _period(a: np.ndarray, longest: int = 64) -> int | None:
+    """The shortest period (at most `longest`) of a flattened array of more than `longest` elements."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if flat.size <= longest:
+        return None
+    if flat.dtype.kind == "f":
+        flat = flat.view(f"u{flat.dtype.itemsize}")  # bits: -0.0 and NaN payloads stay what they are
+    for p in range(1, longest + 1):
+        if np.array_equal(flat, np.resize(flat[:p], flat.size)):
+            return p
+    return None
 
 
 def _dtype_expr(dt: DType) -> str:

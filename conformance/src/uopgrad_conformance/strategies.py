@@ -1,11 +1,14 @@
 """Hypothesis strategies for well-typed random tensor programs (docs/conformance.md "What it checks" 3).
 
 A `Program` is a list of steps over tensors: inputs (shapes that broadcast against what exists), unary and
-binary elementwise ops, the six movement ops, reductions over random axes, matmuls, casts and calls of
-small `@function`s. `Program.source()` is the uopgrad code it stands for; the checks run exactly that
-text, and a failing program (shrunk by hypothesis to a minimal one: fewer steps, simpler ops, smaller
-shapes, seed 0 values) is printed as a runnable snippet. spec/ can reuse `programs()` for properties of
-core (e.g. "a FUNCTION is transparent to differentiation").
+binary elementwise ops, the six movement ops, reductions over random axes, matmuls, casts, calls of
+small `@function`s and realizations (`.realize()`, or a read of the value with `.numpy()` / `.item()`) of
+intermediates at random points; a program with `read_first` also has its outputs read before it is
+differentiated, as a PyTorch user prints a loss before `backward()`. `fixed_programs` are the programs
+of shapes (1,) and (1, 1) that always run. `Program.source()` is the uopgrad code it stands for; the
+checks run exactly that text, and a failing program (shrunk by hypothesis to a minimal one: fewer steps,
+simpler ops, smaller shapes, seed 0 values) is printed as a runnable snippet. spec/ can reuse
+`programs()` for properties of core (e.g. "a FUNCTION is transparent to differentiation").
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from uopgrad import DType, dtypes
 from uopgrad_conformance.numerics import name, representable
 from uopgrad_conformance.repro import Input
 
-__all__ = ["BINARY", "Program", "Step", "UNARY", "programs", "shapes"]
+__all__ = ["BINARY", "Program", "Step", "UNARY", "fixed_programs", "programs", "shapes"]
 
 MAX_ELEMENTS = 48
 
@@ -73,6 +76,7 @@ class Program:
     dtype: DType
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
+    read_first: bool = False  # the outputs are read (`.numpy()`) before the gradient is taken
 
     @property
     def smooth(self) -> bool:
@@ -295,18 +299,58 @@ def _function(b: _Builder) -> None:
           [a] + ([other] if two and other is not None else []))
 
 
+def _realize(b: _Builder) -> None:
+    """An intermediate realized in the middle of the program, or its value read (as a user prints it)."""
+    a = b.pick()
+    assert a is not None
+    x, shape = b.ref(a), b.steps[a].shape
+    ways = ["realize", "numpy", "item"] if _numel(shape) == 1 else ["realize", "numpy"]
+    how = b.draw(st.sampled_from(ways))
+    if how == "realize":
+        b.add(Step(f"{x}.realize()", shape, b.dt), [a])
+    else:
+        b.add(Step(x, shape, b.dt, prelude=f"_ = {x}.{how}()"), [a])
+
+
 _KINDS = {"unary": _unary, "binary": _binary, "movement": _movement, "reduce": _reduce, "matmul": _matmul,
-          "cast": _cast, "function": _function}
+          "cast": _cast, "function": _function, "realize": _realize}
+DEFAULT_KINDS = ("unary", "binary", "movement", "reduce", "matmul", "cast", "function")
 
 
 @st.composite
-def programs(draw: st.DrawFn, dt: DType, max_steps: int = 5, kinds: Sequence[str] = tuple(_KINDS),
-             cast_to: Sequence[DType] = ()) -> Program:
-    """A random well-typed program whose values are in `dt` (casts to `cast_to` dtypes and back)."""
+def programs(draw: st.DrawFn, dt: DType, max_steps: int = 5, kinds: Sequence[str] = DEFAULT_KINDS,
+             cast_to: Sequence[DType] = (), read_first: bool | None = None) -> Program:
+    """A random well-typed program whose values are in `dt` (casts to `cast_to` dtypes and back).
+    `read_first` (by default: when `kinds` has "realize") reads the outputs before the gradient."""
+    read_first = "realize" in kinds if read_first is None else read_first
     b = _Builder(draw, dt, cast_to)
     b.new_input(draw(shapes()))
     for _ in range(draw(st.integers(1, max_steps))):
         kind = draw(st.sampled_from(list(kinds)))
         _KINDS[kind](b)
     outputs = [i for i, s in enumerate(b.steps) if s.seed is None and i not in b.used]
-    return Program(dt, tuple(b.steps), tuple(outputs or [len(b.steps) - 1]))
+    return Program(dt, tuple(b.steps), tuple(outputs or [len(b.steps) - 1]), read_first)
+
+
+def fixed_programs(dt: DType, realized: bool = False) -> list[Program]:
+    """Programs whose values have shapes (1,) and (1, 1): broadcasting, a reduce, a matmul, a permute
+    (the shapes a generator rarely keeps, and where a loop of one iteration or a dropped axis shows).
+    `realized`: the same programs with an intermediate realized and the outputs read before the gradient."""
+    un, bi = ("square", "mul") if dtypes.is_float(dt) else ("double", "mul")
+    sq = (UNARY if dtypes.is_float(dt) else INT_UNARY)[un][0]
+    mul = (BINARY if dtypes.is_float(dt) else INT_BINARY)[bi][0]
+    smooth = dtypes.is_float(dt)
+    one = (
+        Step("", (1,), dt, seed=1), Step(sq.format(a="t0"), (1,), dt, smooth=smooth),
+        Step("", (1,), dt, seed=2), Step(mul.format(a="t1", b="t2"), (1,), dt, smooth=smooth),
+        Step("t3.sum(0, keepdim=True)", (1,), dt),
+        Step(f"t4.{'realize' if realized else 'contiguous'}()", (1,), dt),
+        Step("t5.reshape(1, 1).expand(3, 1)", (3, 1), dt))
+    two = (
+        Step("", (1, 1), dt, seed=3), Step(sq.format(a="t0"), (1, 1), dt, smooth=smooth),
+        Step("", (1,), dt, seed=4), Step(mul.format(a="t1", b="t2"), (1, 1), dt, smooth=smooth),
+        Step("t3.permute(1, 0)", (1, 1), dt, prelude="_ = t3.item()" if realized else ""),
+        Step("", (1, 1), dt, seed=5), Step("t4 @ t5", (1, 1), dt),
+        Step("t6.max(1, keepdim=True)", (1, 1), dt),
+        Step("t7.flip((0, 1)).pad(((0, 1), (1, 0)))", (2, 2), dt))
+    return [Program(dt, one, (6,), realized), Program(dt, two, (8,), realized)]

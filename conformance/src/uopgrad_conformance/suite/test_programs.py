@@ -12,13 +12,15 @@ from uopgrad_conformance.numerics import FLOATS
 from uopgrad_conformance.plugin import case_rng, get_target
 from uopgrad_conformance.programcheck import check_program
 from uopgrad_conformance.report import Case, Recorder
-from uopgrad_conformance.strategies import programs
+from uopgrad_conformance.strategies import DEFAULT_KINDS, fixed_programs, programs
 from uopgrad_conformance.target import Target
 
 INTS = (dtypes.int32, dtypes.uint8, dtypes.int64)
 ROWS = {
-    "programs": ("unary", "binary", "movement", "reduce", "matmul", "cast", "function"),
+    "programs": DEFAULT_KINDS,
     "programs of functions": ("function", "binary", "reduce", "movement"),
+    # intermediates realized (or read) at random points, and the outputs read before the gradient
+    "programs realized": ("unary", "binary", "realize", "reduce", "movement", "matmul", "function"),
 }
 
 
@@ -33,6 +35,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             cases.append(Case(row, dt, "random", target.not_claimed(dt), kinds, "program"))
     for dt in INTS:
         cases.append(Case("programs", dt, "random", target.not_claimed(dt), ROWS["programs"], "program"))
+    if metafunc.function.__name__ == "test_program_examples":
+        cases = [Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
+                 for row in ("programs one element", "programs one element realized")
+                 for dt in (*FLOATS, dtypes.int32)]
     metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
                                                else []) for c in cases])
 
@@ -53,3 +59,11 @@ def test_programs(case: Case, target: Target, record: Recorder, data: st.DataObj
     assert dt is not None
     prog = data.draw(programs(dt, kinds=case.payload, cast_to=_cast_targets(target, dt)), label="program")
     check_program(target, prog, record, case_rng(case, salt=prog.body()))
+
+
+def test_program_examples(case: Case, target: Target, record: Recorder) -> None:
+    """Fixed programs of shapes (1,) and (1, 1) (strategies.fixed_programs), which always run."""
+    dt = case.dtype
+    assert dt is not None
+    for prog in fixed_programs(dt, realized=case.payload):
+        check_program(target, prog, record, case_rng(case, salt=prog.body()))

@@ -1,6 +1,7 @@
 """Broken backends for the conformance meta tests: the out-of-tree NUMPYVEC backend with one planted bug
 each, each bug in the backend's own computation (its renderer or its graph pass), the way a real backend
-gets it wrong. The conformance suite must catch every one, with a repro snippet.
+gets it wrong. The conformance suite must catch every one, with a repro snippet. `cbackend.py` holds the
+CPU backend (generated C) with one planted bug per case class of the suite (devices `BROKEN_C_*`).
 
 | device          | planted bug                                                                      |
 | --------------- | -------------------------------------------------------------------------------- |
