@@ -24,10 +24,10 @@ torch = pytest.importorskip("torch", reason="the PyTorch oracle needs torch (an 
 class TorchT:
     """A torch tensor under tinygrad's method names (the subset the program generator writes)."""
 
-    def __init__(self, t: Any) -> None:  # noqa: ANN401  (a torch.Tensor)
+    def __init__(self, t: Any) -> None:
         self.t = t
 
-    def _w(self, x: object) -> Any:  # noqa: ANN401
+    def _w(self, x: object) -> Any:
         return x.t if isinstance(x, TorchT) else x
 
     def __add__(self, o: object) -> TorchT: return TorchT(self.t + self._w(o))
@@ -87,7 +87,7 @@ def _axes(axes: int | Sequence[int]) -> tuple[int, ...]:
     return (axes,) if isinstance(axes, int) else tuple(axes)
 
 
-def _function(*args: object, **kwargs: object) -> Any:  # noqa: ANN401  (the decorator, with or without args)
+def _function(*args: object, **kwargs: object) -> Any:
     if args and callable(args[0]):
         return args[0]
     return lambda f: f
@@ -104,13 +104,13 @@ def _torch_grads(body: str, inputs: dict[str, np.ndarray], v: Sequence[np.ndarra
     return [np.zeros(a.shape) if g is None else g.numpy() for g, a in zip(grads, inputs.values())]
 
 
-def _cotangents(prog: Any) -> list[np.ndarray]:  # noqa: ANN401  (a strategies.Program)
+def _cotangents(prog: Any) -> list[np.ndarray]:
     """One Gaussian cotangent per output, seeded by the program text (uopgrad and torch see the same)."""
     rng = np.random.default_rng(len(prog.body()))
     return [rng.standard_normal(prog.steps[k].shape) for k in prog.outputs]
 
 
-def _check(prog: Any) -> None:  # noqa: ANN401  (a strategies.Program)
+def _check(prog: Any) -> None:
     ins = prog.inputs()
     gprog = GradProgram(tuple(GradInput(i.name, tuple(np.shape(i.value))) for i in ins), prog.body())
     v = _cotangents(prog)
@@ -131,14 +131,14 @@ _KINDS = ("unary", "binary", "movement", "reduce", "matmul", "function", "realiz
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(prog=programs(dtypes.float64, kinds=_KINDS[:-1]))
-def test_program_gradients_match_torch(prog: Any) -> None:  # noqa: ANN401
+def test_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)
 
 
 @settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(prog=programs(dtypes.float64, kinds=_KINDS, read_first=True))
-def test_realized_program_gradients_match_torch(prog: Any) -> None:  # noqa: ANN401
+def test_realized_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)
 
 

@@ -109,7 +109,7 @@ def _in_place(dt: DType, rng: np.random.Generator) -> EdgeCase:
                           f"(z := {new.format('3, 5')})[1:].assign(z[1:] + w[1:]).sum(0)"])
 
 
-def _int_edges(dt: DType, rng: np.random.Generator) -> EdgeCase:
+def _int_edges(dt: DType, _rng: np.random.Generator) -> EdgeCase:
     lo, hi, width = int(dtypes.min(dt)), int(dtypes.max(dt)), 8 * dt.itemsize
     a = [lo, lo, lo + 1, hi, -7, 7, 0, lo] if dt in dtypes.sints else [0, 1, hi, hi - 1, 7, 5, 0, 3]
     b = [-1] * 7 + [1] if dt in dtypes.sints else [hi] * 7 + [1]

@@ -195,7 +195,7 @@ def _drops_graph_at_realize() -> None:
     """BROKEN_C_REALIZE: the CPU backend whose realize hands back bare buffers: a tensor on it, once
     realized (`.realize()`, `.numpy()`, `.item()`), is its buffer with the computation that filled it
     forgotten, so a gradient taken afterwards is zero (issue 9's bug, planted in one device)."""
-    from uopgrad import Tensor  # noqa: PLC0415
+    from uopgrad import Tensor
 
     original = Tensor._realize
 
