@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Iterator
 
@@ -21,14 +22,27 @@ def getenv_str(key: str, default: str = "") -> str:
 
 
 class ContextVar:
-    """An integer flag initialised from the environment and overridable with `Context`."""
+    """An integer flag initialised from the environment and overridable with `Context`.
+
+    An override holds in the thread (and asyncio task) that made it, like PyTorch's grad mode: tracing a
+    `function` in one thread (ALLOW_DEVICE_USAGE=0) must not forbid realize() in the others."""
 
     _registry: dict[str, ContextVar] = {}
 
     def __init__(self, key: str, default: int) -> None:
         self.key = key
-        self.value = getenv(key, default)
+        initial: int = getenv(key, default)
+        self._var = contextvars.ContextVar(f"uopgrad.{key}", default=initial)
         ContextVar._registry[key] = self
+
+    @property
+    def value(self) -> int:
+        """The flag's value in the current thread."""
+        return self._var.get()
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._var.set(v)
 
     def __bool__(self) -> bool:
         return bool(self.value)
@@ -45,7 +59,8 @@ class ContextVar:
 
 @contextlib.contextmanager
 def Context(**flags: int) -> Iterator[None]:  # noqa: N802  (reads like the flags it sets)
-    """Temporarily set flags, e.g. `with Context(VERIFY=1): ...`; restores them even on error."""
+    """Temporarily set flags in this thread, e.g. `with Context(VERIFY=1): ...`; restores them even on
+    error. Other threads keep their own values."""
     unknown = [k for k in flags if k not in ContextVar._registry]
     if unknown:
         raise KeyError(f"unknown uopgrad flag(s) {unknown}; known: {sorted(ContextVar._registry)}")
