@@ -333,7 +333,7 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "WHERE with mixed branches": (UOp(Ops.WHERE, f32, (x < 1, x, i)), Ops.WHERE, "share one dtype"),
         "SQRT changing dtype": (UOp(Ops.SQRT, dtypes.half, (x,)), Ops.SQRT, "output dtype"),
         "AND on floats": (UOp(Ops.AND, f32, (x, x)), Ops.AND, "integer or bool"),
-        "FLOORDIV on floats": (UOp(Ops.FLOORDIV, f32, (x, x)), Ops.FLOORDIV, "integer"),
+        "SHL on floats": (UOp(Ops.SHL, f32, (x, x)), Ops.SHL, "integer"),
         "CAST to void": (UOp(Ops.CAST, dtypes.void, (x,)), Ops.CAST, "void"),
         "BITCAST changing width": (UOp(Ops.BITCAST, dtypes.int8, (x,)), Ops.BITCAST, "itemsize"),
         "DETACH changing dtype": (UOp(Ops.DETACH, dtypes.int, (x,)), Ops.DETACH, "source dtype"),

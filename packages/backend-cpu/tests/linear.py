@@ -45,7 +45,7 @@ def run(backend: CompiledBackend, prog: Program, out: tuple[int, DType], *ins: n
         vals: tuple[int, ...] = ()) -> np.ndarray:
     """Render, compile and launch `prog` on `backend`; returns the contents of buffer 0."""
     src = backend.renderer.render(prog)
-    kernel = backend.runtime(prog.name, backend.compiler.compile_cached(src))
+    kernel = backend.runtime(backend.renderer.function_name(prog.name), backend.compiler.compile_cached(src))
     n, dt = out
     npdt = dtypes.to_numpy(dt)
     handles = [backend.allocator.alloc(max(n, 1) * npdt.itemsize)]

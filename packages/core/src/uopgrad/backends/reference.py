@@ -20,6 +20,7 @@ from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.schedule import Schedule
 from uopgrad.uop import UOp
+from uopgrad.verify import verify_new
 
 __all__ = ["REFERENCE_OPS", "ReferenceBackend", "bitcast", "cast", "evaluate", "movement", "np_dtype",
            "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
@@ -627,7 +628,8 @@ class ReferenceBackend(Backend):
         return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
 
     def realize(self, sink: UOp) -> None:
-        """Evaluate `sink` and commit its writes."""
+        """Evaluate `sink` and commit its writes (a malformed graph is a VerifyError naming the node)."""
+        verify_new(sink)
         evaluate(sink)
 
 

@@ -8,6 +8,7 @@ structure, the op set and the grid.
 """
 from __future__ import annotations
 
+from uopgrad._util import LRU
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
 from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
@@ -23,7 +24,8 @@ from uopgrad.verify import verify
 
 __all__ = ["GridLimits", "GridSpec", "Program", "clear_program_cache", "lower", "program_cache_info"]
 
-_cache: dict[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = {}
+# bounded: a long run over ever new shapes must not keep every program it lowered
+_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 

@@ -267,11 +267,17 @@ def index_dtype(sink: UOp) -> DType:
 
 
 def _var_arg(x: UOp, dt: DType) -> UOp:
-    var = x.replace(dtype=dtypes.int32)
-    return var if dt == dtypes.int32 else UOp(Ops.CAST, dt, (var,))
+    """A variable's argument: int32 when its bounds fit, else int64 (a value above 2^31 is never cut)."""
+    name, lo, hi = x.arg
+    fits = [d for d in (dtypes.int32, dtypes.int64) if dtypes.min(d) <= lo and hi <= dtypes.max(d)]
+    arg_dt = fits[0] if fits else None
+    if arg_dt is None:
+        raise ValueError(f"variable {name!r} has bounds [{lo}, {hi}] beyond int64: no kernel can take it")
+    var = x.replace(dtype=arg_dt)
+    return var if dt == arg_dt else UOp(Ops.CAST, dt, (var,))
 
 
 pm_index_dtype = PatternMatcher([
-    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32 argument
+    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32/64 arg
     (UPat(dtype=dtypes.index, name="x"), lambda ctx, x: x.replace(dtype=ctx)),  # index -> int32 (or int64)
 ])
