@@ -347,7 +347,8 @@ def test_codegen_kernel_names_are_kept(name):
 
 
 @pytest.mark.parametrize("name", ["long", "sinf", "my kernel!", "3d", "__x", "main", "exp2", "", "E_4_x",
-                                  "omp_set_dynamic", "GOMP_parallel", "x" * 300, "é;system(1)", "E" + "_1" * 40])
+                                  "omp_set_dynamic", "GOMP_parallel", "x" * 300, "é;system(1)",
+                                  "E" + "_1" * 40])
 def test_other_kernel_names_get_a_prefix_a_cap_and_a_hash(name):
     ident = CStyleRenderer().function_name(name)
     assert re.fullmatch(r"k_[A-Za-z0-9_]{0,32}_[0-9a-f]{8}", ident), ident

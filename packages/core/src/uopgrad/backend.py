@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+import re
 import tempfile
 import threading
 import weakref
@@ -405,6 +406,9 @@ class CompiledBackend(Backend):
         self._device(dst).copyin(dst, self._device(src).copyout(src))
 
 
+_DEVICE_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?::([0-9]{1,6}))?")
+
+
 @dataclass(frozen=True)
 class _Plugin:
     name: str   # device base name, e.g. "CPU"
@@ -451,11 +455,17 @@ class DeviceRegistry:
 
     @staticmethod
     def canonicalize(name: str) -> str:
-        """Upper-case the backend part; ":0" is the backend itself, other suffixes are separate devices."""
-        base, sep, index = name.partition(":")
-        if not base:
-            raise ValueError(f"{name!r} is not a device name")
-        return base.upper() if not sep or index in ("", "0") else f"{base.upper()}:{index}"
+        """Upper-case the backend part; ":0" is the backend itself, ":<n>" another device of the backend.
+        Anything else (`CPU:abc`, `CPU:-1`, `CPU::`, a number) is an error, never a new device."""
+        if not isinstance(name, str):
+            raise TypeError(f"a device is a name such as 'CPU' or 'CPU:1', not {type(name).__name__} "
+                            f"{name!r}")
+        m = _DEVICE_NAME.fullmatch(name)
+        if m is None:
+            raise ValueError(f"{name!r} is not a device name: a backend name with an optional ':<index>' "
+                             f"(a non-negative integer), such as 'CPU' or 'CPU:1'")
+        base, index = m.group(1).upper(), m.group(2)
+        return base if index is None or int(index) == 0 else f"{base}:{int(index)}"
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802  (tinygrad's spelling)

@@ -258,12 +258,25 @@ def lower_indexing(sink: UOp) -> UOp:
 
 # ---------------------------------------------------------------------- the index dtype
 def index_dtype(sink: UOp) -> DType:
-    """int32, unless the value range (vmin/vmax) of some index node does not fit it: then int64."""
+    """int32, unless the value range (vmin/vmax) of some index node does not fit it: then int64. A kernel
+    whose indices or iteration count pass int64 is a ValueError (it could never finish, or would wrap)."""
     lo, hi = dtypes.min(dtypes.int32), dtypes.max(dtypes.int32)
+    big = dtypes.max(dtypes.int64)
+    dt, steps = dtypes.int32, 1
     for u in sink.toposort():
-        if u.dtype == dtypes.index and not (lo <= u.vmin and u.vmax <= hi):
-            return dtypes.int64
-    return dtypes.int32
+        if u.dtype != dtypes.index:
+            continue
+        if not (-big <= u.vmin and u.vmax <= big):
+            raise ValueError(f"an index of this kernel ranges over [{u.vmin}, {u.vmax}], beyond int64: "
+                             f"{u.short()}; split the tensor into smaller ones")
+        if u.op is Ops.RANGE:
+            steps *= max(int(u.vmax) + 1, 1)
+        if not (lo <= u.vmin and u.vmax <= hi):
+            dt = dtypes.int64
+    if steps > big:
+        raise ValueError(f"this kernel would run {steps} loop iterations (more than int64 counts): shrink "
+                         f"the tensors it works on")
+    return dt
 
 
 def _var_arg(x: UOp, dt: DType) -> UOp:
