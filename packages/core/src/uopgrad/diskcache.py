@@ -116,7 +116,7 @@ def write(digest: str, payload: bytes) -> None:
         return
     with _lock:
         _state["writes"] += 1
-        due = _state["writes"] % _PRUNE_EVERY == 1
+        due = (_state["writes"] - 1) % _PRUNE_EVERY == 0  # the first write of a process, then every 64th
     if due:
         _prune(limit())
 
