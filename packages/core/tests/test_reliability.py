@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
+import uopgrad.codegen as codegen_module  # noqa: I001
 from uopgrad import Device, Tensor, UOp, dtypes
 from uopgrad import schedule as schedule_module
 from uopgrad.backend import CompileError
@@ -20,8 +21,6 @@ from uopgrad.renderer import CStyleRenderer
 from uopgrad.renderer.cstyle import RenderError
 from uopgrad.schedule import schedule
 from uopgrad.verify import VerifyError, verify
-
-import uopgrad.codegen as codegen_module  # noqa: I001
 
 
 class Sneaky(int):
@@ -214,7 +213,8 @@ def test_a_kernel_past_int64_is_a_value_error_at_lowering():
 # ---------------------------------------------------------------------- 3: variables above 2^31 (lowering)
 def test_a_variable_with_bounds_past_int32_lowers_to_an_int64_argument():
     n = UOp.variable("n", 1, 2**40)
-    t = Tensor([0, 1, 2], device="REFERENCE", dtype=dtypes.int64) + Tensor(n.bind(2**33 + 3)).cast(dtypes.int64)
+    x = Tensor([0, 1, 2], device="REFERENCE", dtype=dtypes.int64)
+    t = x + Tensor(n.bind(2**33 + 3)).cast(dtypes.int64)
     kernels = [it for it in schedule(t.contiguous().uop.sink()).items if it.src[0].op is Ops.SINK]
     programs = [lower(it, frozenset(Ops), None) for it in kernels]
     assert [v.dtype for p in programs for v in p.vars] == [dtypes.int64]
