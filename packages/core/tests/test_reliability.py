@@ -34,11 +34,11 @@ class Sneaky(int):
 
 # ---------------------------------------------------------------------- 2: constants never inject code
 def test_a_constant_of_an_int_subclass_is_rejected_by_verify_and_the_renderer():
-    bad = UOp(Ops.CONST, dtypes.int32, (), Sneaky(5))
+    bad = UOp(Ops.CONST, dtypes.int32, (), Sneaky(918273645))
     with pytest.raises(VerifyError, match="CONST"):
         verify(bad)
     with pytest.raises(RenderError, match="must be an int"):
-        CStyleRenderer().render_const(Sneaky(5), dtypes.int32)
+        CStyleRenderer().render_const(Sneaky(918273645), dtypes.int32)
 
 
 def test_a_str_constant_is_a_render_error_also_without_asserts():
@@ -50,7 +50,7 @@ def test_a_str_constant_is_a_render_error_also_without_asserts():
 
 def test_realize_refuses_a_sneaky_constant():
     out = UOp.new_buffer("REFERENCE", 1, dtypes.int32)
-    graph = out.store(UOp(Ops.CONST, dtypes.int32, (), Sneaky(5)).reshape((1,))).sink()
+    graph = out.store(UOp(Ops.CONST, dtypes.int32, (), Sneaky(918273645)).reshape((1,))).sink()
     with pytest.raises(VerifyError, match="CONST"):
         Device["REFERENCE"].realize(graph)
 
