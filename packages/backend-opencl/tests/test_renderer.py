@@ -123,7 +123,7 @@ def test_golden_reduce_with_variable_and_unused_buffer():
 #pragma OPENCL FP_CONTRACT OFF
 
 __kernel void r_4_n(__global float* restrict data0, __global const void* data1, \
-__global const float* restrict data2, const int n) {
+__global const float* restrict data2, const long n) {
   const int gidx0 = get_group_id(0);
   float acc0 = 0.0f;
   for (int ridx1 = 0; ridx1 < n; ridx1++) {
@@ -265,4 +265,4 @@ def test_variable_names_never_clash_with_opencl():
     for v in vs[1:]:
         val = alu(Ops.ADD, val, v)
     src = render("v", store(out, g, val))
-    assert "const int var0, const int var1, const int var2, const int var3, const int n)" in src
+    assert "const long var0, const long var1, const long var2, const long var3, const long n)" in src
