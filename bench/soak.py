@@ -35,7 +35,9 @@ def step(batch: int, w1: Tensor, w2: Tensor) -> float:
         assert w.grad is not None
         w.assign(w - w.grad * 0.01)
         w.grad = None
-    return float(loss.numpy())
+    value = float(loss.numpy())
+    Tensor.realize(w1, w2)  # the update runs every step (else each step's graph would hold the last one)
+    return value
 
 
 def main() -> None:
