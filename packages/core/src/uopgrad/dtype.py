@@ -218,12 +218,14 @@ class dtypes:  # noqa: N801  (a namespace, spelled like tinygrad's)
         or a str where an int belongs, must never reach generated source as text."""
         dt = dtype.scalar()
         kind = type(value)
+        # exact builtin types only; a 0/1 int for bool and a bool for an int are the same value (codegen
+        # builds some such constants directly)
         if dt == dtypes.bool:
-            if kind is not builtins.bool:
+            if kind is not builtins.bool and not (kind is builtins.int and value in (0, 1)):
                 raise TypeError(f"a {dtype} constant must be a bool, not {kind.__name__}")
             return builtins.bool(value)
         if dtypes.is_int(dt):
-            if kind is not builtins.int:
+            if kind not in (builtins.int, builtins.bool):
                 raise TypeError(f"a {dtype} constant must be an int, not {kind.__name__}")
             v = builtins.int(cast(builtins.int, value))
             if dt != dtypes.index and not dtypes.min(dt) <= v <= dtypes.max(dt):
