@@ -21,7 +21,7 @@ from pathlib import Path
 
 from uopgrad.backend import CompileError, Compiler
 
-__all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "openmp_available"]
+__all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "compile_timeout", "openmp_available"]
 
 BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv", "-ffp-contract=off",
               "-fno-math-errno")
@@ -29,8 +29,14 @@ BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv
 OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic", "-fno-tree-slp-vectorize")
 
 
-def _run(cmd: list[str], src: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, input=src, capture_output=True, text=True, check=False)
+def compile_timeout() -> float:
+    """Seconds a compile may take ($UOPGRAD_COMPILE_TIMEOUT, default 600): a hung compiler is an error."""
+    env = os.environ.get("UOPGRAD_COMPILE_TIMEOUT", "")
+    return float(env) if env.strip() else 600.0
+
+
+def _run(cmd: list[str], src: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, input=src, capture_output=True, text=True, check=False, timeout=timeout)
 
 
 _PROBES = {"-fopenmp": "#include <omp.h>\nint uopgrad_probe(void) { return omp_get_max_threads(); }\n"}
@@ -88,9 +94,12 @@ class CCompiler(Compiler):
             out = Path(tmp) / "kernel.so"
             cmd = [*shlex.split(self.cc), *self.flags, "-x", "c", "-", "-o", str(out), "-lm"]
             try:
-                res = _run(cmd, src)
+                res = _run(cmd, src, compile_timeout())
             except OSError as e:
                 raise CompileError(shlex.join(cmd), f"can't run the C compiler: {e}", src) from e
+            except subprocess.TimeoutExpired as e:
+                raise CompileError(shlex.join(cmd), f"the C compiler did not finish in {e.timeout:g} s "
+                                   "(UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
             if res.returncode != 0:
                 raise CompileError(shlex.join(cmd), res.stderr or res.stdout, src)
             return out.read_bytes()

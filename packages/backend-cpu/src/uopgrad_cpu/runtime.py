@@ -7,9 +7,11 @@ ctypes releases the GIL while the kernel runs.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
 import tempfile
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +33,10 @@ def _load_aware_threads(dll: ctypes.CDLL) -> None:
         dll.omp_set_dynamic(1)
 
 
+def _dlclose(handle: int) -> None:
+    _ctypes.dlclose(handle)  # POSIX: unmaps the shared object
+
+
 class CPUProgram(Program):
     """A kernel in a shared object: the C function `name(buffers..., vars...)`."""
 
@@ -46,6 +52,9 @@ class CPUProgram(Program):
         self._fn = getattr(self._dll, name)
         self._fn.restype = None
         _load_aware_threads(self._dll)
+        # unload the shared object with its last reference (core keeps a bounded number of kernels, so a
+        # long run over ever new shapes does not run out of memory mappings)
+        self._close = weakref.finalize(self, _dlclose, self._dll._handle)
 
     def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
                  local_size: Sequence[int] | None = None) -> None:
@@ -54,5 +63,5 @@ class CPUProgram(Program):
         if len(args) != len(bufs):
             kinds = [type(b).__name__ for b in bufs]
             raise TypeError(f"{self.name}: CPU kernels take numpy buffers, got {kinds}")
-        args += [ctypes.c_int(v) for v in vals]
+        args += [ctypes.c_int64(v) for v in vals]  # integer kernel arguments are 64-bit (render_var)
         self._fn(*args)

@@ -250,7 +250,8 @@ class CLProgram(Program):
             kinds = [type(b).__name__ for b in bufs]
             raise TypeError(f"{self.name}: OpenCL kernels take cl.Buffer arguments, got {kinds}")
         groups, local = tuple(global_size or (1, 1, 1)), tuple(local_size or (1, 1, 1))
-        self._kernel.set_args(*buffers, *(np.int32(v) for v in vals))
+        # integer kernel arguments are 64-bit (`long`, core's render_var)
+        self._kernel.set_args(*buffers, *(np.int64(v) for v in vals))
         total = tuple(g * n for g, n in zip(groups, local))
         cl.enqueue_nd_range_kernel(self.dev.queue, self._kernel, total, local).wait()
 

@@ -3,13 +3,57 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ["all_same", "all_int", "argsort", "dedup", "flatten", "prod", "to_tuple"]
+__all__ = ["LRU", "all_same", "all_int", "argsort", "dedup", "flatten", "prod", "to_tuple"]
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRU(Generic[H, V]):
+    """A mapping that keeps the `maxsize` entries used most recently (a cache that a long run over ever new
+    shapes can not grow without bound). Safe to use from several threads."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[H, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: H) -> V | None:
+        """The value of `key` (now the most recently used), or None."""
+        with self._lock:
+            if key not in self._data:
+                return None
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def __setitem__(self, key: H, value: V) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def __getitem__(self, key: H) -> V:
+        if (value := self.get(key)) is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._data.clear()
 
 
 def prod(xs: Iterable[T], start: T = 1) -> T:  # type: ignore[assignment]  # int start is the usual case

@@ -15,7 +15,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
-import tempfile
+import re
 import threading
 import time
 import weakref
@@ -28,6 +28,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from uopgrad import diskcache
+from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.config import DEBUG, getenv_str
@@ -38,6 +40,7 @@ from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
+from uopgrad.verify import verify_new
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
            "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PREFERENCE",
@@ -108,9 +111,9 @@ class Backend:
 
 # ---------------------------------------------------------------------- the parts of a compiled backend
 def compile_cache_dir() -> Path:
-    """Where compiled kernels are kept: $UOPGRAD_CACHE_DIR, else ~/.cache/uopgrad."""
-    env = getenv_str("UOPGRAD_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "uopgrad"
+    """Where compiled kernels are kept: $UOPGRAD_CACHE_DIR, else $XDG_CACHE_HOME/uopgrad, else
+    ~/.cache/uopgrad (see `uopgrad.diskcache`)."""
+    return diskcache.cache_dir()
 
 
 class Compiler:
@@ -127,35 +130,26 @@ class Compiler:
         """Compile `src` (raises CompileError with the compiler's message and the source)."""
         return src.encode()  # a backend whose driver builds source itself keeps it as it is
 
+    def _digest(self, src: str) -> str:
+        return hashlib.sha256(f"{type(self).__qualname__}\0{self.cache_key}\0{src}".encode()).hexdigest()
+
     def compile_cached(self, src: str) -> bytes:
-        """`compile(src)`, through the on-disk cache. Entries are written to a temporary file and renamed
-        into place (atomic), and carry a checksum, so concurrent processes never read a partial entry."""
-        digest = hashlib.sha256(f"{type(self).__qualname__}\0{self.cache_key}\0{src}".encode()).hexdigest()
-        path = compile_cache_dir() / digest[:2] / digest
-        try:
-            blob = path.read_bytes()
-            if blob[:32] == hashlib.sha256(blob[32:]).digest():
-                with self._lock:
-                    self.stats["disk_hit"] += 1
-                return blob[32:]
-        except OSError:
-            pass
+        """`compile(src)`, through the on-disk cache (`uopgrad.diskcache`: checked entries, written
+        atomically, so concurrent processes never read a partial one)."""
+        digest = self._digest(src)
+        if (lib := diskcache.read(digest)) is not None:
+            with self._lock:
+                self.stats["disk_hit"] += 1
+            return lib
         lib = self.compile(src)
         with self._lock:
             self.stats["compiled"] += 1
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(hashlib.sha256(lib).digest() + lib)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        except OSError:
-            pass  # an unwritable cache only costs time
+        diskcache.write(digest, lib)
         return lib
+
+    def evict(self, src: str) -> None:
+        """Forget the cached result of `src` (it did not load: it is compiled again)."""
+        diskcache.evict(self._digest(src))
 
 
 class Allocator(Generic[H]):
@@ -278,10 +272,22 @@ def _overwritten(body: UOp) -> frozenset[int]:
     return frozenset(slots)
 
 
+def _checked_values(program: KernelProgram, var_vals: dict[str, int]) -> tuple[int, ...]:
+    """The kernel's variable values, each checked against its argument's dtype (never cut to fit)."""
+    vals = program.var_values(var_vals)
+    for var, v in zip(program.vars, vals):
+        if not dtypes.min(var.dtype) <= v <= dtypes.max(var.dtype):
+            raise ValueError(f"variable {var.arg[0]!r} = {v} does not fit the kernel argument's {var.dtype} "
+                             f"(its bounds are [{var.arg[1]}, {var.arg[2]}])")
+    return vals
+
+
 class CompiledBackend(Backend):
     """A backend that generates code. `realize(sink)`: the scheduler splits `sink` into kernels and copies;
     each kernel is lowered for this renderer's capabilities, rendered, compiled (disk cache) and launched.
     Compiled kernels are kept per process, keyed by the kernel's structure (its body), never by buffers."""
+
+    kernel_cache_size = 1024  # loaded kernels kept per device (least recently used ones are unloaded)
 
     def __init__(self, device: str, renderer: Renderer, compiler: Compiler, allocator: Allocator[Any],
                  runtime: type[Program], dtypes: frozenset[DType]) -> None:
@@ -290,7 +296,9 @@ class CompiledBackend(Backend):
         self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True)
         # BUFFER -> device memory; the memory goes back to the allocator when the BUFFER node is collected
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
-        self._kernels: dict[UOp, _Kernel] = {}
+        # kernel body -> compiled kernel, the most recently used `kernel_cache_size` of them: a run over ever
+        # new shapes keeps a bounded number of loaded programs (each maps its own pages)
+        self._kernels: LRU[UOp, _Kernel] = LRU(self.kernel_cache_size)
 
     # ------------------------------------------------------------------ buffers
     def _nbytes(self, buf: UOp) -> int:
@@ -328,15 +336,18 @@ class CompiledBackend(Backend):
     def kernel(self, call: UOp) -> _Kernel:
         """The compiled kernel of a scheduled kernel CALL, built once per process for each body (the kernel's
         structure: its buffers are arguments)."""
-        self.prepare([call])
-        return self._kernels[call.src[0]]
+        return self.prepare([call])[call.src[0]]
 
-    def prepare(self, calls: Sequence[UOp]) -> None:
+    def prepare(self, calls: Sequence[UOp]) -> dict[UOp, _Kernel]:
         """Lower, render and compile the kernels of `calls` that are not built yet. The compiles run side by
-        side (each is a separate compiler process), so a cold training step waits for the slowest one."""
+        side (each is a separate compiler process), so a cold training step waits for the slowest one.
+        Returns the kernel of every body in `calls`."""
         todo: dict[UOp, UOp] = {}
+        ready: dict[UOp, _Kernel] = {}
         for call in calls:
-            if call.src[0] not in self._kernels:
+            if (k := self._kernels.get(call.src[0])) is not None:
+                ready[call.src[0]] = k
+            else:
                 todo.setdefault(call.src[0], call)
         programs = [lower(call, self.renderer.supports, self.renderer.grid) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
@@ -349,12 +360,29 @@ class CompiledBackend(Backend):
         else:
             libs = [self.compiler.compile_cached(src) for src in sources]
         for body, program, src, lib in zip(todo, programs, sources, libs):
-            run = self.runtime(self.renderer.function_name(program.name), lib)
-            self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
+            run = self._load_program(program, src, lib)
+            k = ready[body] = self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
+        return ready
+
+    def _load_program(self, program: KernelProgram, src: str, lib: bytes) -> Program:
+        """The loaded kernel. A binary that does not load (a cache entry that is garbage under a valid
+        checksum, a compiler that exited 0 but wrote junk) is evicted and compiled once more."""
+        name = self.renderer.function_name(program.name)
+        try:
+            return self.runtime(name, lib)
+        except Exception:  # any loader failure: compile from source once more
+            self.compiler.evict(src)
+        lib = self.compiler.compile(src)
+        try:
+            return self.runtime(name, lib)
+        except Exception as e:
+            raise BackendError(f"{self.name}: kernel {name} compiled but does not load: {type(e).__name__}: "
+                               f"{e}") from e
 
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
         then the driver runs every item in order, each on the device its buffers live on."""
+        verify_new(sink)  # a malformed graph gets VerifyError naming the node, never a kernel
         sched = schedule(sink)
         self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
         run_schedule(sched.items, sched.var_vals, self._device)
@@ -364,9 +392,9 @@ class CompiledBackend(Backend):
         k = self.kernel(item)
         bufs = item.src[1:]
         handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+        vals = _checked_values(k.program, var_vals)
         start = time.perf_counter()
-        k.run(*handles, vals=k.program.var_values(var_vals), global_size=k.program.global_size,
-              local_size=k.program.local_size)
+        k.run(*handles, vals=vals, global_size=k.program.global_size, local_size=k.program.local_size)
         count_kernel(self.name, k.program, var_vals, time.perf_counter() - start)
 
     def _mine(self, item: UOp) -> bool:
@@ -374,6 +402,9 @@ class CompiledBackend(Backend):
 
     def _device(self, name: str) -> Backend:
         return self if name in ("", self.name) else Device[name]
+
+
+_DEVICE_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?::([0-9]{1,6}))?")
 
 
 @dataclass(frozen=True)
@@ -391,8 +422,15 @@ class DeviceRegistry:
         self._classes: dict[str, type[Backend]] = {}
         self._instances: dict[str, Backend] = {}
         self._default: str | None = None
+        # one backend object per device, also when threads name a device for the first time at once: a
+        # second object would hold none of the first one's buffers (reads of them would give zeros)
+        self._lock = threading.RLock()
 
     def _discover(self) -> dict[str, _Plugin]:
+        with self._lock:
+            return self._discover_locked()
+
+    def _discover_locked(self) -> dict[str, _Plugin]:
         if self._plugins is None:
             plugins: dict[str, _Plugin] = {}
             for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -415,11 +453,17 @@ class DeviceRegistry:
 
     @staticmethod
     def canonicalize(name: str) -> str:
-        """Upper-case the backend part; ":0" is the backend itself, other suffixes are separate devices."""
-        base, sep, index = name.partition(":")
-        if not base:
-            raise ValueError(f"{name!r} is not a device name")
-        return base.upper() if not sep or index in ("", "0") else f"{base.upper()}:{index}"
+        """Upper-case the backend part; ":0" is the backend itself, ":<n>" another device of the backend.
+        Anything else (`CPU:abc`, `CPU:-1`, `CPU::`, a number) is an error, never a new device."""
+        if not isinstance(name, str):
+            raise TypeError(f"a device is a name such as 'CPU' or 'CPU:1', not {type(name).__name__} "
+                            f"{name!r}")
+        m = _DEVICE_NAME.fullmatch(name)
+        if m is None:
+            raise ValueError(f"{name!r} is not a device name: a backend name with an optional ':<index>' "
+                             f"(a non-negative integer), such as 'CPU' or 'CPU:1'")
+        base, index = m.group(1).upper(), m.group(2)
+        return base if index is None or int(index) == 0 else f"{base}:{int(index)}"
 
     @property
     def DEFAULT(self) -> str:
@@ -461,9 +505,12 @@ class DeviceRegistry:
 
     def __getitem__(self, name: str) -> Backend:
         device = self.canonicalize(name)
-        if device not in self._instances:
-            self._instances[device] = self._load(device.partition(":")[0])(device)
-        return self._instances[device]
+        if (backend := self._instances.get(device)) is not None:
+            return backend
+        with self._lock:
+            if device not in self._instances:
+                self._instances[device] = self._load(device.partition(":")[0])(device)
+            return self._instances[device]
 
     def __contains__(self, name: str) -> bool:
         return self.canonicalize(name).partition(":")[0] in self._discover()

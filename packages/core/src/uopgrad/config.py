@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Iterator
 
@@ -24,14 +25,27 @@ def getenv_str(key: str, default: str = "") -> str:
 
 class ContextVar:
     """An integer flag initialised from the environment variable `env` (default: its name) and overridable
-    with `Context` under its name, e.g. `VERIFY`, or under the environment variable, `UOPGRAD_VERIFY`."""
+    with `Context` under its name, e.g. `VERIFY`, or under the environment variable, `UOPGRAD_VERIFY`.
+
+    An override holds in the thread (and asyncio task) that made it, like PyTorch's grad mode: tracing a
+    `function` in one thread (ALLOW_DEVICE_USAGE=0) must not forbid realize() in the others."""
 
     _registry: dict[str, ContextVar] = {}
 
     def __init__(self, name: str, default: int, env: str | None = None) -> None:
         self.key = env or name
-        self.value = getenv(self.key, default)
+        initial: int = getenv(self.key, default)
+        self._var = contextvars.ContextVar(f"uopgrad.{self.key}", default=initial)
         ContextVar._registry[name] = ContextVar._registry[self.key] = self
+
+    @property
+    def value(self) -> int:
+        """The flag's value in the current thread."""
+        return self._var.get()
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._var.set(v)
 
     def __bool__(self) -> bool:
         return bool(self.value)
@@ -48,7 +62,8 @@ class ContextVar:
 
 @contextlib.contextmanager
 def Context(**flags: int) -> Iterator[None]:
-    """Temporarily set flags, e.g. `with Context(VERIFY=1): ...`; restores them even on error."""
+    """Temporarily set flags in this thread, e.g. `with Context(VERIFY=1): ...`; restores them even on
+    error. Other threads keep their own values."""
     unknown = [k for k in flags if k not in ContextVar._registry]
     if unknown:
         raise ConfigError(f"unknown uopgrad flag(s) {unknown}; known: {sorted(ContextVar._registry)}")

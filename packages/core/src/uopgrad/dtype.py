@@ -212,6 +212,32 @@ class dtypes:
         raise TypeError(f"can't make a constant of dtype {dtype}")
 
     @staticmethod
+    def exact_const(value: object, dtype: DType) -> ConstType:
+        """`value` as the exact Python type of a constant of `dtype` (bool, int or float), or TypeError /
+        ValueError. A renderer prints only what this returns: a subclass of int with its own `__format__`,
+        or a str where an int belongs, must never reach generated source as text."""
+        dt = dtype.scalar()
+        kind = type(value)
+        # exact builtin types only; a 0/1 int for bool and a bool for an int are the same value (codegen
+        # builds some such constants directly)
+        if dt == dtypes.bool:
+            if kind is not builtins.bool and not (kind is builtins.int and value in (0, 1)):
+                raise TypeError(f"a {dtype} constant must be a bool, not {kind.__name__}")
+            return builtins.bool(value)
+        if dtypes.is_int(dt):
+            if kind not in (builtins.int, builtins.bool):
+                raise TypeError(f"a {dtype} constant must be an int, not {kind.__name__}")
+            v = builtins.int(cast(builtins.int, value))
+            if dt != dtypes.index and not dtypes.min(dt) <= v <= dtypes.max(dt):
+                raise ValueError(f"{v} is out of the range of {dtype} [{dtypes.min(dt)}, {dtypes.max(dt)}]")
+            return v
+        if dtypes.is_float(dt):
+            if kind not in (builtins.float, FloatConst, builtins.int):
+                raise TypeError(f"a {dtype} constant must be a float, not {kind.__name__}")
+            return builtins.float(cast(builtins.float, value))
+        raise TypeError(f"{dtype} has no constants")
+
+    @staticmethod
     def min(dtype: DType) -> ConstType:
         """The smallest value of `dtype` (-inf for floats)."""
         dt = dtype.scalar()

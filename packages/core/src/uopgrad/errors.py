@@ -8,6 +8,9 @@ that builtin itself is raised.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 __all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EvaluationError", "FunctionError",
            "GradientError", "LoweringError", "MovementError", "RenderError", "RewriteError", "ScheduleError",
            "ShapeError", "UopgradError", "VerifyError"]
@@ -67,12 +70,31 @@ class RenderError(UopgradError, RuntimeError):
 
 
 class CompileError(UopgradError, RuntimeError):
-    """The compiler rejected generated source; the message holds its output and the numbered source."""
+    """The compiler rejected generated source. The message stays short (the compiler's output up to 8 KB,
+    the source when it is under 80 lines); the whole source goes to a file the message names, `.src_path`."""
+
+    MAX_OUTPUT = 8192
+    MAX_INLINE_LINES = 80
 
     def __init__(self, compiler: str, message: str, src: str) -> None:
-        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
-        super().__init__(f"{compiler} failed:\n{message.rstrip()}\n--- generated source ---\n{numbered}")
         self.message, self.src = message, src
+        numbered = "\n".join(f"{i:4d}  {line}" for i, line in enumerate(src.splitlines(), 1))
+        self.src_path: str | None = None
+        try:
+            fd, self.src_path = tempfile.mkstemp(prefix="uopgrad-failed-", suffix=".src")
+            with os.fdopen(fd, "w") as f:
+                f.write(src)
+        except OSError:
+            pass
+        out = message.rstrip()
+        if len(out) > self.MAX_OUTPUT:
+            out = out[:self.MAX_OUTPUT] + f"\n... ({len(message) - self.MAX_OUTPUT} more characters)"
+        where = (f"the generated source is in {self.src_path}" if self.src_path else
+                 "the generated source could not be saved")
+        text = f"{compiler[:500]} failed:\n{out}\n--- {where}"
+        if len(src.splitlines()) <= self.MAX_INLINE_LINES and len(numbered) <= self.MAX_OUTPUT:
+            text += f"\n--- generated source ---\n{numbered}"
+        super().__init__(text)
 
 
 class BackendError(UopgradError, RuntimeError):

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
@@ -209,10 +210,19 @@ class MathMixin:
 
 
 def resolve_shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Accept `f(2, 3)` and `f((2, 3))` alike."""
+    """Accept `f(2, 3)` and `f((2, 3))` alike. Each size is an int (numpy's too), None, or a symbolic size
+    (a UOp); anything else, such as 2.5, is a TypeError, never taken for a symbolic size."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        return tuple(shape[0])
-    return tuple(shape)
+        shape = tuple(shape[0])
+    return tuple(s if s is None or isinstance(s, MathMixin) else _size(s) for s in shape)
+
+
+def _size(s: object) -> int:
+    try:
+        return operator.index(s)  # type: ignore[arg-type]  # anything: a TypeError says what it is
+    except TypeError:
+        raise TypeError(f"a size must be an int or a symbolic size (UOp), not {type(s).__name__} "
+                        f"{s!r}") from None
 
 
 class MovementMixin:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 
 import numpy as np
 
+from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec, Program
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
@@ -116,7 +117,8 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("linearize", lambda sink, _ctx: linearize(sink), spec=pm_spec_program),  # graph -> list of uops
 )
 
-_cache: dict[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = {}
+# bounded: a long run over ever new shapes must not keep every program it lowered
+_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None], Program] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 

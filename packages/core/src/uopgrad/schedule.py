@@ -12,7 +12,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from uopgrad._util import all_int, dedup, prod
+from uopgrad._util import LRU, all_int, dedup, prod
 from uopgrad.config import VERIFY
 from uopgrad.dtype import dtypes
 from uopgrad.errors import ScheduleError
@@ -510,7 +510,7 @@ class _Template:
         return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
 
 
-_cache: dict[bytes, _Template] = {}
+_cache: LRU[bytes, _Template] = LRU(4096)  # bounded: a run over ever new shapes keeps the recent ones
 _stats = {"hits": 0, "misses": 0}
 
 

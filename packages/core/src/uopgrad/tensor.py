@@ -553,7 +553,10 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
             if any(a not in (0, -1) for a in axes):
                 raise IndexError(f"axis {axis} is out of range for a 0-d tensor")
             return ()
-        return tuple(sorted({self._axis(a) for a in axes}))
+        norm = [self._axis(a) for a in axes]
+        if len(set(norm)) != len(norm):
+            raise ValueError(f"axis {axis} names a dimension more than once (shape {self.shape})")
+        return tuple(sorted(norm))
 
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = self._axes(axis)
@@ -628,6 +631,8 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
             return self.flatten().argmax(0)
         ax = self._axis(axis)
         n = _concrete(self.shape[ax], "argmax")
+        if n == 0:  # no element has an index: PyTorch raises here too
+            raise IndexError(f"argmax/argmin along axis {axis} of shape {self.shape}: the dimension is empty")
         is_max = self == self.max(ax, keepdim=True)
         countdown = Tensor.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
         return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)

@@ -6,13 +6,14 @@ inferred, and raises `VerifyError` naming the first bad node in toposort order. 
 """
 from __future__ import annotations
 
-from uopgrad.dtype import DType, PtrDType, dtypes
+from uopgrad.dtype import DType, FloatConst, PtrDType, dtypes
 from uopgrad.errors import ShapeError, VerifyError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import CallInfo, Invalid, UOp
 
-__all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_spec_tensor", "verify"]
+__all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_spec_tensor", "verify",
+           "verify_new"]
 
 REDUCE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
 # ops whose dtype may be a vector: the shape vectors of RESHAPE/EXPAND/PAD/SHRINK and PARAM
@@ -57,11 +58,11 @@ def _const_value_ok(dt: DType, v: object) -> bool:
     s = dt.scalar()
     if s == dtypes.bool:
         return type(v) is bool
-    if _is_int(s):
-        if not isinstance(v, int) or isinstance(v, bool):
+    if _is_int(s):  # exactly int: a subclass could print itself as anything in generated code
+        if type(v) is not int:
             return False
         return s == dtypes.index or dtypes.min(s) <= v <= dtypes.max(s)
-    return _is_float(s) and isinstance(v, float)
+    return _is_float(s) and type(v) in (float, FloatConst)
 
 
 def _const_ok(x: UOp) -> bool:
@@ -413,3 +414,21 @@ def verify(root: UOp, spec: PatternMatcher = pm_spec_tensor) -> None:
         else:
             continue
         raise VerifyError(_message(u, i, len(nodes), problem, expect), u, i)
+
+
+def verify_new(root: UOp) -> None:
+    """The rules of `verify(root)` for the nodes no earlier `verify_new` passed: the check at the door of
+    realize, where a step repeated in a training loop costs a walk over its new nodes only. Shapes are left
+    to shape inference, which raises its own error when a kernel needs one (and keeps symbolic sizes that
+    are equal but not yet simplified apart from wrong ones). Passed nodes are marked in their derived-fact
+    cache, so the mark dies with the node."""
+    nodes = list(root.toposort(gate=lambda u: _VERIFIED not in u._cache))
+    for i, u in enumerate(nodes):
+        if (problem := _check_rules(u, pm_spec_tensor)) is not None:
+            expect = _EXPECT.get(u.op, "this op is not part of the tensor-level IR")
+            raise VerifyError(_message(u, i, len(nodes), problem, expect), u, i)
+    for u in nodes:
+        u._cache[_VERIFIED] = True
+
+
+_VERIFIED = "verified"

@@ -27,6 +27,7 @@ from uopgrad.backends.numerics import (
 from uopgrad.dtype import dtypes
 from uopgrad.ops import GroupOp
 from uopgrad.uop import UOp
+from uopgrad.verify import verify_new
 
 __all__ = ["REFERENCE_OPS", "Evaluator", "ReferenceBackend", "Value", "bitcast", "cast", "evaluate",
            "movement", "np_dtype", "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
@@ -54,6 +55,7 @@ class ReferenceBackend(Backend):
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
         evaluation computed (each node once), and the kernels written with explicit loops it ran."""
+        verify_new(sink)  # a malformed graph is a VerifyError naming the node
         start = time.perf_counter()
         ev = run((sink,))[1]
         GlobalCounters.global_ops += ev.ops

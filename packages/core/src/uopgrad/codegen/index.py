@@ -363,20 +363,39 @@ def _bound(end: UOp) -> UOp:
 
 # ---------------------------------------------------------------------- the index dtype
 def index_dtype(sink: UOp) -> DType:
-    """int32, unless the value range (vmin/vmax) of some index node does not fit it: then int64."""
+    """int32, unless the value range (vmin/vmax) of some index node does not fit it: then int64. A kernel
+    whose indices or iteration count pass int64 is a ValueError (it could never finish, or would wrap)."""
     lo, hi = dtypes.min(dtypes.int32), dtypes.max(dtypes.int32)
+    big = dtypes.max(dtypes.int64)
+    dt, steps = dtypes.int32, 1
     for u in sink.toposort():
-        if u.dtype == dtypes.index and not (lo <= u.vmin and u.vmax <= hi):
-            return dtypes.int64
-    return dtypes.int32
+        if u.dtype != dtypes.index:
+            continue
+        if not (-big <= u.vmin and u.vmax <= big):
+            raise ValueError(f"an index of this kernel ranges over [{u.vmin}, {u.vmax}], beyond int64: "
+                             f"{u.short()}; split the tensor into smaller ones")
+        if u.op is Ops.RANGE:
+            steps *= max(int(u.vmax) + 1, 1)
+        if not (lo <= u.vmin and u.vmax <= hi):
+            dt = dtypes.int64
+    if steps > big:
+        raise ValueError(f"this kernel would run {steps} loop iterations (more than int64 counts): shrink "
+                         f"the tensors it works on")
+    return dt
 
 
 def _var_arg(x: UOp, dt: DType) -> UOp:
-    var = x.replace(dtype=dtypes.int32)
-    return var if dt == dtypes.int32 else UOp(Ops.CAST, dt, (var,))
+    """A variable's argument: int32 when its bounds fit, else int64 (a value above 2^31 is never cut)."""
+    name, lo, hi = x.arg
+    fits = [d for d in (dtypes.int32, dtypes.int64) if dtypes.min(d) <= lo and hi <= dtypes.max(d)]
+    arg_dt = fits[0] if fits else None
+    if arg_dt is None:
+        raise ValueError(f"variable {name!r} has bounds [{lo}, {hi}] beyond int64: no kernel can take it")
+    var = x.replace(dtype=arg_dt)
+    return var if dt == arg_dt else UOp(Ops.CAST, dt, (var,))
 
 
 pm_index_dtype = PatternMatcher([
-    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32 argument
+    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32/64 arg
     (UPat(dtype=dtypes.index, name="x"), lambda ctx, x: x.replace(dtype=ctx)),  # index -> int32 (or int64)
 ])

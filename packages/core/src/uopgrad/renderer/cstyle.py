@@ -15,6 +15,7 @@ guard it and give REFERENCE's answer; a guard on a constant operand folds away i
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
@@ -180,16 +181,13 @@ class _State:
 
 
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# the kernel names codegen makes (`E_4_4`, `r_16_n`): the only ones a kernel's symbol takes as they are
+_OWN_NAME = re.compile(r"[Er](_(\d+|n))*")
 # names the renderer itself writes: a variable may not take one of them
 _RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx|temp)\d+|__uopgrad_\w*")
 _C_KEYWORDS = frozenset("auto break case char const continue default do double else enum extern float for "
                         "goto if inline int long register restrict return short signed sizeof static struct "
                         "switch typedef union unsigned void volatile while".split())
-# <math.h> functions (also with an f or l suffix): a kernel may not take their names
-_MATH_NAMES = frozenset("""acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp
-    exp2 expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log log10
-    log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow remainder remquo rint round
-    scalbln scalbn sin sinh sqrt tan tanh tgamma trunc""".split())
 
 
 class CStyleRenderer(Renderer):
@@ -232,12 +230,14 @@ class CStyleRenderer(Renderer):
 
     # ------------------------------------------------------------------ small hooks
     def function_name(self, name: str) -> str:
-        """The kernel's function name: `name` as a C identifier that clashes with no keyword, reserved name
-        or math function (kernel names come from the graph: a custom kernel may be called anything)."""
-        ident = re.sub(r"\W", "_", name) or "kernel"
-        base = ident[:-1] if ident[-1] in "fl" and ident[:-1] in _MATH_NAMES else ident
-        clash = ident in self.keywords or base in _MATH_NAMES or ident == "main" or ident.startswith("_")
-        return f"k_{ident}" if clash or not ident[0].isalpha() else ident
+        """The kernel's function name. codegen's own names (`E_4_4`, `r_8_n`) are kept; any other (a custom
+        kernel may be called anything, `omp_set_dynamic` or 300 characters long) becomes `k_`, its first
+        32 characters as a C identifier, and a hash of the whole name: a symbol that is always ours, of
+        bounded length, that shadows no keyword, math function or library symbol (libgomp's, for one)."""
+        if _OWN_NAME.fullmatch(name) and len(name) <= 64:
+            return name
+        ident = re.sub(r"[^A-Za-z0-9_]", "_", name[:32])
+        return f"k_{ident}_{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
     def ctype(self, dt: DType) -> str:
         """The type name of `dt` (a pointer's element type for pointer dtypes)."""
@@ -260,8 +260,11 @@ class CStyleRenderer(Renderer):
     def render_const(self, value: object, dt: DType) -> str:
         """A literal of `dt`: ±inf and NaN by name, -0.0 kept, integers with C's suffixes."""
         scalar = dt.scalar()
+        try:  # only a value of the exact Python type is printed (never user text, never under python -O)
+            value = dtypes.exact_const(value, scalar)
+        except (TypeError, ValueError) as e:
+            raise RenderError(f"{type(self).__name__} can't print the constant {value!r} of {dt}: {e}") from e
         if dtypes.is_float(scalar):
-            assert isinstance(value, float | int)
             v = float(value)
             if math.isnan(v):
                 text = f"(-{self.nan})" if math.copysign(1.0, v) < 0 else self.nan
@@ -273,8 +276,7 @@ class CStyleRenderer(Renderer):
             return text if scalar in (dtypes.float32, dtypes.float64) else f"(({self.ctype(dt)}){text})"
         if scalar == dtypes.bool:
             return "1" if value else "0"
-        assert isinstance(value, int)
-        return self.render_int(value, scalar)
+        return self.render_int(int(value), scalar)
 
     def render_int(self, v: int, dt: DType) -> str:
         """An integer literal of `dt`; the minimum of a signed type is written as `(-MAX-1)`."""
@@ -328,8 +330,10 @@ class CStyleRenderer(Renderer):
         raise RenderError(f"{type(self).__name__} has no workgroup barrier (BARRIER)")
 
     def render_var(self, name: str, dt: DType) -> str:
-        """One scalar parameter (a DEFINE_VAR)."""
-        return f"const {self.ctype(dt)} {name}"
+        """One scalar parameter (a DEFINE_VAR). Integer ones are 64-bit at the call boundary whatever the
+        variable's dtype, so a runtime passes every value the same way; an int32 variable's value fits
+        int32 (core checks at launch), and C's conversions give int32 arithmetic the same results."""
+        return f"const {self.ctype(dtypes.int64 if dtypes.is_int(dt) else dt)} {name}"
 
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:
