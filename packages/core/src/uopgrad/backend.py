@@ -17,6 +17,7 @@ import importlib.metadata
 import os
 import tempfile
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Sequence
@@ -27,9 +28,10 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from uopgrad import debug
 from uopgrad.codegen import GridSpec, lower
 from uopgrad.codegen import Program as KernelProgram
-from uopgrad.config import DEBUG, getenv_str
+from uopgrad.config import getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer import Renderer
@@ -37,13 +39,16 @@ from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "PREFERENCE", "Program", "compile_cache_dir"]
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "H", "PACKAGES", "PREFERENCE", "Program",
+           "compile_cache_dir"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
 PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 # backends that ship inside core: found even when core is used from a source tree without being installed
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
+# the distributions of this project's backends: the error for a device that is not installed names its package
+PACKAGES = {"CPU": "uopgrad-cpu", "CL": "uopgrad-opencl", "CUDA": "uopgrad-cuda"}
 H = TypeVar("H")  # an allocator's handle type
 # every dtype a value can have (REFERENCE stores all of them)
 _VALUE_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
@@ -314,8 +319,8 @@ class CompiledBackend(Backend):
                 todo.setdefault(call.src[0], call)
         programs = [lower(call, self.renderer.supports, self.renderer.grid) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
-        if DEBUG >= 4:
-            print("\n".join(sources))
+        for program, src in zip(programs, sources):
+            debug.source(program.name, src)
         workers = min(len(sources), os.cpu_count() or 1)
         if workers > 1:
             with ThreadPoolExecutor(workers) as pool:
@@ -328,7 +333,12 @@ class CompiledBackend(Backend):
 
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: scheduled kernels are launched in order, copies are copied."""
+        with debug.realizing(self.name, sink):
+            self._realize(sink)
+
+    def _realize(self, sink: UOp) -> None:
         sched = schedule(sink)
+        debug.schedule_made(sched.items, self.name)
         self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._runs(it)])
         for item in sched.items:
             body, bufs = item.src[0], item.src[1:]
@@ -342,8 +352,11 @@ class CompiledBackend(Backend):
                 continue
             k = self._kernels[body]
             handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
+            start = time.perf_counter()
             k.run(*handles, vals=k.program.var_values(sched.var_vals), global_size=k.program.global_size,
                   local_size=k.program.local_size)
+            debug.kernel_ran(item, self.name, time.perf_counter() - start, k.program.global_size,
+                             k.program.local_size)
 
     def _runs(self, item: UOp) -> bool:
         """Whether a kernel item is this device's (its buffers live here)."""
@@ -389,6 +402,10 @@ class DeviceRegistry:
             self._plugins = plugins
         return self._plugins
 
+    def plugins(self) -> dict[str, tuple[str, str]]:
+        """Every installed backend: name -> (entry point "module:attr", distribution), without loading any."""
+        return {name: (p.value, p.dist) for name, p in self._discover().items()}
+
     def installed(self) -> list[str]:
         """Names of the installed backends (preferred ones first)."""
         names = list(self._discover())
@@ -424,7 +441,8 @@ class DeviceRegistry:
         plugins = self._discover()
         if base not in plugins:
             installed = ", ".join(self.installed())
-            raise RuntimeError(f"unknown device {base!r}: the installed backends are {installed}")
+            hint = f"; `pip install {PACKAGES[base]}` provides it" if base in PACKAGES else ""
+            raise RuntimeError(f"unknown device {base!r}: the installed backends are {installed}{hint}")
         plugin = plugins[base]
         module_name, _, attr = plugin.value.partition(":")
         try:

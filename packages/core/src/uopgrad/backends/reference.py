@@ -8,14 +8,17 @@ written buffers are committed when the run ends.
 """
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
 
+from uopgrad import debug
 from uopgrad.backend import Backend, Device
 from uopgrad.codegen import GridLimits, Program, lower
+from uopgrad.config import DEBUG
 from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.schedule import Schedule
@@ -628,7 +631,12 @@ class ReferenceBackend(Backend):
 
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes."""
-        evaluate(sink)
+        with debug.realizing(self.name, sink):
+            start = time.perf_counter()
+            evaluate(sink)
+            if DEBUG >= 1:
+                debug.log(1, f"{self.name:<10} evaluated {len(sink.src)} output(s) in "
+                             f"{(time.perf_counter() - start) * 1e3:.3f} ms")
 
 
 # ====================================================================== linear programs (codegen's output)

@@ -8,13 +8,14 @@ structure, the op set and the grid.
 """
 from __future__ import annotations
 
+from uopgrad import debug
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
 from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
 from uopgrad.codegen.linearize import linearize
 from uopgrad.codegen.program import GridLimits, GridSpec, Program, check, pm_spec_lowered, pm_spec_program
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
-from uopgrad.config import DEBUG, VERIFY
+from uopgrad.config import VERIFY
 from uopgrad.dtype import PtrDType
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import graph_rewrite
@@ -30,8 +31,7 @@ _stats = {"hits": 0, "misses": 0}
 def _checked(name: str, sink: UOp) -> UOp:
     if VERIFY:
         check(sink, pm_spec_lowered, f"kernel after the '{name}' pass")
-    if DEBUG >= 4:
-        print(f"--- after {name}\n{sink.pretty(200)}")
+    debug.after_pass(name, sink)
     return sink
 
 
