@@ -160,7 +160,10 @@ def kernel_cost(call: UOp) -> tuple[int, int]:
 
 
 def _shape(u: UOp) -> tuple[object, ...] | None:
-    return u._shape  # None (no shape, e.g. index arithmetic) counts as one element
+    try:
+        return u._shape  # None (no shape, e.g. index arithmetic) counts as one element
+    except Exception:
+        return None
 
 
 def kernel_ran(call: UOp, device: str, seconds: float, global_size: Sequence[int] | None = None,
