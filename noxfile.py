@@ -155,7 +155,8 @@ def conformance_meta(session: nox.Session) -> None:
 
     Installs the broken backends of conformance/meta_tests/broken_backend; REFERENCE and the out-of-tree
     example must pass."""
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BROKEN_BACKENDS)
+    # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does
+    session.install(*TEST_DEPS, "pytest-xdist>=3", CORE, CONFORMANCE, EXAMPLE_BACKEND, BROKEN_BACKENDS)
     session.run("pytest", "conformance/meta_tests", *session.posargs)
 
 
