@@ -143,7 +143,9 @@ class _Page:
         self.parts: list[str] = []
 
     def section(self, title: str, body: str) -> None:
-        self.parts.append(f"<section><h2>{html.escape(title)}</h2>{body}</section>")
+        anchor = "-".join(title.split(":")[0].split("(")[0].split())  # #tensor-graph, #schedule, #kernel-3
+        self.parts.append(f'<section id="{html.escape(anchor)}"><h2>{html.escape(title)}</h2>{body}'
+                          "</section>")
 
     def build(self, tracer: _Tracer | None) -> str:
         self.section("tensor graph", f'<div class="pic">{uop_svg(self.sink, "tensor graph")}</div>')
@@ -281,8 +283,9 @@ class _Tracer:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
         self.capture: list[tuple[str, UOp]] | None = None
-        self.counter = itertools.count(len(list(directory.glob("*.html"))) if directory and directory.is_dir()
-                                       else 0)
+        pages = directory.glob("[0-9][0-9][0-9][0-9]-*.html") if directory else ()
+        taken = [int(p.name[:4]) for p in pages]
+        self.counter = itertools.count(max(taken, default=-1) + 1)  # never overwrites an earlier run's page
 
     def realize_begin(self, device: str, sink: UOp) -> None:
         """Nothing to do before: the page is drawn from the sink once it ran."""
