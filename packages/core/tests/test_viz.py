@@ -157,3 +157,16 @@ def test_screenshot_in_headless_chromium(tmp_path):
     # a page that rendered is not one flat colour: its PNG of drawn boxes and text compresses far less well
     # than a 1200x1600 page with only the heading (about 16 kB)
     assert len(data) > 40_000
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless Chromium installed (apt-get install chromium)")
+def test_the_page_script_opens_the_step_a_link_names(tmp_path):
+    with viz.capture(tmp_path) as written:
+        program().numpy()
+    url = written[0].resolve().as_uri() + "#kernel-0-step-3"
+    dom = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    kernel = dom[dom.index('<section id="kernel-0"'):]
+    figures = re.findall(r'<figure class="step" data-step="(\d+)"( hidden(?:="")?)?>', kernel)
+    assert len(figures) == 5
+    assert [s for s, hidden in figures if not hidden] == ["2"]  # the script ran: only step 3 shows

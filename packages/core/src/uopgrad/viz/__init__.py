@@ -4,7 +4,8 @@
 realize, `DIR/<n>-<device>.html` with
 - the tensor graph that was realized;
 - the schedule: kernels and copies (boxes) with the buffers they read and write (ellipses);
-- each kernel's UOp graph as scheduled and after every named codegen pass, with buttons to step through;
+- each kernel's UOp graph as scheduled and after every named codegen pass, with buttons to step through
+  (`page.html#kernel-0-step-3` opens a step);
 - its linear program and the generated source (REFERENCE, which renders no source, shows the program).
 
 Pages need no server, network or graphviz: the layout is `viz.layout`, the stepping is a few lines of inline
@@ -230,7 +231,15 @@ document.querySelectorAll(".stepper").forEach(function (st) {{
   st.querySelector(".prev").onclick = function () {{ show(+range.value - 1); }};
   st.querySelector(".next").onclick = function () {{ show(+range.value + 1); }};
   range.oninput = function () {{ show(+range.value); }};
+  st.show = show;
 }});
+// a link to one step: page.html#kernel-2-step-3
+var m = /^#(kernel-[0-9]+)-step-([0-9]+)$/.exec(location.hash);
+var sec = m && document.getElementById(m[1]);
+if (sec && sec.querySelector(".stepper")) {{
+  sec.querySelector(".stepper").show(+m[2] - 1);
+  sec.scrollIntoView();
+}}
 </script></body></html>
 """
 
