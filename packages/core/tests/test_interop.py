@@ -50,3 +50,17 @@ def test_torch_both_ways():
 def test_non_array_objects_still_fail_clearly():
     with pytest.raises(TypeError, match="can't make a Tensor from object"):
         Tensor(object())
+
+
+def test_bfloat16_values_come_back_as_ml_dtypes_bfloat16():
+    import ml_dtypes
+    t = Tensor([1.0, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 3.0], dtype="bfloat16") * 3
+    out = t.numpy()
+    assert out.dtype == ml_dtypes.bfloat16
+    rounded = np.array([1.0, 1.0, 1 + 2.0 ** -6, 3.0], dtype=np.float32)  # the inputs as bfloat16 holds them
+    expected = (rounded * 3).astype(ml_dtypes.bfloat16)  # one rounding of the float32 product
+    np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+    back = Tensor(out)  # a bfloat16 array makes a bfloat16 tensor, bit for bit
+    assert back.dtype == dtypes.bfloat16
+    assert back.numpy().view(np.uint16).tolist() == out.view(np.uint16).tolist()
+    assert np.asarray(t).dtype == ml_dtypes.bfloat16

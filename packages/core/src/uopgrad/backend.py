@@ -294,13 +294,13 @@ class CompiledBackend(Backend):
         if arr.size != buf.arg:
             raise ValueError(f"copyin of {arr.size} elements into a BUFFER of {buf.arg}")
         if arr.size:
-            self.allocator.copyin(self.handle(buf, zero=False), arr.data.cast("B"))
+            self.allocator.copyin(self.handle(buf, zero=False), arr.view(np.uint8).data)  # (bf16: no buffer)
 
     def copyout(self, buf: UOp) -> np.ndarray:
         """A copy of `buf`'s contents (zeros if nothing was ever written)."""
         out = np.empty((int(buf.arg),), dtype=dtypes.to_numpy(buf.dtype.base))
         if out.size:
-            self.allocator.copyout(out.data.cast("B"), self.handle(buf))
+            self.allocator.copyout(out.view(np.uint8).data, self.handle(buf))
         return out
 
     # ------------------------------------------------------------------ kernels

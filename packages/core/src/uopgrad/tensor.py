@@ -1027,7 +1027,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         return out
 
     def numpy(self) -> np.ndarray:
-        """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
+        """The values as a numpy array (realizes first); bfloat16 as ml_dtypes' bfloat16."""
         if not all_int(self.shape):
             raise RuntimeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         self.realize()

@@ -25,7 +25,7 @@ from uopgrad.schedule import Schedule
 from uopgrad.uop import UOp
 
 __all__ = ["REFERENCE_OPS", "ReferenceBackend", "bitcast", "cast", "evaluate", "movement", "np_dtype",
-           "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
+           "float32_to_bf16_bits", "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
 
 Array: TypeAlias = np.ndarray
 # what a node evaluates to: an array, a tuple (TUPLE, FUNCTION) or None (effects, DEVICE, ...)
@@ -52,6 +52,15 @@ def round_bf16(a: Array) -> Array:
     rounded = (((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
                << np.uint32(16)).view(np.float32)
     return np.where(np.isfinite(f), rounded, f)
+
+
+def float32_to_bf16_bits(a: Array) -> Array:
+    """The bfloat16 bits of float32 values that are bfloat16 values: their high halves (exact, NaN payloads
+    kept, unlike a conversion, which makes every NaN the same); a NaN whose payload is all in the low half
+    gets the quiet bit, so it stays a NaN."""
+    bits = (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    lost = np.isnan(a) & ((bits & np.uint16(0x7F)) == 0)
+    return np.where(lost, bits | np.uint16(0x40), bits).astype(np.uint16)
 
 
 def _finish(out: object, dt: DType) -> Array:
@@ -627,7 +636,10 @@ class ReferenceBackend(Backend):
     def copyout(self, buf: UOp) -> np.ndarray:
         """A copy of `buf`'s contents (zeros if nothing was ever written)."""
         arr = _storage.get(buf)
-        return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
+        out = np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
+        if buf.dtype.base.scalar() == dtypes.bfloat16:
+            return float32_to_bf16_bits(out).view(dtypes.to_numpy(dtypes.bfloat16))
+        return out
 
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes."""
