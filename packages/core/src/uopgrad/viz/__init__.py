@@ -271,9 +271,15 @@ def write_page(sink: UOp, path: str | os.PathLike[str], device: str | None = Non
     out.write_text(page_html(sink, device, error), encoding="utf-8")
     pages.append(out)
     with contextlib.suppress(OSError):  # `uopgrad viz` opens the last page of any process
-        (compile_cache_dir()).mkdir(parents=True, exist_ok=True)
-        (compile_cache_dir() / "viz-last").write_text(str(out.resolve()))
+        _pointer().parent.mkdir(parents=True, exist_ok=True)
+        _pointer().write_text(str(out.resolve()))
     return out
+
+
+def _pointer() -> Path:  # noqa: N802  (a constant that follows $UOPGRAD_CACHE_DIR)
+    """Where the path of the last page is kept: beside the compile cache, never inside it."""
+    cache = compile_cache_dir()
+    return cache.with_name(cache.name + "-viz") / "last-page"
 
 
 def last_page() -> Path | None:
@@ -281,7 +287,7 @@ def last_page() -> Path | None:
     if pages:
         return pages[-1]
     with contextlib.suppress(OSError):
-        p = Path((compile_cache_dir() / "viz-last").read_text().strip())
+        p = Path(_pointer().read_text().strip())
         return p if p.is_file() else None
     return None
 
