@@ -276,7 +276,7 @@ def write_page(sink: UOp, path: str | os.PathLike[str], device: str | None = Non
     return out
 
 
-def _pointer() -> Path:  # noqa: N802  (a constant that follows $UOPGRAD_CACHE_DIR)
+def _pointer() -> Path:
     """Where the path of the last page is kept: beside the compile cache, never inside it."""
     cache = compile_cache_dir()
     return cache.with_name(cache.name + "-viz") / "last-page"
