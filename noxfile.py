@@ -165,7 +165,9 @@ def conformance_meta(session: nox.Session) -> None:
 
     Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants);
     REFERENCE and the out-of-tree example must pass. Ends with the mutation score."""
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
+    # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does
+    session.install(*TEST_DEPS, "pytest-xdist>=3", CORE, CONFORMANCE, EXAMPLE_BACKEND,
+                    BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
     session.run("pytest", "conformance/meta_tests", *session.posargs)
 
 

@@ -55,7 +55,8 @@ def dtype_by_name(n: str) -> DType:
 
 
 def host_dtype(dt: DType) -> np.dtype:
-    """The numpy dtype a value of `dt` is held in on the host (bfloat16 in float32, as `.numpy()` gives)."""
+    """The numpy dtype a value of `dt` is made from on the host (bfloat16 from float32 values; `.numpy()`
+    gives ml_dtypes' bfloat16, which compares and converts like one)."""
     return np.dtype(np.float32) if dt == dtypes.bfloat16 else dtypes.to_numpy(dt)
 
 

@@ -1,14 +1,21 @@
 """The pytest plugin (entry point `pytest11`): `pytest --pyargs uopgrad_conformance --backend NAME`.
 
 Options: `--backend NAME` (a device of the `uopgrad.backends` entry points), `--xfails FILE` (known
-failures by test id), `--strict-xfail` (an expected failure that passes fails the run),
-`--conformance-report PATH` (the JSON summary; by default under pytest's cache directory). The hypothesis
-profiles `ci` (derandomised, bounded; the default here) and `thorough` are chosen with hypothesis' own
-`--hypothesis-profile`. Without `--backend` the plugin does nothing, so it is harmless in other test runs:
-it does not even import uopgrad then (the suite's modules are imported when a backend is named).
+failures by test id), `--strict-xfail` (an expected failure that passes fails the run), `--skips FILE`
+(cases not to run at all, e.g. ones that hang; same format), `--conformance-report PATH` (the JSON summary;
+by default under pytest's cache directory). The hypothesis profiles `ci` (derandomised, bounded; the default
+here) and `thorough` are chosen with hypothesis' own `--hypothesis-profile`. Without `--backend` the plugin
+does nothing, so it is harmless in other test runs: it does not even import uopgrad then (the suite's
+modules are imported when a backend is named); running the suite itself without one is a usage error.
+
+Each case's result travels as the test report's `user_properties` (row, dtype column, check, worst
+relative error, notes), so it reaches the JUnit XML as properties and, under pytest-xdist, the controller,
+which alone prints the table and writes the JSON report from every worker's cases.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -40,12 +47,15 @@ _TARGET = pytest.StashKey["Target"]()
 _STATE = pytest.StashKey["_State"]()
 _RECORDER = pytest.StashKey["Recorder"]()
 SUITE_PACKAGE = "uopgrad_conformance.suite"
+_COLLECTOR = "uopgrad-conformance-collector"
 
 
 @dataclass
 class _State:
     summary: Summary
     xfails: list[XfailEntry] = field(default_factory=list)
+    skips: list[XfailEntry] = field(default_factory=list)
+    nodeids: set[str] = field(default_factory=set)  # every case reported here (xfails matched on xdist)
     report_path: Path | None = None
 
 
@@ -59,6 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--strict-xfail", action="store_true", default=False,
                     help="an expected failure (from --xfails or the suite's known core issues) that passes "
                          "fails the run")
+    group.addoption("--skips", default=None, metavar="FILE",
+                    help="cases not to run (e.g. ones that hang): one test id (or pattern with *) per line, "
+                         "'# reason' after it; they are reported as skipped")
     group.addoption("--conformance-report", default=None, metavar="PATH",
                     help="where to write the JSON summary (default: under pytest's cache directory)")
 
@@ -67,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Resolve the backend, load the `ci` profile (unless another was asked for) and the xfails."""
     name = config.getoption("backend")
     if name is None:
+        if _targets_suite(config):
+            raise pytest.UsageError("the uopgrad conformance suite needs --backend NAME: an installed device "
+                                    "such as REFERENCE or CPU (`uopgrad devices` lists them)")
         return
     from uopgrad_conformance.report import Summary
     from uopgrad_conformance.target import Target
@@ -79,18 +95,40 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("ci")
     state = _State(Summary(target.name))
-    xfails = config.getoption("xfails")
-    if xfails is not None:
-        path = Path(xfails)
-        if not path.is_file():
-            raise pytest.UsageError(f"--xfails {xfails}: no such file")
-        state.xfails = parse_xfails(path.read_text())
+    for option in ("xfails", "skips"):
+        value = config.getoption(option)
+        if value is not None:
+            path = Path(value)
+            if not path.is_file():
+                raise pytest.UsageError(f"--{option} {value}: no such file")
+            setattr(state, option, parse_xfails(path.read_text()))
     report = config.getoption("conformance_report")
     if report is not None:
         state.report_path = Path(report)
     elif (cache := getattr(config, "cache", None)) is not None:  # absent under `-p no:cacheprovider`
         state.report_path = cache.mkdir("uopgrad-conformance") / f"{target.name}.json"
     config.stash[_STATE] = state
+    if not _is_worker(config):
+        config.pluginmanager.register(_Collector(state), _COLLECTOR)
+
+
+def _targets_suite(config: pytest.Config) -> bool:
+    """Whether this run collects the suite: `--pyargs uopgrad_conformance[.suite...]` or a path inside it."""
+    spec = importlib.util.find_spec("uopgrad_conformance")  # finds the package without running it
+    roots = [Path(p).resolve() for p in (spec.submodule_search_locations or [])] if spec else []
+    for arg in config.args:
+        target = arg.split("::")[0]
+        if target == "uopgrad_conformance" or target.startswith(SUITE_PACKAGE):
+            return True
+        resolved = Path(target).resolve()
+        if any(resolved == r or r in resolved.parents for r in roots):
+            return True
+    return False
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: it runs cases; the controller gathers their reports."""
+    return hasattr(config, "workerinput")
 
 
 def get_target(config: pytest.Config) -> Target:
@@ -130,11 +168,19 @@ def _case_of(item: pytest.Item) -> Case | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the cases listed in the xfails file (and the suite's own known core issues) as xfail."""
+    """Skip the cases of the skips file; mark those of the xfails file (and the suite's own known core
+    issues) as xfail."""
     if _STATE not in config.stash:
         return
     from uopgrad_conformance.xfails import KNOWN_CORE_ISSUES
     state = config.stash[_STATE]
+    skips = [(e, e.regex()) for e in state.skips]
+    for item in items:
+        for entry, rx in skips:
+            if rx.match(item.nodeid):
+                entry.matched += 1
+                item.add_marker(pytest.mark.skip(reason=f"--skips: {entry.reason}"))
+                break
     strict = bool(config.getoption("strict_xfail"))
     caps = get_target(config).backend.capabilities
     entries = [*state.xfails, *(e for e in KNOWN_CORE_ISSUES if e.applies is None or e.applies(caps))]
@@ -149,21 +195,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
-    """Record each case's outcome (once: at its call, or at a setup that did not pass)."""
+    """Attach each case's row, column, check, worst relative error and notes to its report (once: at its
+    call, or at a setup that did not pass), and to the item, whose teardown report carries them to JUnit."""
     report: pytest.TestReport = yield
-    state = item.config.stash.get(_STATE, None)
-    if state is None:
+    if _STATE not in item.config.stash:
         return report
     case = _case_of(item)
     if case is None:
         return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        from uopgrad_conformance.report import Record, Recorder
+        from uopgrad_conformance.report import Recorder
         rec = item.stash.get(_RECORDER, Recorder())
-        outcome, reason = _outcome(report)
-        state.summary.add(Record(item.nodeid, case.row, case.group, case.column, case.check, outcome,
-                                 rec.worst, reason, rec.notes))
+        props: list[tuple[str, object]] = [("conformance_row", case.row), ("conformance_group", case.group),
+                 ("conformance_column", case.column), ("conformance_check", case.check)]
+        if rec.worst is not None:
+            props.append(("worst_rel", rec.worst))
+        if rec.notes:
+            props.append(("conformance_notes", json.dumps(rec.notes)))
+        report.user_properties.extend(props)
+        item.user_properties.extend(props)
     return report
+
+
+class _Collector:
+    """Adds each case's report to the summary: in a serial run, and on the pytest-xdist controller, which
+    receives every worker's reports (workers register none, so each case is counted once)."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self.order: dict[str, int] = {}  # collection order, from the xdist workers
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        """A worker collected `ids` (every worker collects the same, in the same order)."""
+        if not self.order:
+            self.order = {nodeid: i for i, nodeid in enumerate(ids)}
+
+    def sort(self) -> None:
+        """Put the records in collection order, as a serial run has them (workers finish in any order)."""
+        if self.order:
+            self.state.summary.records.sort(key=lambda r: self.order.get(r.nodeid, len(self.order)))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A phase of a test finished: record it if it is a case's result."""
+        props = dict(report.user_properties)
+        if report.when == "teardown" or "conformance_row" not in props:
+            return
+        from uopgrad_conformance.report import Record
+        outcome, reason = _outcome(report)
+        worst = props.get("worst_rel")
+        notes = json.loads(str(props["conformance_notes"])) if "conformance_notes" in props else []
+        self.state.nodeids.add(report.nodeid)
+        self.state.summary.add(Record(report.nodeid, str(props["conformance_row"]),
+                                      str(props["conformance_group"]), str(props["conformance_column"]),
+                                      str(props["conformance_check"]), outcome,
+                                      None if worst is None else float(str(worst)), reason, notes))
 
 
 def _outcome(report: pytest.TestReport) -> tuple[str, str]:
@@ -171,7 +257,7 @@ def _outcome(report: pytest.TestReport) -> tuple[str, str]:
         return ("xfailed", str(report.wasxfail)) if report.skipped else ("xpassed", str(report.wasxfail))
     if report.skipped:
         longrepr = report.longrepr
-        reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+        reason = str(longrepr[2]) if isinstance(longrepr, (tuple, list)) else str(longrepr)
         reason = reason.removeprefix("Skipped: ")
         return ("not claimed" if reason.startswith("not claimed") else "skipped"), reason
     if report.failed:
@@ -184,6 +270,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     state = config.stash.get(_STATE, None)
     if state is None or not state.summary.records:
         return
+    collector = config.pluginmanager.get_plugin(_COLLECTOR)
+    if isinstance(collector, _Collector):
+        collector.sort()
     tr = terminalreporter
     tr.section("uopgrad conformance")
     tr.write_line(state.summary.table())
@@ -196,10 +285,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         tr.write_line("skipped cases, by reason:")
         for reason, n in sorted(reasons.items()):
             tr.write_line(f"  {n:4d}  {reason}")
-    unmatched = [e for e in state.xfails if e.matched == 0]
-    for e in unmatched:
-        msg = f"--xfails line {e.line}: {e.pattern!r} matches no collected test"
-        tr.write_line(f"warning: {msg}")
+    for option, entries in (("xfails", state.xfails), ("skips", state.skips)):
+        for e in entries:
+            rx = e.regex()  # matched on this process's collection, or (xdist) against the reported cases
+            if e.matched == 0 and not any(rx.match(n) for n in state.nodeids):
+                tr.write_line(f"warning: --{option} line {e.line}: {e.pattern!r} matches no collected test")
     if state.report_path is not None:
         state.summary.write(state.report_path)
         tr.write_line(f"JSON report: {state.report_path}")

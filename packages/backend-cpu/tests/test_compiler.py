@@ -167,9 +167,14 @@ def test_buffer_memory_is_reused_zeroed_after_its_buffer_goes():
     assert backend.copyout(overwrite).tolist() == [1.0] * 10
 
 
-def test_bfloat16_buffers_are_refused(cpu):
-    with pytest.raises(TypeError, match="no dtypes.__bf16 buffers"):
-        cpu.handle(UOp.new_buffer("CPU", 4, dtypes.bfloat16))
+def test_bfloat16_buffers_hold_the_bits(cpu):
+    import ml_dtypes
+    buf = UOp.new_buffer("CPU", 4, dtypes.bfloat16)
+    # float32 in: rounded to nearest even (1 + 2^-8 is a tie: to 1.0; 1 + 3 * 2^-8 to 1 + 2^-6)
+    cpu.copyin(buf, np.array([1.0, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -np.inf], dtype=np.float32))
+    out = cpu.copyout(buf)
+    assert out.dtype == ml_dtypes.bfloat16  # two bytes each, as ml_dtypes (JAX, ONNX) hold them
+    assert out.view(np.uint16).tolist() == [0x3F80, 0x3F80, 0x3F82, 0xFF80]
 
 
 def test_buffers_are_aligned(cpu):

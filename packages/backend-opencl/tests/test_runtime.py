@@ -86,14 +86,17 @@ def test_capabilities_come_from_the_device(cl):
     assert caps.compiled and not caps.loop_style
     assert (dtypes.float64 in caps.dtypes) == ("cl_khr_fp64" in exts)
     assert {dtypes.bool, dtypes.int8, dtypes.uint32, dtypes.float16, dtypes.float32} <= caps.dtypes
-    assert dtypes.bfloat16 not in caps.dtypes
+    assert dtypes.bfloat16 in caps.dtypes  # as bits, computed in float (like float16)
     assert caps.grid is cl.renderer.grid
     assert caps.grid.local_prod_max == dev.max_work_group_size
     assert caps.max_local_size == tuple(dev.max_work_item_sizes[:3])
     assert caps.ops == cl.renderer.supports
 
 
-def test_an_unclaimed_dtype_is_refused(cl):
+def test_an_unclaimed_dtype_is_refused(cl, monkeypatch):
+    import dataclasses
+    less = cl.capabilities.dtypes - {dtypes.bfloat16}  # a device without it (PoCL claims every dtype)
+    monkeypatch.setattr(cl, "capabilities", dataclasses.replace(cl.capabilities, dtypes=less))
     with pytest.raises(TypeError, match="CL has no .* buffers"):
         cl.handle(UOp.new_buffer("CL", 4, dtypes.bfloat16))
 

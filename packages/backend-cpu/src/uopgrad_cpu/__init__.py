@@ -14,8 +14,8 @@ from uopgrad_cpu.runtime import CPUAllocator, CPUProgram
 
 __all__ = ["CPU_DTYPES", "CCompiler", "CPUAllocator", "CPUBackend", "CPUProgram", "CRenderer"]
 
-# bfloat16 is left out: C99 has no type for it (REFERENCE and the GPU backends run it)
-CPU_DTYPES = frozenset({dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64})
+# bfloat16 has no C99 type: its buffers hold the bits, its values are floats rounded after every op (cstyle)
+CPU_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
 
 
 class CPUBackend(CompiledBackend):

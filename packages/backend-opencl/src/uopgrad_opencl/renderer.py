@@ -123,9 +123,11 @@ class OpenCLRenderer(CStyleRenderer):
     type_map: ClassVar[dict[DType, str]] = {
         dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
         dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
-        dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
+        dtypes.float64: "double",
     }
-    storage: ClassVar[dict[DType, DType]] = {dtypes.bool: dtypes.uint8, dtypes.float16: dtypes.uint16}
+    storage: ClassVar[dict[DType, DType]] = {dtypes.bool: dtypes.uint8, dtypes.float16: dtypes.uint16,
+                                             dtypes.bfloat16: dtypes.uint16}
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {**CStyleRenderer.code_for_op, Ops.SHL: _shl,
                                                     Ops.SHR: _shr}
     helpers: ClassVar[dict[str, str]] = {
@@ -180,6 +182,8 @@ class OpenCLRenderer(CStyleRenderer):
             return f"({x}!=0)"
         if src.scalar() == dtypes.bool:
             return f"(({self.ctype(dst)}){x})"
+        if dtypes.bfloat16 in (src.scalar(), dst.scalar()):  # through its bits (core's helpers)
+            return super().render_bitcast(x, src, dst)
         if src.scalar() == dtypes.float16:
             return f"(({self.ctype(dst)})__uopgrad_half_bits({x}))"
         if dst.scalar() == dtypes.float16:

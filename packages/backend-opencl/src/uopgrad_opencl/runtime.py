@@ -170,7 +170,8 @@ class CLDevice:
         float: renderer.py) and float32 always (64-bit integers are in every full-profile device), float64
         with cl_khr_fp64."""
         exts = set(self.device.extensions.split())
-        out = {dtypes.bool, dtypes.float16, dtypes.float32, *(d for d in dtypes.ints if d.itemsize < 8)}
+        out = {dtypes.bool, dtypes.float16, dtypes.bfloat16, dtypes.float32,
+               *(d for d in dtypes.ints if d.itemsize < 8)}
         if self.device.profile == "FULL_PROFILE" or "cles_khr_int64" in exts:
             out |= {dtypes.int64, dtypes.uint64}
         if "cl_khr_fp64" in exts:

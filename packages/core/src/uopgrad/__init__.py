@@ -4,7 +4,9 @@ The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; ever
 module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 """
 from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
+from uopgrad._version import __version__ as __version__
 from uopgrad.backend import Device, GlobalCounters
+from uopgrad.config import getenv_str as _getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.function import function
 from uopgrad.ops import GroupOp, Ops
@@ -14,3 +16,8 @@ from uopgrad.uop import UOp
 
 __all__ = ["DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat",
            "dtypes", "function", "graph_rewrite"]
+
+if _getenv_str("UOPGRAD_VIZ"):  # a VIZ page per realize (uopgrad/viz); imported only when asked for
+    from uopgrad import viz as _viz
+
+    _viz.enable(_getenv_str("UOPGRAD_VIZ"))

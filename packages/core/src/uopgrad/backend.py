@@ -28,11 +28,11 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from uopgrad import diskcache
+from uopgrad import debug, diskcache
 from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
-from uopgrad.config import DEBUG, getenv_str
+from uopgrad.config import getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import BackendError, CompileError
 from uopgrad.ops import Ops
@@ -43,14 +43,16 @@ from uopgrad.uop import UOp
 from uopgrad.verify import verify_new
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PREFERENCE",
-           "Program", "compile_cache_dir", "count_kernel"]
+           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
+           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
 PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 # backends that ship inside core: found even when core is used from a source tree without being installed
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
+# the distributions of this project's backends: the error for a device that is not installed names its package
+PACKAGES = {"CPU": "uopgrad-cpu", "CL": "uopgrad-opencl", "CUDA": "uopgrad-cuda"}
 H = TypeVar("H")  # an allocator's handle type
 
 
@@ -323,13 +325,13 @@ class CompiledBackend(Backend):
         if arr.size != buf.arg:
             raise ValueError(f"copyin of {arr.size} elements into a BUFFER of {buf.arg}")
         if arr.size:
-            self.allocator.copyin(self.handle(buf, zero=False), arr.data.cast("B"))
+            self.allocator.copyin(self.handle(buf, zero=False), arr.view(np.uint8).data)  # (bf16: no buffer)
 
     def copyout(self, buf: UOp) -> np.ndarray:
         """A copy of `buf`'s contents (zeros if nothing was ever written)."""
         out = np.empty((int(buf.arg),), dtype=dtypes.to_numpy(buf.dtype.base))
         if out.size:
-            self.allocator.copyout(out.data.cast("B"), self.handle(buf))
+            self.allocator.copyout(out.view(np.uint8).data, self.handle(buf))
         return out
 
     # ------------------------------------------------------------------ kernels
@@ -351,8 +353,8 @@ class CompiledBackend(Backend):
                 todo.setdefault(call.src[0], call)
         programs = [lower(call, self.renderer.supports, self.renderer.grid) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
-        if DEBUG >= 4:
-            print("\n".join(sources))
+        for program, src in zip(programs, sources):
+            debug.source(program.name, src)
         workers = min(len(sources), os.cpu_count() or 1)
         if workers > 1:
             with ThreadPoolExecutor(workers) as pool:
@@ -382,10 +384,12 @@ class CompiledBackend(Backend):
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
         then the driver runs every item in order, each on the device its buffers live on."""
-        verify_new(sink)  # a malformed graph gets VerifyError naming the node, never a kernel
-        sched = schedule(sink)
-        self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
-        run_schedule(sched.items, sched.var_vals, self._device)
+        with debug.realizing(self.name, sink):
+            verify_new(sink)  # a malformed graph gets VerifyError naming the node, never a kernel
+            sched = schedule(sink)
+            debug.schedule_made(sched.items, self.name)
+            self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
+            run_schedule(sched.items, sched.var_vals, self._device)
 
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
@@ -446,6 +450,10 @@ class DeviceRegistry:
             self._plugins = plugins
         return self._plugins
 
+    def plugins(self) -> dict[str, tuple[str, str]]:
+        """Every installed backend: name -> (entry point "module:attr", distribution), without loading any."""
+        return {name: (p.value, p.dist) for name, p in self._discover().items()}
+
     def installed(self) -> list[str]:
         """Names of the installed backends (preferred ones first)."""
         names = list(self._discover())
@@ -487,7 +495,8 @@ class DeviceRegistry:
         plugins = self._discover()
         if base not in plugins:
             installed = ", ".join(self.installed())
-            raise BackendError(f"unknown device {base!r}: the installed backends are {installed}")
+            hint = f"; `pip install {PACKAGES[base]}` provides it" if base in PACKAGES else ""
+            raise BackendError(f"unknown device {base!r}: the installed backends are {installed}{hint}")
         plugin = plugins[base]
         module_name, _, attr = plugin.value.partition(":")
         try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from enum import Enum, auto
 from typing import Final, cast
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["Invalid",
@@ -268,16 +269,21 @@ class dtypes:
 
     @staticmethod
     def to_numpy(dtype: DType) -> np.dtype:
-        """The numpy dtype with the same layout (bfloat16 is not representable in numpy)."""
+        """The numpy dtype with the same layout (bfloat16: ml_dtypes' bfloat16, as JAX and ONNX use)."""
         if dtype.scalar() == dtypes.index:
             return np.dtype(np.int64)
+        if dtype.scalar() == dtypes.bfloat16:
+            bf16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+            return bf16
         if dtype.scalar().fmt is None:
             raise TypeError(f"{dtype} has no numpy equivalent")
         return np.dtype(dtype.scalar().fmt)
 
     @staticmethod
     def from_numpy(npdtype: np.dtype) -> DType:
-        """The DType for a numpy dtype."""
+        """The DType for a numpy dtype (ml_dtypes' bfloat16 too)."""
+        if npdtype == np.dtype(ml_dtypes.bfloat16):
+            return dtypes.bfloat16
         for dt in (dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64):
             if dt.fmt is not None and np.dtype(dt.fmt) == npdtype:
                 return dt

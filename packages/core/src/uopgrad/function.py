@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from uopgrad import debug
 from uopgrad._util import dedup
 from uopgrad.config import DEBUG, Context
 from uopgrad.errors import FunctionError
@@ -108,7 +109,7 @@ class _Function(Generic[P, R]):
         n_explicit = len(inputs)
         name = _name_of(self.fxn)
         if DEBUG >= 2:
-            print(f"{'  ' * _depth}tracing function {name} with {n_explicit} explicit input(s)")
+            debug.log(2, f"{'  ' * _depth}tracing function {name} with {n_explicit} explicit input(s)")
         _depth += 1
         try:
             with Context(ALLOW_DEVICE_USAGE=0):

@@ -2,8 +2,8 @@
 loop that runs a schedule's items on their devices.
 
 `run_passes` is the only place that does what every pass needs: with UOPGRAD_VERIFY=1 it checks the
-output against the pass's well-formedness table, with DEBUG>=2 it prints each pass's time and with
-DEBUG>=4 its output, it adds the time to `pass_stats()` under the pass's name and hands the output to
+output against the pass's well-formedness table, it hands the output to uopgrad.debug (logged at DEBUG>=3,
+and to the VIZ tracers), it adds the time to `pass_stats()` under the pass's name and hands the output to
 every function in `tracers`. `CODEGEN_PASSES` is the codegen pipeline in order (docs/ARCHITECTURE.md
 §2.1); `lower` runs it over a kernel and caches the program. `run_schedule` launches a schedule's items in
 order, each on the device its buffers live on.
@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, TypeAlias
 
 import numpy as np
 
+from uopgrad import debug
 from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec, Program
 from uopgrad.codegen.decomp import pm_decomp
@@ -25,7 +26,7 @@ from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
 from uopgrad.codegen.linearize import linearize
 from uopgrad.codegen.program import check, pm_spec_lowered, pm_spec_program
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
-from uopgrad.config import DEBUG, VERIFY
+from uopgrad.config import VERIFY
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import BackendError, LoweringError
 from uopgrad.ops import GroupOp, Ops
@@ -86,11 +87,8 @@ def run_passes(sink: UOp, passes: Sequence[Pass], ctx: LowerContext, what: str =
         stat[1] += elapsed
         if VERIFY and p.spec is not None:
             check(value, p.spec, f"{what} after the '{p.name}' pass")
-        if DEBUG >= 2:
-            print(f"pass {p.name:<16} {elapsed * 1e3:8.3f} ms")
-        if DEBUG >= 4:
-            shown = value.pretty(200) if isinstance(value, UOp) else "\n".join(u.short() for u in value)
-            print(f"--- after {p.name}\n{shown}")
+        if isinstance(value, UOp):
+            debug.after_pass(p.name, value)  # DEBUG=3 (the `uopgrad.pass` logger) and the VIZ tracers
         for trace in tracers:
             trace(p.name, value)
     return value
@@ -209,16 +207,13 @@ class GlobalCounters:
 
 
 def count_kernel(device: str, prg: Program, var_vals: dict[str, int], seconds: float | None) -> None:
-    """Count one launch of `prg` (with `seconds` of run time, if measured) and print it at DEBUG >= 2."""
+    """Count one launch of `prg` (with `seconds` of run time, if measured); its DEBUG=1 line."""
     ops, mem = prg.estimates.at(var_vals)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += seconds or 0.0
-    if DEBUG >= 2:
-        tm = "" if seconds is None else f" tm {seconds * 1e3:8.3f}ms"
-        n = GlobalCounters.kernel_count
-        print(f"*** {device:9s} {n:4d} {prg.name:24s} ops {ops:11d} mem {mem:10d}{tm}")
+    debug.kernel_ran(device, prg.name, seconds or 0.0, ops, mem, prg.global_size, prg.local_size)
 
 
 

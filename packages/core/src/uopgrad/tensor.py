@@ -70,6 +70,21 @@ def _host_dtype(dt: DType) -> np.dtype:
     return np.dtype(np.float32) if dt.base.scalar() == dtypes.bfloat16 else dtypes.to_numpy(dt.base)
 
 
+def _host_array(x: Any) -> np.ndarray:  # noqa: ANN401  (any array-like: torch, jax, cupy, ...)
+    """A host numpy array of an array-like: through DLPack when it offers host memory, else `__array__`. A
+    torch tensor that requires grad is detached first (only its values are taken)."""
+    if hasattr(x, "detach") and callable(x.detach):
+        x = x.detach()
+    try:
+        return np.from_dlpack(x)
+    except (TypeError, BufferError, RuntimeError, AttributeError):
+        try:
+            return np.asarray(x)
+        except Exception as e:
+            raise TypeError(f"can't make a Tensor from {type(x).__name__}: its memory is not host-visible "
+                            f"and it has no usable __array__ ({e}); copy it to the host first") from e
+
+
 def _py(x: T) -> T:
     """numpy scalars as Python scalars."""
     return cast(T, x.item()) if isinstance(x, np.generic) else x
@@ -178,6 +193,9 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
             uop = Tensor._from_numpy(arr, dt, dev)
         elif isinstance(data, np.ndarray):
             uop = Tensor._from_numpy(data, dt or dtypes.from_numpy(data.dtype), dev)
+        elif hasattr(data, "__dlpack__") or hasattr(data, "__array__"):  # torch, jax, cupy, array-likes
+            arr = _host_array(data)
+            uop = Tensor._from_numpy(arr, dt or dtypes.from_numpy(arr.dtype), dev)
         else:
             raise TypeError(f"can't make a Tensor from {type(data).__name__}")
         self.uop: UOp = uop
@@ -1035,7 +1053,7 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         return UOp(Ops.LINEAR, dtypes.void, sched.items), dict(sched.var_vals)
 
     def numpy(self) -> np.ndarray:
-        """The values as a numpy array (realizes first). bfloat16 comes back as float32."""
+        """The values as a numpy array (realizes first); bfloat16 as ml_dtypes' bfloat16."""
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         self.realize()
@@ -1109,6 +1127,36 @@ class Tensor(ElementwiseMixin, IndexMixin, ShapeMixin, NNMixin, MathMixin, Movem
         rg = _requires_grad(ts)
         outs = UOp.custom_kernel(*(t.uop for t in ts), fxn=fxn, grad_fxn=grad_fxn)
         return [Tensor(u, requires_grad=rg) for u in outs]
+
+    # ------------------------------------------------------------------ numpy / DLPack interop
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        """`np.asarray(t)`: the values (realized and copied to the host, so `copy=False` is an error)."""
+        if copy is False:
+            raise ValueError("a Tensor's values are always copied to the host; np.asarray(t) with copy=False "
+                             "is not possible")
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,  # noqa: ANN401
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:  # noqa: ANN401
+        """A DLPack capsule of the values (the array-API exchange, e.g. `torch.from_dlpack(t)`): a host copy,
+        as for `numpy()`, whatever the device, so the consumer never aliases device memory."""
+        if copy is False:
+            raise BufferError("a Tensor exports a host copy of its values; copy=False is not possible")
+        arr = self.numpy()
+        if max_version is None:  # a consumer of the first protocol version: no keywords
+            return arr.__dlpack__()
+        return arr.__dlpack__(max_version=max_version, dl_device=dl_device)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCPU, 0): exported values live in host memory."""
+        return (1, 0)
+
+    @staticmethod
+    def from_dlpack(x: Any, device: str | None = None) -> Tensor:  # noqa: ANN401  (any DLPack producer)
+        """A Tensor on `device` with the values of a DLPack producer (torch, jax, numpy, ...) whose memory is
+        host-visible."""
+        return Tensor(_host_array(x), device=device)
 
     # These three shadow builtins inside the class body, so they come last (mypy resolves annotations in the
     # class scope).

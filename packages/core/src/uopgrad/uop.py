@@ -611,6 +611,23 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             return UOp(op, self.dtype, (self, begins, ends))
         return UOp(op, self.dtype, (self,), arg)
 
+    def to_dot(self) -> str:
+        """The graph as Graphviz DOT text (`dot -Tsvg`): one node per UOp, edges from each source, labelled
+        with the source's position. The VIZ page (uopgrad.viz) draws the same graph without graphviz."""
+        order = list(self.toposort(enter_calls=False))
+        ids = {u: i for i, u in enumerate(order)}
+        lines = ["digraph uop {", '  node [shape=box, fontname="monospace", fontsize=10];']
+        for u in order:
+            text = f"{u.op.name}\n{u.dtype!r}" + ("" if u.arg is None else f"\n{u.arg!r}"[:60])
+            lines.append(f'  n{ids[u]} [label="{_dot_escape(text)}"];')
+            lines += [f'  n{ids[s]} -> n{ids[u]} [label="{k}"];' for k, s in enumerate(u.src) if s in ids]
+        return "\n".join([*lines, "}"])
+
+
+def _dot_escape(text: str) -> str:
+    """A DOT string body: quotes and backslashes escaped, except the \\n line breaks made above."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
 
 _simplifier: Callable[[UOp], UOp] | None = None
 

@@ -12,8 +12,8 @@ import numpy as np
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import Ops
 
-__all__ = ["REFERENCE_OPS", "Array", "bitcast", "cast", "finish", "movement", "np_dtype", "reduce",
-           "reference_alu", "round_bf16"]
+__all__ = ["REFERENCE_OPS", "Array", "bitcast", "cast", "finish", "float32_to_bf16_bits", "movement",
+           "np_dtype", "reduce", "reference_alu", "round_bf16"]
 
 Array: TypeAlias = np.ndarray
 
@@ -27,6 +27,15 @@ def np_dtype(dt: DType) -> np.dtype:
     if s == dtypes.void:
         raise TypeError("void has no values")
     return dtypes.to_numpy(s)
+
+
+def float32_to_bf16_bits(a: Array) -> Array:
+    """The bfloat16 bits of float32 values that are bfloat16 values: their high halves (exact, NaN payloads
+    kept, unlike a conversion, which makes every NaN the same); a NaN whose payload is all in the low half
+    gets the quiet bit, so it stays a NaN."""
+    bits = (np.ascontiguousarray(a, dtype=np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    lost = np.isnan(a) & ((bits & np.uint16(0x7F)) == 0)
+    return np.where(lost, bits | np.uint16(0x40), bits).astype(np.uint16)
 
 
 def round_bf16(a: Array) -> Array:

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from uopgrad import debug
 from uopgrad.backend import Backend, Capabilities, GlobalCounters
 from uopgrad.backends.evaluator import Evaluator, Value, evaluate, run, storage
 from uopgrad.backends.interpreter import run_program, run_schedule
@@ -18,19 +19,22 @@ from uopgrad.backends.numerics import (
     REFERENCE_OPS,
     bitcast,
     cast,
+    float32_to_bf16_bits,
     movement,
     np_dtype,
     reduce,
     reference_alu,
     round_bf16,
 )
+from uopgrad.config import DEBUG
 from uopgrad.dtype import dtypes
 from uopgrad.ops import GroupOp
 from uopgrad.uop import UOp
 from uopgrad.verify import verify_new
 
 __all__ = ["REFERENCE_OPS", "Evaluator", "ReferenceBackend", "Value", "bitcast", "cast", "evaluate",
-           "movement", "np_dtype", "reduce", "reference_alu", "round_bf16", "run_program", "run_schedule"]
+           "float32_to_bf16_bits", "movement", "np_dtype", "reduce", "reference_alu", "round_bf16",
+           "run_program", "run_schedule"]
 
 
 class ReferenceBackend(Backend):
@@ -50,14 +54,21 @@ class ReferenceBackend(Backend):
     def copyout(self, buf: UOp) -> np.ndarray:
         """A copy of `buf`'s contents (zeros if nothing was ever written)."""
         arr = storage.get(buf)
-        return np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
+        out = np.zeros((buf.arg,), dtype=np_dtype(buf.dtype)) if arr is None else np.array(arr, copy=True)
+        if buf.dtype.base.scalar() == dtypes.bfloat16:
+            return float32_to_bf16_bits(out).view(dtypes.to_numpy(dtypes.bfloat16))
+        return out
 
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
         evaluation computed (each node once), and the kernels written with explicit loops it ran."""
-        verify_new(sink)  # a malformed graph is a VerifyError naming the node
-        start = time.perf_counter()
-        ev = run((sink,))[1]
-        GlobalCounters.global_ops += ev.ops
-        GlobalCounters.global_mem += ev.mem
-        GlobalCounters.time_sum_s += time.perf_counter() - start
+        with debug.realizing(self.name, sink):
+            verify_new(sink)  # a malformed graph is a VerifyError naming the node
+            start = time.perf_counter()
+            ev = run((sink,))[1]
+            seconds = time.perf_counter() - start
+            GlobalCounters.global_ops += ev.ops
+            GlobalCounters.global_mem += ev.mem
+            GlobalCounters.time_sum_s += seconds
+            if DEBUG >= 1:
+                debug.log(1, f"{self.name:<10} evaluated {len(sink.src)} output(s) in {seconds * 1e3:.3f} ms")

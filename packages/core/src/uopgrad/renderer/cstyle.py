@@ -113,6 +113,37 @@ def _trunc(r: CStyleRenderer, dt: DType, x: str) -> str:
 
 
 # support functions, emitted before a kernel that mentions their name
+# bfloat16 has no C type: a buffer holds its bits (`unsigned short`), a value is a float holding a bfloat16
+# value, and every op that yields one rounds its float result to bfloat16 (ties to even), as REFERENCE
+# computes it (in float32, rounded after every op). Loads and bitcasts are exact; a NaN stays a NaN.
+_BF16_HELPERS: dict[str, str] = {
+    "__uopgrad_bf16_float": """\
+static inline float __uopgrad_bf16_float(unsigned short h) {
+  /* bfloat16 bits -> float, exactly (they are the high half of a float32) */
+  union { unsigned int u; float f; } v;
+  v.u = ((unsigned int)h) << 16;
+  return v.f;
+}""",
+    "__uopgrad_bf16_bits": """\
+static inline unsigned short __uopgrad_bf16_bits(float x) {
+  /* float -> bfloat16 bits, rounded to nearest even; a NaN keeps the payload of its high half (quiet
+     bit set where that is empty, so it stays a NaN), as REFERENCE stores it */
+  union { float f; unsigned int u; } v;
+  v.f = x;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u)
+    return (unsigned short)((v.u >> 16) | ((v.u & 0x007f0000u) ? 0u : 0x40u));
+  return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}""",
+    "__uopgrad_bf16": """\
+static inline float __uopgrad_bf16(float x) {
+  /* x rounded to bfloat16, kept in a float; inf and NaN unchanged */
+  union { float f; unsigned int u; } v;
+  v.f = x;
+  if ((v.u & 0x7fffffffu) >= 0x7f800000u) return x;
+  v.u = ((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16) << 16;
+  return v.f;
+}""",
+}
 _HELPERS: dict[str, str] = {
     "__uopgrad_f2i": """\
 static inline long long __uopgrad_f2i(double x) {
@@ -198,7 +229,8 @@ class CStyleRenderer(Renderer):
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
         dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
         dtypes.uint32: "unsigned int", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-        dtypes.float16: "_Float16", dtypes.float32: "float", dtypes.float64: "double",
+        dtypes.float16: "_Float16", dtypes.bfloat16: "float", dtypes.float32: "float",
+        dtypes.float64: "double",
     }
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
         Ops.NEG: _neg, Ops.RECIPROCAL: lambda r, dt, x: f"(1/{x})", Ops.TRUNC: _trunc,
@@ -210,7 +242,9 @@ class CStyleRenderer(Renderer):
         Ops.WHERE: lambda r, dt, c, a, b: f"({c}?{a}:{b})", Ops.MULACC: _mulacc,
         Ops.THREEFRY: lambda r, dt, x, key: f"__uopgrad_threefry({x}, {key})",
     }
-    helpers: ClassVar[dict[str, str]] = _HELPERS
+    helpers: ClassVar[dict[str, str]] = {**_HELPERS, **_BF16_HELPERS}
+    # dtypes whose buffers hold another type's bits (bfloat16: `unsigned short`); see _BF16_HELPERS
+    storage: ClassVar[dict[DType, DType]] = {dtypes.bfloat16: dtypes.uint16}
     # lines before the kernel (includes, pragmas, typedefs)
     prefix_lines: ClassVar[tuple[str, ...]] = ("#include <math.h>",)
     kernel_prefix = "void"
@@ -255,7 +289,7 @@ class CStyleRenderer(Renderer):
         computes as two rounded steps (MULACC, float CDIV) needs the intermediate rounding."""
         if self.half_via_float and dt.scalar() == dtypes.float16:
             return f"((float)({self.ctype(dt)}){expr})"
-        return expr
+        return expr  # bfloat16: REFERENCE computes each op in float32 and rounds its result once
 
     def render_const(self, value: object, dt: DType) -> str:
         """A literal of `dt`: ±inf and NaN by name, -0.0 kept, integers with C's suffixes."""
@@ -292,12 +326,20 @@ class CStyleRenderer(Renderer):
         """CAST: to bool is `!= 0`; float -> int truncates and wraps (never C's undefined conversion)."""
         if dst.scalar() == dtypes.bool:
             return f"({x}!=0)"
+        if dst.scalar() == dtypes.bfloat16:  # through float32, as REFERENCE converts
+            return f"__uopgrad_bf16((float){x})"
         if dtypes.is_float(src) and dtypes.is_int(dst):
             return f"(({self.ctype(dst)})__uopgrad_f2i((double){x}))"
         return f"(({self.ctype(dst)}){x})"
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:
-        """BITCAST through a union (defined in C99, unlike a pointer cast)."""
+        """BITCAST through a union (defined in C99, unlike a pointer cast); bfloat16 through its bits."""
+        if src.scalar() == dtypes.bfloat16:
+            return self.render_bitcast(f"__uopgrad_bf16_bits({x})", dtypes.uint16, dst)
+        if dst.scalar() == dtypes.bfloat16:
+            return f"__uopgrad_bf16_float({self.render_bitcast(x, src, dtypes.uint16)})"
+        if src.scalar() == dst.scalar():
+            return x
         return f"((union {{ {self.ctype(src)} s; {self.ctype(dst)} d; }}){{ .s = {x} }}).d"
 
     def render_special(self, name: str) -> str:
@@ -309,16 +351,21 @@ class CStyleRenderer(Renderer):
 
     def render_load(self, buf: str, offset: str, dt: DType) -> str:
         """An expression reading element `offset` of buffer `buf`, a value of `dt`."""
+        if dt.scalar() == dtypes.bfloat16:
+            return f"__uopgrad_bf16_float({buf}[{offset}])"
         return f"{buf}[{offset}]"
 
     def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
         """A statement writing `value`, of `dt`, to element `offset` of buffer `buf`."""
+        if dt.scalar() == dtypes.bfloat16:
+            value = f"__uopgrad_bf16_bits({value})"
         return f"{buf}[{offset}] = {value};"
 
     def render_param(self, slot: int, dt: DType, writable: bool) -> str:
         """One buffer parameter: `float* restrict data0`; read-only buffers are `const`."""
         const = "" if writable else "const "
-        return " ".join(x for x in (f"{self.buffer_qualifier}{const}{self.ctype(dt)}*", self.restrict,
+        elem = self.ctype(self.storage.get(dt.base.scalar(), dt))
+        return " ".join(x for x in (f"{self.buffer_qualifier}{const}{elem}*", self.restrict,
                                     f"data{slot}") if x)
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
@@ -410,6 +457,8 @@ class CStyleRenderer(Renderer):
         expr = template(self, dt, *xs)
         if via_float and u.dtype.scalar() == dtypes.float16:  # the float result rounded back to half
             expr = self.render_cast(expr, dtypes.float32, u.dtype)
+        elif u.dtype.scalar() == dtypes.bfloat16 and u.op is not Ops.WHERE:  # computed in float: round
+            expr = f"__uopgrad_bf16({expr})"
         self._value(st, u, "alu", expr)
 
     def _name(self, st: _State, u: UOp) -> None:  # PARAM, DEFINE_VAR: named in _plan
