@@ -80,7 +80,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x, y = np.ascontiguousarray(a), np.ascontiguousarray(b)
     if x.shape != y.shape or x.dtype != y.dtype:
         return np.zeros(np.broadcast_shapes(x.shape, y.shape) if x.shape == y.shape else (1,), dtype=bool)
-    if x.dtype.kind in "fc":
+    if x.dtype.kind not in "biu":  # floats, and ml_dtypes' bfloat16 (kind 'V'), compare as bits
         return np.asarray(x.view(f"u{x.dtype.itemsize}") == y.view(f"u{y.dtype.itemsize}"))
     return np.asarray(x == y)
 

@@ -124,7 +124,7 @@ def test_golden_reduce_with_variable_and_unused_buffer(compiles):
     src = CUDARenderer().render(Program("r_4_n", uops, (0, 1, 2), (n,), (0,), (2,), (4, 1, 1), (1, 1, 1)))
     assert compiles(src) == """\
 extern "C" __global__ void __launch_bounds__(1) r_4_n(float* __restrict__ data0, const void* data1, \
-const float* __restrict__ data2, const int n) {
+const float* __restrict__ data2, const long long n) {
   const int gidx0 = blockIdx.x;
   float acc0 = 0.0f;
   for (int ridx1 = 0; ridx1 < n; ridx1++) {
@@ -152,7 +152,7 @@ def test_golden_shared_memory_and_barrier(compiles, launch):
     got = load(UOp(Ops.AFTER, tile.dtype, (tile, bar)), other)  # the tile as it is after the barrier
     src = compiles(render("rev", store(out, lidx, got), local_size=(64, 1, 1)))
     assert src == """\
-extern "C" __global__ void __launch_bounds__(64) rev(float* __restrict__ data0, \
+extern "C" __global__ void __launch_bounds__(64) k_rev_d1e75aca(float* __restrict__ data0, \
 const float* __restrict__ data1) {
   const int lidx0 = threadIdx.x;
   __shared__ float temp0[64];
@@ -166,7 +166,8 @@ const float* __restrict__ data1) {
 """
     x = np.arange(64, dtype=np.float32)
     for reverse in (False, True):
-        res, _ = launch(src, "rev", (1, 1, 1), (64, 1, 1), np.zeros_like(x), x, reverse=reverse)
+        res, _ = launch(src, CUDARenderer().function_name("rev"), (1, 1, 1), (64, 1, 1), np.zeros_like(x), x,
+                        reverse=reverse)
         np.testing.assert_array_equal(res, x[::-1])
 
 
@@ -209,9 +210,12 @@ def test_bitcasts(src_dt, dst_dt, spelling, compiles):
 
 def test_names_never_take_cuda_words(compiles):
     r = CUDARenderer()
-    assert [r.function_name(n) for n in ("threadIdx", "atomicAdd", "class", "printf", "E_4")] == \
-        ["k_threadIdx", "k_atomicAdd", "k_class", "k_printf", "E_4"]
+    names = [r.function_name(n) for n in ("threadIdx", "atomicAdd", "class", "printf", "E_4")]
+    assert names[-1] == "E_4"  # codegen's own names are kept
+    for word, got in zip(("threadIdx", "atomicAdd", "class", "printf"), names):
+        assert got.startswith(f"k_{word}_") and len(got) == len(word) + 11  # prefixed and hashed
     v = UOp.variable("blockDim", 1, 8, i32)
     g = special("gidx0", 1)
     src = compiles(render("template", store(param(0, i32, 1), g, v)))
-    assert "k_template(" in src and "const int var0" in src and "blockDim)" not in src
+    assert f"{r.function_name('template')}(" in src and "const long long var0" in src
+    assert "blockDim)" not in src

@@ -95,7 +95,7 @@ class EmulatedProgram(Program):
             kinds = [type(b).__name__ for b in bufs]
             raise TypeError(f"{self.name}: emulated CUDA kernels take host buffers, got {kinds}")
         values: list[Any] = [ctypes.c_void_p(b.ctypes.data) for b in bufs if isinstance(b, np.ndarray)]
-        values += [ctypes.c_int(v) for v in vals]
+        values += [ctypes.c_int64(v) for v in vals]  # integer kernel arguments are 64-bit (render_var)
         args = (ctypes.c_void_p * max(len(values), 1))(*(ctypes.addressof(v) for v in values))
         dims = (ctypes.c_uint * 6)(*_dims(global_size), *_dims(local_size))
         err = ctypes.create_string_buffer(1024)
@@ -234,7 +234,7 @@ class CUDAProgram(Program):
         with cp.cuda.Device(self.gpu.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
-            self._fn(_dims(global_size), _dims(local_size), (*args, *(np.int32(v) for v in vals)),
+            self._fn(_dims(global_size), _dims(local_size), (*args, *(np.int64(v) for v in vals)),
                      stream=stream)
             end.record(stream)
             end.synchronize()
