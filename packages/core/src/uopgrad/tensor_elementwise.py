@@ -1,4 +1,5 @@
-"""Elementwise Tensor ops from the primitives (a mixin of Tensor, layer 15 with tensor.py): activations,
+"""Elementwise Tensor ops from the primitives (a mixin of Tensor, layer 15 with tensor.py): `==`/`!=`/`~`,
+where, exp, log, cos, tan, rsqrt, square, sign, abs, relu, sigmoid, tanh, gelu, softplus, clip; activations,
 erf and the exact gelu, inverse trigonometric and hyperbolic functions, rounding, NaN/inf tests, any/all,
 binary extras (lerp, logaddexp, copysign, fmod, bitwise ops) and division with a rounding mode.
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from uopgrad.dtype import ConstType, dtypes
-from uopgrad.mixin import MathMixin
+from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
+from uopgrad.mixin import MathMixin, broadcast_shape
+from uopgrad.ops import Ops
+from uopgrad.tensor_args import TensorLike, py_scalar
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,9 +38,130 @@ def _t(x: object) -> Tensor:
 
 
 class ElementwiseMixin:
-    """Activations, rounding, tests and rounding division for Tensor."""
+    """Comparisons, where, transcendental ops, activations, rounding, tests and rounding division."""
 
     __slots__ = ()
+
+    # ------------------------------------------------------------------ comparisons, where and the core ops
+    def __eq__(self, x: object) -> Tensor:  # type: ignore[override]  # elementwise, as in numpy and PyTorch
+        t = _t(self)
+        return t.eq(x)  # type: ignore[arg-type]
+
+    def __ne__(self, x: object) -> Tensor:  # type: ignore[override]
+        t = _t(self)
+        return t.ne(x)  # type: ignore[arg-type]
+
+    def __invert__(self) -> Tensor:
+        x = _t(self)
+        if x.dtype == dtypes.bool:
+            return x.logical_not()
+        if not dtypes.is_int(x.dtype):
+            raise TypeError(f"~ needs an int or bool tensor, not {x.dtype}")
+        return x ^ -1
+
+    def _inverse(self) -> Tensor:
+        """An order-reversing map: -x for floats, ~x for ints, not x for bools."""
+        t = _t(self)
+        return -t if dtypes.is_float(t.dtype) else ~t
+
+    def _to_float(self) -> Tensor:
+        x = _t(self)
+        return x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+
+    def where(self, x: TensorLike, y: TensorLike) -> Tensor:
+        """`x` where this (condition) tensor is true, else `y`, with broadcasting and dtype promotion."""
+        t = _t(self)
+        if not isinstance(x, type(t)) and not isinstance(y, type(t)):
+            x = type(t)(py_scalar(x), device=t.device, requires_grad=False)
+        xt = x if isinstance(x, type(t)) else y.ufix(x)  # type: ignore[union-attr]
+        yt = y if isinstance(y, type(t)) else xt.ufix(y)
+        cond = t if t.dtype == dtypes.bool else t.cast(dtypes.bool)
+        cond._check_compatible(xt, yt)
+        dt = least_upper_dtype(xt.dtype.base, yt.dtype.base)
+        xt, yt = xt.cast(dt), yt.cast(dt)
+        shape = broadcast_shape(cond.shape, xt.shape, yt.shape)
+        cond, xt, yt = cond.expand(shape), xt.expand(shape), yt.expand(shape)
+        return type(t)._wrap(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
+
+    def exp(self) -> Tensor:
+        """e ** self."""
+        x = _t(self)
+        return (x._to_float() * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        """Natural logarithm."""
+        x = _t(self)
+        return x.log2() * math.log(2)
+
+    def cos(self) -> Tensor:
+        """cosine, as sin(pi/2 - x)."""
+        t = _t(self)
+        return ((math.pi / 2) - t._to_float()).sin()
+
+    def tan(self) -> Tensor:
+        """tangent."""
+        x = _t(self)
+        return x.sin() / x.cos()
+
+    def rsqrt(self) -> Tensor:
+        """1 / sqrt(self)."""
+        x = _t(self)
+        return x.sqrt().reciprocal()
+
+    def square(self) -> Tensor:
+        """self * self."""
+        x = _t(self)
+        return x * x
+
+    def sign(self) -> Tensor:
+        """-1, 0 or 1 (NaN stays NaN); its gradient is zero."""
+        x = _t(self)
+        s = x.ne(0).where((x < 0).where(x.const_like(-1), x.const_like(1)), x.const_like(0))
+        return x.ne(x).where(x, s) if dtypes.is_float(x.dtype) else s
+
+    def abs(self) -> Tensor:
+        """|self|, as self * sign(self) (gradient 0 at 0)."""
+        x = _t(self)
+        return x * x.sign()
+
+    def relu(self) -> Tensor:
+        """max(self, 0), with gradient 0 at 0."""
+        x = _t(self)
+        return (x > 0).where(x, 0)
+
+    def sigmoid(self) -> Tensor:
+        """1 / (1 + e ** -self)."""
+        x = _t(self)
+        return (1 + (x._to_float() * (-1 / math.log(2))).exp2()).reciprocal()
+
+    def tanh(self) -> Tensor:
+        """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
+        x = _t(self)
+        return 2.0 * (2.0 * x).sigmoid() - 1.0
+
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
+        t = _t(self)
+        if approximate == "none":
+            return 0.5 * t * (1 + (t * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu approximate must be 'tanh' or 'none', not {approximate!r}")
+        return 0.5 * t * (1 + (math.sqrt(2 / math.pi) * (t + 0.044715 * t * t * t)).tanh())
+
+    def softplus(self, beta: float = 1.0) -> Tensor:
+        """log(1 + e ** (beta * x)) / beta; linear above beta * x = 20, like PyTorch."""
+        t = _t(self)
+        bx = t._to_float() * beta
+        smooth = (1 + bx.minimum(20).exp()).log() * (1 / beta)
+        return (bx > 20).where(t._to_float(), smooth)
+
+    def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
+        """Clamp into [min_, max_] (either bound may be None)."""
+        x = _t(self)
+        ret = x if min_ is None else x.maximum(min_)
+        return ret if max_ is None else ret.minimum(max_)
+
+    clamp = clip
 
     # ------------------------------------------------------------------ activations
     def silu(self) -> Tensor:

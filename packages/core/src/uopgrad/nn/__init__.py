@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from uopgrad._util import prod
-from uopgrad.tensor import Tensor, _concrete
+from uopgrad.tensor import Tensor
+from uopgrad.tensor_args import concrete
 from uopgrad.tensor_nn import no_grad
 
 __all__ = ["BatchNorm", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Embedding", "GroupNorm",
@@ -128,7 +129,7 @@ class BatchNorm:
         if Tensor.training or not self.track_running_stats:
             mean, var = self.calc_stats(x)
             if Tensor.training and self.track_running_stats:
-                n = _concrete(prod(s for a, s in enumerate(x.shape) if a != 1), "BatchNorm")
+                n = concrete(prod(s for a, s in enumerate(x.shape) if a != 1), "BatchNorm")
                 m = self.momentum
                 with no_grad():
                     self.running_mean.assign(self.running_mean * (1 - m) + mean.detach() * m)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from uopgrad.errors import GradientError
-from uopgrad.tensor import Tensor, _concrete
+from uopgrad.tensor import Tensor
+from uopgrad.tensor_args import concrete
 from uopgrad.tensor_nn import no_grad
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer"]
@@ -53,7 +54,7 @@ class Optimizer:
 
     def _state(self) -> list[Tensor]:
         """One zero buffer per parameter (momentum, moments)."""
-        bufs = [Tensor(np.zeros(tuple(_concrete(s, "an optimiser") for s in p.shape), np.float32),
+        bufs = [Tensor(np.zeros(tuple(concrete(s, "an optimiser") for s in p.shape), np.float32),
                        device=p.device, dtype=p.dtype, requires_grad=False) for p in self.params]
         self.buffers.extend(bufs)
         return bufs

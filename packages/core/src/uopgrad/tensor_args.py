@@ -1,0 +1,44 @@
+"""The arguments the Tensor front end normalises (layer 15, below tensor.py and its mixins): dtype names,
+numpy scalars and concrete sizes, and the type aliases of the public signatures.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
+
+import numpy as np
+
+from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import ShapeError
+
+if TYPE_CHECKING:
+    from uopgrad.dtype import ConstType
+    from uopgrad.tensor import Tensor
+    from uopgrad.uop import sint
+
+__all__ = ["DTypeLike", "TensorLike", "concrete", "py_scalar", "to_dtype"]
+
+DTypeLike: TypeAlias = "DType | str"
+TensorLike: TypeAlias = "Tensor | ConstType"
+T = TypeVar("T")
+
+
+def to_dtype(dt: DTypeLike) -> DType:
+    """A DType from a DType or one of its tinygrad names ("float32", "half", "int", ...)."""
+    if isinstance(dt, DType):
+        return dt
+    names = dtypes.fields()
+    if dt not in names:
+        raise TypeError(f"unknown dtype {dt!r}; known: {', '.join(sorted(names))}")
+    return names[dt]
+
+
+def py_scalar(x: T) -> T:
+    """numpy scalars as Python scalars."""
+    return cast(T, x.item()) if isinstance(x, np.generic) else x
+
+
+def concrete(s: sint, what: str = "this operation") -> int:
+    """A size as an int; symbolic sizes are an error."""
+    if not isinstance(s, int):
+        raise ShapeError(f"{what} needs a concrete size, not the symbolic {s.short()}")
+    return s

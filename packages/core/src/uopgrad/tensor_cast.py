@@ -1,0 +1,102 @@
+"""Casts and graph markers (a mixin of Tensor, layer 15 with tensor.py): cast, bitcast, half, double,
+long, float, int, bool; detach, contiguous, contiguous_backward, to (a COPY to a device) and clone.
+
+Each is one node over the tensor's UOp; bitcast and detach cut the gradient.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from uopgrad.backend import Device
+from uopgrad.dtype import dtypes
+from uopgrad.tensor_args import DTypeLike, to_dtype
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+
+__all__ = ["CastMixin"]
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+
+class CastMixin:
+    """Casts, device copies and the markers that shape gradients and buffers."""
+
+    __slots__ = ()
+
+    def cast(self, dtype: DTypeLike) -> Tensor:
+        """Convert to `dtype` (float -> int truncates toward zero)."""
+        x = _t(self)
+        dt = to_dtype(dtype)
+        return x if dt == x.dtype else type(x)._wrap(x.uop.cast(dt), x)
+
+    def bitcast(self, dtype: DTypeLike) -> Tensor:
+        """Reinterpret the bits as `dtype` (same item size)."""
+        x = _t(self)
+        dt = to_dtype(dtype)
+        if dt.itemsize != x.dtype.itemsize:
+            raise ValueError(f"bitcast from {x.dtype} to {dt} needs equal item sizes")
+        return type(x)(x.uop.bitcast(dt), requires_grad=False)
+
+    def half(self) -> Tensor:
+        """Cast to float16."""
+        x = _t(self)
+        return x.cast(dtypes.float16)
+
+    def double(self) -> Tensor:
+        """Cast to float64."""
+        x = _t(self)
+        return x.cast(dtypes.float64)
+
+    def long(self) -> Tensor:
+        """Cast to int64."""
+        x = _t(self)
+        return x.cast(dtypes.int64)
+
+    def detach(self) -> Tensor:
+        """The same value, with no gradient flowing back through it."""
+        x = _t(self)
+        return type(x)(x.uop.detach(), requires_grad=False)
+
+    def contiguous(self) -> Tensor:
+        """Force the value into its own buffer when realized (a no-op on a buffer)."""
+        x = _t(self)
+        return type(x)._wrap(x.uop.contiguous(), x)
+
+    def contiguous_backward(self) -> Tensor:
+        """Identity forward; makes the gradient flowing back contiguous."""
+        x = _t(self)
+        return type(x)._wrap(x.uop.contiguous_backward(), x)
+
+    def to(self, device: str) -> Tensor:
+        """This tensor on `device` (a COPY; self when it is there already)."""
+        x = _t(self)
+        dev = Device.canonicalize(device)
+        Device[dev]
+        if dev == x.uop.device:
+            return x
+        return type(x)._wrap(x.uop.copy_to_device(dev), x)
+
+    def clone(self) -> Tensor:
+        """A copy in a fresh buffer: AFTER(view, STORE(view, self)); gradients flow through to self."""
+        x = _t(self)
+        view = type(x).empty(x.shape, device=x.device, dtype=x.dtype).uop
+        return type(x)._wrap(view.after(view.store(x.uop)), x)
+
+    def float(self) -> Tensor:
+        """Cast to float32."""
+        x = _t(self)
+        return x.cast(dtypes.float32)
+
+    def int(self) -> Tensor:
+        """Cast to int32."""
+        x = _t(self)
+        return x.cast(dtypes.int32)
+
+    def bool(self) -> Tensor:
+        """Cast to bool."""
+        x = _t(self)
+        return x.cast(dtypes.bool)

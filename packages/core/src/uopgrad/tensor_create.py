@@ -1,0 +1,218 @@
+"""Creating tensors (a mixin of Tensor, layer 15 with tensor.py): empty, invalids, full, zeros, ones and
+their `*_like` forms, arange, eye, and the seeded host-side random creators (rand, randn, uniform, normal,
+randint, scaled_uniform, glorot_uniform).
+
+A creator makes a BUFFER (copied in from the host for random values) or a lazy constant graph: arange
+doubles a padded constant, eye reshapes a padded column of ones onto the diagonal.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from uopgrad._util import prod
+from uopgrad.backend import Device
+from uopgrad.dtype import ConstType, dtypes
+from uopgrad.mixin import resolve_shape_arg
+from uopgrad.tensor_args import DTypeLike, concrete, py_scalar, to_dtype
+from uopgrad.uop import UOp
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+    from uopgrad.uop import sint
+
+__all__ = ["CreateMixin"]
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+
+def _cls(c: object) -> type[Tensor]:
+    return cast("type[Tensor]", c)
+
+
+class CreateMixin:
+    """Creation classmethods and the `*_like` constructors."""
+
+    __slots__ = ()
+
+    @classmethod
+    def empty(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+        """An uninitialised tensor: a fresh BUFFER (REFERENCE reads one never written as zeros)."""
+        tc = _cls(cls)
+        shp = resolve_shape_arg(shape)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        size = concrete(prod(shp), "empty")
+        return tc(UOp.new_buffer(dev, size, dt).reshape(shp), requires_grad=requires_grad)
+
+    @classmethod
+    def invalids(cls, *shape: sint | Sequence[sint], device: str | None = None,
+                 dtype: DTypeLike | None = None,
+                 requires_grad: bool | None = None) -> Tensor:
+        """An uninitialised tensor that is a value, not a buffer (so a function body may make one): realized,
+        it is a buffer that no kernel fills; read, its elements may be anything (REFERENCE gives zeros)."""
+        tc = _cls(cls)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        return tc(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
+
+    @classmethod
+    def full(cls, shape: sint | Sequence[sint], fill_value: ConstType, device: str | None = None,
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """A tensor of `fill_value`: a unique constant broadcast to `shape`."""
+        tc = _cls(cls)
+        shp = resolve_shape_arg((shape,))
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(py_scalar(fill_value))
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        return tc(UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True), requires_grad=requires_grad)
+
+    @classmethod
+    def zeros(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+        """A tensor of zeros (float32 unless `dtype` says otherwise)."""
+        tc = _cls(cls)
+        return tc.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
+
+    @classmethod
+    def ones(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
+             requires_grad: bool | None = None) -> Tensor:
+        """A tensor of ones (float32 unless `dtype` says otherwise)."""
+        tc = _cls(cls)
+        return tc.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
+
+    def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None,
+                  requires_grad: bool | None = None) -> Tensor:
+        """`fill_value` in this tensor's shape and device (and dtype, unless given)."""
+        x = _t(self)
+        return type(x).full(x.shape, fill_value, x.device, dtype or x.dtype, requires_grad)
+
+    def zeros_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """Zeros like this tensor."""
+        x = _t(self)
+        return x.full_like(0, dtype, requires_grad)
+
+    def ones_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """Ones like this tensor."""
+        x = _t(self)
+        return x.full_like(1, dtype, requires_grad)
+
+    @classmethod
+    def _iota(cls, n: int, device: str) -> Tensor:
+        """0, 1, ..., n-1 as int32, built lazily by doubling: a(2k) = cat(a(k), a(k) + k)."""
+        tc = _cls(cls)
+        a = tc(UOp.const(dtypes.int32, 0, device, (1,)))
+        while (k := concrete(a.shape[0])) < n:
+            a = a.pad(((0, k),)) + (a + k).pad(((k, 0),))
+        return a.shrink(((0, n),)) if k != n else a
+
+    @classmethod
+    def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
+               device: str | None = None, dtype: DTypeLike | None = None,
+               requires_grad: bool | None = None) -> Tensor:
+        """start, start+step, ... up to (not including) stop; int32 for int arguments, else float32."""
+        tc = _cls(cls)
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange step must not be zero")
+        dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
+        n = max(0, math.ceil((stop - start) / step))
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        if n == 0:
+            return tc.empty(0, device=dev, dtype=dt, requires_grad=requires_grad)
+        i = tc._iota(n, dev)
+        ints = isinstance(start, int) and isinstance(step, int)
+        ret = i * step + start if ints else i.float() * step + start
+        return tc(ret.cast(dt).uop, requires_grad=requires_grad)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, device: str | None = None, dtype: DTypeLike | None = None,
+            requires_grad: bool | None = None) -> Tensor:
+        """The identity matrix (n x m), built lazily: a padded column of ones, reshaped onto the diagonal."""
+        tc = _cls(cls)
+        k = max(n, m if m is not None else n)
+        ones = tc.ones(k, 1, device=device, dtype=dtype)
+        diag = ones.pad(((0, 0), (0, k))).flatten().shrink(((0, k * k),)).reshape(k, k)
+        ret = diag.shrink(((0, n), (0, m if m is not None else n)))
+        return tc(ret.uop, requires_grad=requires_grad)
+
+    @classmethod
+    def manual_seed(cls, seed: int = 0) -> None:
+        """Seed the host-side generator behind rand/randn/uniform/normal/randint."""
+        tc = _cls(cls)
+        tc._rng = np.random.default_rng(seed)
+
+    @classmethod
+    def _random(cls, values: np.ndarray, device: str | None, dtype: DTypeLike | None,
+                requires_grad: bool | None) -> Tensor:
+        tc = _cls(cls)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        return tc(values, device=device, dtype=dt, requires_grad=requires_grad)
+
+    @classmethod
+    def rand(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
+             requires_grad: bool | None = None) -> Tensor:
+        """Uniform random values in [0, 1)."""
+        tc = _cls(cls)
+        return tc._random(tc._rng.random(resolve_shape_arg(shape)), device, dtype, requires_grad)
+
+    @classmethod
+    def randn(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+        """Standard normal random values."""
+        tc = _cls(cls)
+        values = tc._rng.standard_normal(resolve_shape_arg(shape))
+        return tc._random(values, device, dtype, requires_grad)
+
+    @classmethod
+    def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0,
+                device: str | None = None,
+                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """Uniform random values in [low, high)."""
+        tc = _cls(cls)
+        values = tc._rng.uniform(low, high, resolve_shape_arg(shape))
+        return tc._random(values, device, dtype, requires_grad)
+
+    @classmethod
+    def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
+               device: str | None = None,
+               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """Normal random values with the given mean and standard deviation."""
+        tc = _cls(cls)
+        values = tc._rng.normal(mean, std, resolve_shape_arg(shape))
+        return tc._random(values, device, dtype, requires_grad)
+
+    @classmethod
+    def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
+                dtype: DTypeLike | None = None) -> Tensor:
+        """Random integers in [low, high)."""
+        tc = _cls(cls)
+        values = tc._rng.integers(low, high, resolve_shape_arg(shape))
+        return tc(values, device=device, dtype=to_dtype(dtype) if dtype is not None else dtypes.int32)
+
+    @classmethod
+    def scaled_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
+                       dtype: DTypeLike | None = None,
+                       requires_grad: bool | None = None) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
+        tc = _cls(cls)
+        shp = resolve_shape_arg(shape)
+        values = tc._rng.uniform(-1.0, 1.0, shp) * prod(shp) ** -0.5
+        return tc._random(values, device, dtype, requires_grad)
+
+    @classmethod
+    def glorot_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
+                       dtype: DTypeLike | None = None,
+                       requires_grad: bool | None = None) -> Tensor:
+        """Glorot/Xavier uniform initialisation."""
+        tc = _cls(cls)
+        shp = resolve_shape_arg(shape)
+        bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))
+        return tc._random(tc._rng.uniform(-bound, bound, shp), device, dtype, requires_grad)

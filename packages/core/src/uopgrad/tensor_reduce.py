@@ -1,0 +1,192 @@
+"""Reductions and contractions (a mixin of Tensor, layer 15 with tensor.py): sum, prod, max, min, mean,
+var, std, softmax, log_softmax, logsumexp, argmax, argmin, one_hot, sparse_categorical_crossentropy, and the
+matrix product (dot, matmul, `@`, linear).
+
+Every reduce is one REDUCE_AXIS node of ADD, MUL or MAX over the normalised axes (min through the
+order-reversing map); a matrix product is a broadcast multiply summed over the shared dimension.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+from uopgrad._util import prod
+from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+from uopgrad.ops import Ops
+from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+
+__all__ = ["ReduceMixin"]
+
+
+def _t(x: object) -> Tensor:
+    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
+    return cast("Tensor", x)
+
+
+class ReduceMixin:
+    """Reductions over axes and the matrix product."""
+
+    __slots__ = ()
+
+    def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+        x = _t(self)
+        if axis is None:
+            return tuple(range(x.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        if x.ndim == 0:
+            if any(a not in (0, -1) for a in axes):
+                raise IndexError(f"axis {axis} is out of range for a 0-d tensor")
+            return ()
+        norm = [x._axis(a) for a in axes]
+        if len(set(norm)) != len(norm):
+            raise ValueError(f"axis {axis} names a dimension more than once (shape {x.shape})")
+        return tuple(sorted(norm))
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        x = _t(self)
+        axes = x._axes(axis)
+        ret = type(x)._wrap(x.uop._rop(op, axes), x)
+        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            dtype: DTypeLike | None = None) -> Tensor:
+        """Sum over `axis` (all by default), accumulated in `sum_acc_dtype`; half/bfloat16 cast back."""
+        x = _t(self)
+        acc = sum_acc_dtype(x.dtype) if dtype is None else to_dtype(dtype)
+        ret = x.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        low_float = x.dtype in (dtypes.float16, dtypes.bfloat16)
+        return ret.cast(x.dtype) if dtype is None and low_float else ret
+
+    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+             dtype: DTypeLike | None = None) -> Tensor:
+        """Product over `axis`."""
+        x = _t(self)
+        return x.cast(to_dtype(dtype) if dtype is not None else x.dtype)._reduce(Ops.MUL, axis, keepdim)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Maximum over `axis` (NaN propagates; tied maxima share the gradient)."""
+        x = _t(self)
+        return x._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Minimum over `axis`."""
+        x = _t(self)
+        return x._inverse().max(axis, keepdim)._inverse()
+
+    def _count(self, axis: int | Sequence[int] | None) -> int:
+        x = _t(self)
+        return concrete(prod(x.shape[i] for i in x._axes(axis)), "mean/var")
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Mean over `axis` (a float result for int input)."""
+        x = _t(self)
+        out = x.dtype if dtypes.is_float(x.dtype) else dtypes.default_float
+        total = x.cast(sum_acc_dtype(x.dtype)).sum(axis, keepdim)
+        return (total / x._count(axis)).cast(out)
+
+    def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            correction: int = 1) -> Tensor:
+        """Variance over `axis` with Bessel's `correction` (1 by default, as PyTorch)."""
+        x = _t(self)
+        squares = (x - x.mean(axis, keepdim=True)).square()
+        return squares.sum(axis, keepdim) / max(0, x._count(axis) - correction)
+
+    def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            correction: int = 1) -> Tensor:
+        """Standard deviation over `axis`."""
+        x = _t(self)
+        return x.var(axis, keepdim, correction).sqrt()
+
+    def _softmax(self, axis: int) -> tuple[Tensor, Tensor, Tensor]:
+        x = _t(self)
+        m = x - x.max(axis, keepdim=True).detach()  # the shift changes neither value nor gradient
+        e = m.exp()
+        return m, e, e.sum(axis, keepdim=True)
+
+    def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """e ** x / sum(e ** x) along `axis` (computed in `dtype` when given)."""
+        t = _t(self)
+        _, e, ss = (t if dtype is None else t.cast(dtype))._softmax(axis)
+        return e / ss
+
+    def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(x)) along `axis`, computed stably (in `dtype` when given)."""
+        t = _t(self)
+        m, _, ss = (t if dtype is None else t.cast(dtype))._softmax(axis)
+        return m - ss.log()
+
+    def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """log(sum(e ** x)) over `axis`, computed stably."""
+        t = _t(self)
+        m = t.max(axis, keepdim=True).detach()
+        ret = (t - m).exp().sum(axis, keepdim).log()
+        return ret + m.reshape(ret.shape)
+
+    def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first maximum along `axis` (of the flattened tensor when None), as int32."""
+        x = _t(self)
+        if axis is None:
+            return x.flatten().argmax(0)
+        ax = x._axis(axis)
+        n = concrete(x.shape[ax], "argmax")
+        if n == 0:  # no element has an index: PyTorch raises here too
+            raise IndexError(f"argmax/argmin along axis {axis} of shape {x.shape}: the dimension is empty")
+        is_max = x == x.max(ax, keepdim=True)
+        countdown = type(x).arange(n, 0, -1, device=x.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
+        return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
+
+    def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first minimum along `axis`, as int32."""
+        x = _t(self)
+        return x._inverse().argmax(axis, keepdim)
+
+    def one_hot(self, num_classes: int) -> Tensor:
+        """An int tensor of class indices as one-hot int32 rows (a new last dimension of `num_classes`)."""
+        x = _t(self)
+        if not dtypes.is_int(x.dtype):
+            raise TypeError(f"one_hot needs integer class indices, not {x.dtype}")
+        classes = type(x).arange(num_classes, device=x.device)
+        return (x.unsqueeze(-1) == classes).where(1, 0)
+
+    def sparse_categorical_crossentropy(self, y: Tensor) -> Tensor:
+        """Mean cross-entropy of these logits (classes on the last axis) against int class indices `y`."""
+        x = _t(self)
+        picked = x.log_softmax(-1) * y.one_hot(concrete(x.shape[-1], "crossentropy")).cast(x.dtype)
+        return -picked.sum(-1).mean()
+
+    def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """Matrix product (numpy's matmul broadcasting), as a sum over a broadcast multiply."""
+        me = _t(self)
+        n1, n2 = me.ndim, w.ndim
+        if n1 == 0 or n2 == 0:
+            raise ValueError(f"matmul needs at least 1 dimension on both sides: {me.shape} and {w.shape}")
+        if me.shape[-1] != w.shape[-min(n2, 2)]:
+            raise ValueError(f"shapes {me.shape} and {w.shape} can't be multiplied "
+                             f"({me.shape[-1]} != {w.shape[-min(n2, 2)]})")
+        ones = (1,) * min(n1 - 1, n2 - 1, 1)
+        x = me.reshape(me.shape[:-1] + ones + me.shape[-1:])
+        wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
+        out = least_upper_dtype(x.dtype, wt.dtype) if dtype is None else to_dtype(dtype)
+        return (x * wt).sum(-1, dtype=dtype).cast(out)
+
+    def matmul(self, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """self @ x (or x @ self when reverse)."""
+        t = _t(self)
+        return x.dot(t, dtype) if reverse else t.dot(x, dtype)
+
+    def __matmul__(self, x: Tensor) -> Tensor:
+        t = _t(self)
+        return t.matmul(x)
+
+    def __rmatmul__(self, x: Tensor) -> Tensor:
+        t = _t(self)
+        return t.matmul(x, True)
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """self @ weight + bias, with weight of shape (in, out) (a 1-d weight scales elementwise)."""
+        t = _t(self)
+        x = t * weight if weight.ndim == 1 else t.dot(weight)
+        return x if bias is None else x + bias
