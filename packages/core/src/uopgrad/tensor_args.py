@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
     from uopgrad.uop import sint
 
-__all__ = ["DTypeLike", "TensorLike", "concrete", "py_scalar", "to_dtype"]
+__all__ = ["DTypeLike", "TensorLike", "concrete", "py_scalar", "self_tensor", "tensor_type", "to_dtype"]
 
 DTypeLike: TypeAlias = "DType | str"
 TensorLike: TypeAlias = "Tensor | ConstType"
@@ -42,3 +42,13 @@ def concrete(s: sint, what: str = "this operation") -> int:
     if not isinstance(s, int):
         raise ShapeError(f"{what} needs a concrete size, not the symbolic {s.short()}")
     return s
+
+
+def self_tensor(x: object) -> Tensor:
+    """A mixin's self as the Tensor it is (the Tensor mixins are only ever bases of Tensor)."""
+    return cast("Tensor", x)
+
+
+def tensor_type(c: object) -> type[Tensor]:
+    """A mixin classmethod's cls as the Tensor class it is."""
+    return cast("type[Tensor]", c)

@@ -5,21 +5,17 @@ Each is one node over the tensor's UOp; bitcast and detach cut the gradient.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from uopgrad.backend import Device
 from uopgrad.dtype import dtypes
 from uopgrad.tensor_args import DTypeLike, to_dtype
+from uopgrad.tensor_args import self_tensor as _t
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
 __all__ = ["CastMixin"]
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 
 class CastMixin:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from uopgrad.backend import Device
 from uopgrad.dtype import ConstType, dtypes
 from uopgrad.mixin import resolve_shape_arg
 from uopgrad.tensor_args import DTypeLike, concrete, py_scalar, to_dtype
+from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_args import tensor_type as _cls
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -25,15 +27,6 @@ if TYPE_CHECKING:
     from uopgrad.uop import sint
 
 __all__ = ["CreateMixin"]
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
-
-
-def _cls(c: object) -> type[Tensor]:
-    return cast("type[Tensor]", c)
 
 
 class CreateMixin:

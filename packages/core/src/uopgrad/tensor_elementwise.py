@@ -9,12 +9,13 @@ new kernels. Rounding and tests have zero gradient (their comparisons carry none
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
 from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import TensorLike, py_scalar
+from uopgrad.tensor_args import self_tensor as _t
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,11 +31,6 @@ _ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.
 # Abramowitz & Stegun 4.4.46: arcsin(x) = pi/2 - sqrt(1 - x) * P(x) on [0, 1]
 _ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256,
                 0.0066700901, -0.0012624911)
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 
 class ElementwiseMixin:

@@ -18,6 +18,7 @@ import numpy as np
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.mixin import MathMixin, broadcast_shape, concrete_size
+from uopgrad.tensor_args import self_tensor as _t
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -26,10 +27,6 @@ __all__ = ["IndexMixin", "has_tensor_index"]
 
 _SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 _int = concrete_size  # these ops need concrete sizes
 

@@ -6,9 +6,12 @@ Values always cross as host copies, so a consumer never aliases device memory.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_args import tensor_type as _cls
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -29,15 +32,6 @@ def host_array(x: Any) -> np.ndarray:  # noqa: ANN401  (any array-like: torch, j
         except Exception as e:
             raise TypeError(f"can't make a Tensor from {type(x).__name__}: its memory is not host-visible "
                             f"and it has no usable __array__ ({e}); copy it to the host first") from e
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
-
-
-def _cls(c: object) -> type[Tensor]:
-    return cast("type[Tensor]", c)
 
 
 class InteropMixin:

@@ -17,6 +17,7 @@ from uopgrad._util import prod
 from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
 from uopgrad.mixin import MovementMixin
 from uopgrad.tensor_args import TensorLike, concrete, py_scalar
+from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_index import has_tensor_index
 from uopgrad.uop import UOp
 
@@ -25,11 +26,6 @@ if TYPE_CHECKING:
     from uopgrad.uop import sint
 
 __all__ = ["TensorMovementMixin"]
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 
 class TensorMovementMixin:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from uopgrad.dtype import dtypes, least_upper_dtype
 from uopgrad.mixin import concrete_size
+from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_shape import pad_pairs
 
 if TYPE_CHECKING:
@@ -24,10 +25,6 @@ __all__ = ["NNMixin", "grad_enabled", "no_grad"]
 
 _REDUCTIONS = ("mean", "sum", "none")
 
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 _int = concrete_size  # these ops need concrete sizes
 

@@ -8,22 +8,18 @@ order-reversing map); a matrix product is a broadcast multiply summed over the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from uopgrad._util import prod
 from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
+from uopgrad.tensor_args import self_tensor as _t
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
 __all__ = ["ReduceMixin"]
-
-
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
 
 
 class ReduceMixin:

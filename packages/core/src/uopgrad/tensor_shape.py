@@ -18,6 +18,8 @@ from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ShapeError
 from uopgrad.mixin import concrete_size, resolve_shape_arg
+from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_args import tensor_type as _cls
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -29,15 +31,7 @@ _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 _INTERP_MODES = ("linear", "bilinear", "trilinear", "nearest", "nearest-exact")
 
 
-def _t(x: object) -> Tensor:
-    """The mixin's self as the Tensor it is (the mixin is only ever a base of Tensor)."""
-    return cast("Tensor", x)
-
 _int = concrete_size  # these ops need concrete sizes
-
-
-def _cls(c: object) -> type[Tensor]:
-    return cast("type[Tensor]", c)
 
 
 def pad_pairs(ndim: int, padding: Sequence[object]) -> list[tuple[sint, sint] | None]:
