@@ -7,13 +7,39 @@ without it ignores the line.
 """
 from __future__ import annotations
 
+import functools
+import platform
+from pathlib import Path
+
 from uopgrad.renderer import CStyleRenderer
+from uopgrad.renderer.vector import GCCVectors
 
-__all__ = ["CRenderer"]
+__all__ = ["CRenderer", "host_vector_width"]
 
 
-class CRenderer(CStyleRenderer):
-    """C99 for the host CPU: loop-style, one function per kernel, called through ctypes."""
+@functools.cache
+def host_vector_width() -> int:
+    """Bytes of the widest vector register of this CPU that `-march=native` uses: AVX-512 64, AVX2 32,
+    SSE2 or NEON 16; 0 when unknown (the opt pass is then off)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                      if ln.startswith(("flags", "Features"))), []))
+    if "avx512f" in flags:
+        return 64
+    if "avx2" in flags:
+        return 32
+    if flags & {"sse2", "asimd", "neon"} or platform.machine() in ("x86_64", "AMD64", "arm64", "aarch64"):
+        return 16
+    return 0
+
+
+class CRenderer(GCCVectors, CStyleRenderer):
+    """C99 with GCC vector extensions for the host CPU: loop-style, one function per kernel, called through
+    ctypes."""
 
     device = "CPU"
+    vector_width = host_vector_width()
     parallel_pragma = "#pragma omp parallel for"

@@ -65,6 +65,7 @@ class Capabilities:
     ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
     grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
     compiled: bool = True              # generates and compiles code (False for REFERENCE)
+    vector_width: int = 0              # bytes of one vector register codegen may use; 0: no vectors, no opt pass
 
     @property
     def loop_style(self) -> bool:
@@ -295,7 +296,8 @@ class CompiledBackend(Backend):
                  runtime: type[Program], dtypes: frozenset[DType]) -> None:
         super().__init__(device)
         self.renderer, self.compiler, self.allocator, self.runtime = renderer, compiler, allocator, runtime
-        self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True)
+        self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True,
+                                         vector_width=renderer.vector_width)
         # BUFFER -> device memory; the memory goes back to the allocator when the BUFFER node is collected
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
         # kernel body -> compiled kernel, the most recently used `kernel_cache_size` of them: a run over ever
@@ -351,7 +353,7 @@ class CompiledBackend(Backend):
                 ready[call.src[0]] = k
             else:
                 todo.setdefault(call.src[0], call)
-        programs = [lower(call, self.renderer.supports, self.renderer.grid) for call in todo.values()]
+        programs = [lower(call, self.renderer.supports, self.renderer.grid, self.renderer.vector_width) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):
             debug.source(program.name, src)

@@ -36,7 +36,7 @@ def reduce_context() -> itertools.count[int]:
 
 def _accumulate(ctx: itertools.count[int], red: UOp, x: UOp) -> UOp:
     ranges, op, dt = red.src[1:], red.arg, red.dtype
-    acc = UOp(Ops.DEFINE_REG, dt, (UOp(Ops.CONST, dt, (), identity_element(op, dt)),), next(ctx))
+    acc = UOp(Ops.DEFINE_REG, dt, (UOp(Ops.CONST, dt, (), identity_element(op, dt.scalar())),), next(ctx))
     body = UOp(Ops.STORE, dtypes.void, (acc, UOp(op, dt, (UOp(Ops.LOAD, dt, (acc, *ranges)), x))))
     for r in reversed(ranges):
         body = UOp(Ops.END, dtypes.void, (r, body))

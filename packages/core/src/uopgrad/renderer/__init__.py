@@ -27,6 +27,8 @@ class Renderer:
     grid: GridSpec | None = None
     # op -> template; the keys are the capability declaration: anything else is decomposed by codegen
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {}
+    # bytes of a vector register the source may use (AVX-512: 64, AVX2: 32, NEON: 16); 0: scalar only
+    vector_width: int = 0
 
     @property
     def supports(self) -> frozenset[Ops]:

@@ -261,6 +261,8 @@ class CStyleRenderer(Renderer):
     parallel_min_work = 1 << 15    # iterations of the whole nest below which a loop runs serially
     # words a kernel or variable name may not be (a dialect adds its own keywords and built-in names)
     keywords: ClassVar[frozenset[str]] = _C_KEYWORDS
+    # op -> handler(renderer, state, uop) for ops a dialect adds (vector forms: uopgrad.renderer.vector)
+    extra_handlers: ClassVar[dict[Ops, Callable[..., None]]] = {}
 
     # ------------------------------------------------------------------ small hooks
     def function_name(self, name: str) -> str:
@@ -396,7 +398,7 @@ class CStyleRenderer(Renderer):
         st = _State(uops)
         self._plan(uops, st)
         for u in uops:
-            handler = _HANDLERS.get(u.op)
+            handler = self.extra_handlers.get(u.op) or _HANDLERS.get(u.op)
             if handler is None and u.op in GroupOp.ALU:
                 handler = CStyleRenderer._alu
             if handler is None:
