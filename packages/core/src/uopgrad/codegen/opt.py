@@ -36,6 +36,8 @@ OPT = ContextVar("OPT", 1)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
                            dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
 # ALU ops whose C template is a plain infix operator, so it is lane-wise on a GCC/OpenCL vector as well
+# the rows of a register tile (the accumulators one loop nest updates: MR)
+ROWS = 8
 _LANEWISE = {Ops.ADD: None, Ops.MUL: None, Ops.SUB: None}
 _INT_LANEWISE = {Ops.AND: None, Ops.OR: None, Ops.XOR: None}
 
@@ -70,7 +72,7 @@ class _Lanes:
             return u
         if (u, k) not in self.memo:
             if u.dtype == dtypes.index:
-                self.memo[(u, k)] = _simplify(u.substitute({**self.divmods(u, k), self.r: self.exprs[k]}))
+                self.memo[(u, k)] = _simplify(u.substitute({**self.divmods(u, k), self.r: self.exprs[k]}, walk=True))
             else:
                 self.memo[(u, k)] = u.replace(src=tuple(self.lane(s, k) for s in u.src))
         return self.memo[(u, k)]
@@ -168,7 +170,8 @@ def _reduce(p: _Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     order (MAX's C template is a select, which has no lane-wise C vector form)."""
     first = lanes[0]
     if first.arg not in (Ops.ADD, Ops.MUL) or \
-            any(u.op is not Ops.REDUCE or u.arg is not first.arg or u.src[1:] != first.src[1:] for u in lanes):
+            any(u.op is not Ops.REDUCE or u.arg is not first.arg or len(u.src) != len(first.src) or
+                any(a is not b for a, b in zip(u.src[1:], first.src[1:])) for u in lanes):
         return None
     inner = p.pack(tuple(u.src[0] for u in lanes))
     return UOp(Ops.REDUCE, first.dtype.vec(p.amt), (inner, *first.src[1:]), first.arg)
@@ -244,6 +247,66 @@ def _nest(node: UOp) -> tuple[list[UOp], UOp] | None:
     return (ranges, node) if node.op is Ops.STORE and ranges else None
 
 
+def _index_nodes(u: UOp) -> list[UOp]:
+    """The index expressions under `u` that a non-index node reads (where a range substitution goes)."""
+    return [s for x in u.toposort() if x.dtype != dtypes.index for s in x.src if s.dtype == dtypes.index]
+
+
+def _substitute_index(u: UOp, sub: dict[UOp, UOp]) -> UOp:
+    """`u` with `sub` applied (outermost first) to each index expression, simplified."""
+    exprs = {e: _simplify(e.substitute(sub, walk=True)) for e in _index_nodes(u)}
+    return u.substitute({k: v for k, v in exprs.items() if k is not v}, walk=True)
+
+
+def _unflatten(ranges: list[UOp], store: UOp) -> tuple[list[UOp], UOp]:
+    """Keep output ranges multi-dimensional: a flat innermost range r that the kernel reads as r // c and
+    r % c becomes two ranges, r = outer*c + inner (the split primitive with a loop as the inner part)."""
+    r = ranges[-1]
+    if r.src[0].op is not Ops.CONST:
+        return ranges, store
+    divs = {int(d.src[1].arg) for d in store.toposort() if d.op in (Ops.FLOORDIV, Ops.FLOORMOD) and
+            d.src[0] is r and d.src[1].op is Ops.CONST and isinstance(d.src[1].arg, int) and d.src[1].arg > 1}
+    n = int(r.src[0].arg)
+    if len(divs) != 1 or n % (c := divs.pop()) != 0:
+        return ranges, store
+    ci = UOp(Ops.CONST, r.dtype, (), c)
+    outer = UOp(Ops.RANGE, r.dtype, (UOp(Ops.CONST, r.dtype, (), n // c),), r.arg)
+    inner = UOp(Ops.RANGE, r.dtype, (ci,), (r.arg[0] + 0.5, "loop"))  # numbered by `_renumber`
+    sub = {r // ci: outer, r % ci: inner, r: outer * ci + inner}
+    return [*ranges[:-1], outer, inner], _substitute_index(store, sub)
+
+
+def _rows(ranges: list[UOp], stores: tuple[UOp, ...], amt: int) -> tuple[list[UOp], tuple[UOp, ...]]:
+    """UPCAST an output axis into `amt` rows (or fewer, a power of two that divides it): where a load of the value does not depend on the range just
+    outside the lanes (an input broadcast along it), each of `amt` copies of the store reuses that load;
+    the copies' reduces share their loops (several accumulators in one loop nest)."""
+    if len(ranges) < 2:
+        return ranges, stores
+    r = ranges[-2]
+    if r.src[0].op is not Ops.CONST:
+        return ranges, stores
+    while amt > 1 and int(r.src[0].arg) % amt != 0:
+        amt //= 2
+    if amt < 2:
+        return ranges, stores
+    loads = [u for st in stores for u in st.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    if all(r in ld.toposort() for ld in loads):
+        return ranges, stores
+    outer, exprs = split(r, amt)
+    out = []
+    for st in stores:
+        lanes = _Lanes(st, r, exprs)
+        out.extend(lanes.all(st))
+    return [*ranges[:-2], outer, ranges[-1]], tuple(out)
+
+
+def _renumber(sink: UOp) -> UOp:
+    """Number the kernel's ranges 0, 1, ... in their current order (the linearizer nests by number)."""
+    rs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda u: u.arg[0])
+    sub = {u: u.replace(arg=(i, u.arg[1])) for i, u in enumerate(rs)}
+    return sink.substitute({k: v for k, v in sub.items() if k.arg != v.arg}, walk=True)
+
+
 def _optimize_nest(effect: UOp, width: int) -> UOp:
     found = _nest(effect)
     if found is None:
@@ -259,11 +322,14 @@ def _optimize_nest(effect: UOp, width: int) -> UOp:
         for r in reversed(ranges):
             node = UOp(Ops.END, dtypes.void, (r, node))
         return node
+    ranges, store = _unflatten(ranges, store)
     res = _upcast(store, ranges[-1], width)
     if res is None:
         return effect
-    node, outer = res
-    for r in reversed([*ranges[:-1], outer]):
+    vstore, outer = res
+    ranges, stores = _rows([*ranges[:-1], outer], (vstore,), ROWS)
+    node = UOp(Ops.END, dtypes.void, (ranges[-1], *stores))
+    for r in reversed(ranges[:-1]):
         node = UOp(Ops.END, dtypes.void, (r, node))
     return node
 
@@ -273,4 +339,4 @@ def optimize(sink: UOp, width: int) -> UOp:
     vectors of `width` bytes; a nest the heuristic does not recognise is kept as it is."""
     if width <= 0:
         return sink
-    return sink.replace(src=tuple(_optimize_nest(e, width) for e in sink.src))
+    return _renumber(sink.replace(src=tuple(_optimize_nest(e, width) for e in sink.src)))

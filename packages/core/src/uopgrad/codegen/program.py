@@ -18,7 +18,7 @@ from uopgrad.uop import UOp
 from uopgrad.verify import REDUCE_OPS, VerifyError, pm_spec_scalar, pm_spec_shared
 
 __all__ = ["GridLimits", "GridSpec", "Program", "check", "pm_spec_kernel_ops", "pm_spec_lowered",
-           "pm_spec_program"]
+           "pm_spec_program", "pm_spec_vector"]
 
 
 class GridSpec(Protocol):
@@ -141,14 +141,52 @@ pm_spec_kernel_ops = PatternMatcher([
     (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
 ])
 
+def _vec(x: UOp) -> bool:
+    return x.dtype.count > 1 and not _is_ptr(x)
+
+
+def _vload_ok(x: UOp, i: UOp) -> bool:
+    return len(x.src) == 1 and x.dtype == i.dtype.base.vec(x.dtype.count)
+
+
+def _vstore_ok(x: UOp) -> bool:
+    t, v = x.src[0], x.src[1]
+    if t.op is Ops.INDEX:
+        return len(x.src) == 2 and v.dtype.scalar() == t.dtype.base
+    return t.op is Ops.DEFINE_REG and t.dtype == v.dtype and len(x.src) == 2
+
+
+# the vector forms of the opt pass (uopgrad.codegen.opt): checked before pm_spec_scalar, which rejects every
+# other vector-typed node
+pm_spec_vector = PatternMatcher([
+    (UPat(Ops.STACK, name="x"), lambda x: True if _vec(x) and x.arg is None and x.dtype.count == len(x.src)
+     and all(s.dtype == x.dtype.scalar() for s in x.src) else None),
+    (UPat(Ops.GEP, src=(UPat.var("v"),), name="x"), lambda x, v: _vec(v) and x.dtype == v.dtype.scalar() and
+     isinstance(x.arg, tuple) and len(x.arg) == 1 and 0 <= x.arg[0] < v.dtype.count),
+    (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.AND, Ops.OR, Ops.XOR), name="x"),
+     lambda x: True if _vec(x) and all(s.dtype == x.dtype for s in x.src) else None),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"), lambda x, i: True if _vec(x) and _vload_ok(x, i)
+     else None),
+    (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_REG),), allow_any_len=True, name="x"),
+     lambda x: True if _vec(x) and _load_ok(x) else None),
+    (UPat(Ops.STORE, dtypes.void, src=(UPat(), UPat.var("v")), allow_any_len=True, name="x"),
+     lambda x, v: True if _vec(v) and _vstore_ok(x) else None),
+    (UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
+     lambda x, c: True if _vec(x) and x.dtype == c.dtype and isinstance(x.arg, int) else None),
+    (UPat(Ops.CONST, src=(), name="x"), lambda x: True if _vec(x) and not isinstance(x.arg, tuple) else None),
+    (UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
+     lambda x, v: True if _vec(x) and x.arg in REDUCE_OPS and x.dtype == v.dtype and
+     all(r.op is Ops.RANGE for r in x.src[1:]) else None),
+])
+
 # the graph between codegen passes: kernel ops, kernel-level REDUCE(value, *RANGE), SINK, the index dtype
-pm_spec_lowered = pm_spec_scalar + pm_spec_kernel_ops + PatternMatcher([
+pm_spec_lowered = pm_spec_vector + pm_spec_scalar + pm_spec_kernel_ops + PatternMatcher([
     (UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
      lambda x, v: x.arg in REDUCE_OPS and x.dtype == v.dtype and all(r.op is Ops.RANGE for r in x.src[1:])),
 ]) + pm_spec_shared
 
 # the final program: no SINK, no REDUCE, no index dtype (int32/int64 instead)
-pm_spec_program = pm_spec_scalar + PatternMatcher([
+pm_spec_program = pm_spec_vector + pm_spec_scalar + PatternMatcher([
     (UPat(name="x"), lambda x: False if x.dtype.scalar() == dtypes.index or x.op is Ops.SINK else None),
 ]) + pm_spec_kernel_ops + pm_spec_shared
 
