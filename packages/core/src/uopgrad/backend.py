@@ -32,6 +32,7 @@ from uopgrad import debug, diskcache
 from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
+from uopgrad.codegen.opt import OPT
 from uopgrad.config import getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import BackendError, CompileError
@@ -302,7 +303,7 @@ class CompiledBackend(Backend):
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
         # kernel body -> compiled kernel, the most recently used `kernel_cache_size` of them: a run over ever
         # new shapes keeps a bounded number of loaded programs (each maps its own pages)
-        self._kernels: LRU[UOp, _Kernel] = LRU(self.kernel_cache_size)
+        self._kernels: LRU[tuple[UOp, int], _Kernel] = LRU(self.kernel_cache_size)  # (body, vector width)
 
     # ------------------------------------------------------------------ buffers
     def _nbytes(self, buf: UOp) -> int:
@@ -348,12 +349,13 @@ class CompiledBackend(Backend):
         Returns the kernel of every body in `calls`."""
         todo: dict[UOp, UOp] = {}
         ready: dict[UOp, _Kernel] = {}
+        width = self.renderer.vector_width if OPT else 0  # OPT=0 builds (and keeps) unoptimised kernels
         for call in calls:
-            if (k := self._kernels.get(call.src[0])) is not None:
+            if (k := self._kernels.get((call.src[0], width))) is not None:
                 ready[call.src[0]] = k
             else:
                 todo.setdefault(call.src[0], call)
-        programs = [lower(call, self.renderer.supports, self.renderer.grid, self.renderer.vector_width) for call in todo.values()]
+        programs = [lower(call, self.renderer.supports, self.renderer.grid, width) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):
             debug.source(program.name, src)
@@ -365,7 +367,7 @@ class CompiledBackend(Backend):
             libs = [self.compiler.compile_cached(src) for src in sources]
         for body, program, src, lib in zip(todo, programs, sources, libs):
             run = self._load_program(program, src, lib)
-            k = ready[body] = self._kernels[body] = _Kernel(program, src, run, _overwritten(body))
+            k = ready[body] = self._kernels[(body, width)] = _Kernel(program, src, run, _overwritten(body))
         return ready
 
     def _load_program(self, program: KernelProgram, src: str, lib: bytes) -> Program:
