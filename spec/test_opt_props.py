@@ -18,7 +18,8 @@ from uopgrad.config import Context
 
 cpu = pytest.importorskip("uopgrad_cpu", reason="the CPU backend (packages/backend-cpu) is not installed")
 if Device["CPU"].capabilities.vector_width == 0:
-    pytest.skip("this CPU has no vector width the renderer knows: the opt pass is off", allow_module_level=True)
+    pytest.skip("this CPU has no vector width the renderer knows: the opt pass is off",
+                allow_module_level=True)
 
 DIMS = st.sampled_from([16, 3, 32, 17, 48, 1, 64])  # multiples of the lane counts, and odd sizes
 DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64])

@@ -1,7 +1,9 @@
-"""The CPU backend's renderer: C99 from core's `CStyleRenderer`, with OpenMP on the outer loop.
+"""The CPU backend's renderer: C99 from core's `CStyleRenderer`, with GCC vector types and OpenMP on the
+outer loop.
 
 The C dialect is the toolkit's default (C type names, `_Float16` storage with float arithmetic, libm
-math functions), so this module only names the device and marks large output loops parallel. The pragma
+math functions) plus core's `GCCVectorRenderer` for the opt pass's vector forms, so this module only names
+the device, states the host's vector width and marks large output loops parallel. The pragma
 is harmless without OpenMP: the compiler adds `-fopenmp` when the system compiler has it, and a C compiler
 without it ignores the line.
 """
@@ -11,8 +13,7 @@ import functools
 import platform
 from pathlib import Path
 
-from uopgrad.renderer import CStyleRenderer
-from uopgrad.renderer.vector import GCCVectors
+from uopgrad.renderer.vector import GCCVectorRenderer
 
 __all__ = ["CRenderer", "host_vector_width"]
 
@@ -36,7 +37,7 @@ def host_vector_width() -> int:
     return 0
 
 
-class CRenderer(GCCVectors, CStyleRenderer):
+class CRenderer(GCCVectorRenderer):
     """C99 with GCC vector extensions for the host CPU: loop-style, one function per kernel, called through
     ctypes."""
 

@@ -66,7 +66,7 @@ class Capabilities:
     ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
     grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
     compiled: bool = True              # generates and compiles code (False for REFERENCE)
-    vector_width: int = 0              # bytes of one vector register codegen may use; 0: no vectors, no opt pass
+    vector_width: int = 0              # bytes of a vector register codegen may use; 0: no opt pass
 
     @property
     def loop_style(self) -> bool:

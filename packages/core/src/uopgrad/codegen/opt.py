@@ -72,7 +72,8 @@ class _Lanes:
             return u
         if (u, k) not in self.memo:
             if u.dtype == dtypes.index:
-                self.memo[(u, k)] = _simplify(u.substitute({**self.divmods(u, k), self.r: self.exprs[k]}, walk=True))
+                sub = {**self.divmods(u, k), self.r: self.exprs[k]}
+                self.memo[(u, k)] = _simplify(u.substitute(sub, walk=True))
             else:
                 self.memo[(u, k)] = u.replace(src=tuple(self.lane(s, k) for s in u.src))
         return self.memo[(u, k)]
@@ -150,7 +151,8 @@ def _same(p: _Packer, lanes: tuple[UOp, ...]) -> UOp | None:
 
 def _load(p: _Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """Ungated LOADs of consecutive elements of one buffer: one vector load."""
-    if not all(u.op is Ops.LOAD and len(u.src) == 1 for u in lanes) or not _consecutive([u.src[0] for u in lanes]):
+    if not all(u.op is Ops.LOAD and len(u.src) == 1 for u in lanes) or \
+            not _consecutive([u.src[0] for u in lanes]):
         return None
     return UOp(Ops.LOAD, lanes[0].dtype.vec(p.amt), (lanes[0].src[0],))
 
@@ -277,9 +279,10 @@ def _unflatten(ranges: list[UOp], store: UOp) -> tuple[list[UOp], UOp]:
 
 
 def _rows(ranges: list[UOp], stores: tuple[UOp, ...], amt: int) -> tuple[list[UOp], tuple[UOp, ...]]:
-    """UPCAST an output axis into `amt` rows (or fewer, a power of two that divides it): where a load of the value does not depend on the range just
-    outside the lanes (an input broadcast along it), each of `amt` copies of the store reuses that load;
-    the copies' reduces share their loops (several accumulators in one loop nest)."""
+    """UPCAST an output axis into `amt` rows (or fewer, a power of two that divides it): where a load of
+    the value does not depend on the range just outside the lanes (an input broadcast along it), each of
+    `amt` copies of the store reuses that load; the copies' reduces share their loops (several
+    accumulators in one loop nest)."""
     if len(ranges) < 2:
         return ranges, stores
     r = ranges[-2]
@@ -293,7 +296,7 @@ def _rows(ranges: list[UOp], stores: tuple[UOp, ...], amt: int) -> tuple[list[UO
     if all(r in ld.toposort() for ld in loads):
         return ranges, stores
     outer, exprs = split(r, amt)
-    out = []
+    out: list[UOp] = []
     for st in stores:
         lanes = _Lanes(st, r, exprs)
         out.extend(lanes.all(st))

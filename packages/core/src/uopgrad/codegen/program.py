@@ -165,8 +165,8 @@ pm_spec_vector = PatternMatcher([
      isinstance(x.arg, tuple) and len(x.arg) == 1 and 0 <= x.arg[0] < v.dtype.count),
     (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.AND, Ops.OR, Ops.XOR), name="x"),
      lambda x: True if _vec(x) and all(s.dtype == x.dtype for s in x.src) else None),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"), lambda x, i: True if _vec(x) and _vload_ok(x, i)
-     else None),
+    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"),
+     lambda x, i: True if _vec(x) and _vload_ok(x, i) else None),
     (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_REG),), allow_any_len=True, name="x"),
      lambda x: True if _vec(x) and _load_ok(x) else None),
     (UPat(Ops.STORE, dtypes.void, src=(UPat(), UPat.var("v")), allow_any_len=True, name="x"),

@@ -262,7 +262,7 @@ class CStyleRenderer(Renderer):
     # words a kernel or variable name may not be (a dialect adds its own keywords and built-in names)
     keywords: ClassVar[frozenset[str]] = _C_KEYWORDS
     # op -> handler(renderer, state, uop) for ops a dialect adds (vector forms: uopgrad.renderer.vector)
-    extra_handlers: ClassVar[dict[Ops, Callable[..., None]]] = {}
+    extra_handlers: ClassVar[dict[Ops, _Handler]] = {}
 
     # ------------------------------------------------------------------ small hooks
     def function_name(self, name: str) -> str:

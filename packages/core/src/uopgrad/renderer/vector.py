@@ -1,76 +1,75 @@
 """Vector types for the C-family renderers (layer 12): what the opt pass's vector forms print as.
 
-`GCCVectors` is mixed into a C renderer whose compiler has GCC's vector extensions (gcc, clang): a vector
-of n `float`s is `__uopgrad_float_n`, a `vector_size` typedef; lane-wise + - * & | ^ are C's operators on
-it. Vector loads and stores go through a copy of the type aligned like its element (`..._u`), so any
-element offset may start one. STACK prints a compound literal of its lanes, GEP an element read,
-a vector constant its value in every lane.
+`GCCVectorRenderer` is a `CStyleRenderer` for compilers with GCC's vector extensions (gcc, clang): a
+vector of n `float`s is `__uopgrad_float_n`, a `vector_size` typedef, and lane-wise + - * & | ^ are C's
+operators on it. Vector loads and stores go through a copy of the type aligned like its element (`..._nu`),
+so any element offset may start one. STACK prints a compound literal of its lanes, GEP an element read, a
+vector constant its value in every lane.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from uopgrad.codegen import Program
 from uopgrad.dtype import DType
 from uopgrad.ops import Ops
+from uopgrad.renderer.cstyle import CStyleRenderer, _Handler, _State
 from uopgrad.uop import UOp
 
-__all__ = ["GCCVectors"]
+__all__ = ["GCCVectorRenderer"]
 
 
-class GCCVectors:
-    """A mixin for a `CStyleRenderer` subclass (put it first in the bases)."""
+class GCCVectorRenderer(CStyleRenderer):
+    """C with GCC vector extensions for the vector forms of uopgrad.codegen.opt."""
 
-    extra_handlers: ClassVar[dict[Ops, Any]] = {}
-
-    def vector_name(self: Any, dt: DType, unaligned: bool = False) -> str:
+    def vector_name(self, dt: DType, unaligned: bool = False) -> str:
+        """The typedef of vector dtype `dt` (`unaligned`: the copy aligned like one element)."""
         scalar = re.sub(r"\W", "_", self.type_map[dt.scalar()])
         return f"__uopgrad_{scalar}_{dt.count}" + ("u" if unaligned else "")
 
-    def ctype(self: Any, dt: DType) -> str:
-        base = dt.base
-        if base.count > 1:
-            return str(GCCVectors.vector_name(self, base))
-        return str(super(GCCVectors, self).ctype(dt))  # type: ignore[misc]
+    def ctype(self, dt: DType) -> str:
+        """A vector dtype is its typedef; a scalar one as in CStyleRenderer."""
+        return self.vector_name(dt.base) if dt.base.count > 1 else super().ctype(dt)
 
-    def render_const(self: Any, value: object, dt: DType) -> str:
-        lane = super(GCCVectors, self).render_const(value, dt.scalar())  # type: ignore[misc]
+    def render_const(self, value: object, dt: DType) -> str:
+        """A vector constant: the literal in every lane."""
+        lane = super().render_const(value, dt.scalar())
+        return lane if dt.count == 1 else f"(({self.vector_name(dt)}){{{', '.join([lane] * dt.count)}}})"
+
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """A vector load reads `dt.count` elements from `offset` on, at any alignment."""
         if dt.count == 1:
-            return str(lane)
-        return f"(({GCCVectors.vector_name(self, dt)}){{{', '.join([lane] * dt.count)}}})"
+            return super().render_load(buf, offset, dt)
+        return f"(*(const {self.vector_name(dt, True)}*)({buf}+{offset}))"
 
-    def render_load(self: Any, buf: str, offset: str, dt: DType) -> str:
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """A vector store writes `dt.count` elements from `offset` on, at any alignment."""
         if dt.count == 1:
-            return str(super(GCCVectors, self).render_load(buf, offset, dt))  # type: ignore[misc]
-        return f"(*(const {GCCVectors.vector_name(self, dt, True)}*)({buf}+{offset}))"
+            return super().render_store(buf, offset, value, dt)
+        return f"*({self.vector_name(dt, True)}*)({buf}+{offset}) = {value};"
 
-    def render_store(self: Any, buf: str, offset: str, value: str, dt: DType) -> str:
-        if dt.count == 1:
-            return str(super(GCCVectors, self).render_store(buf, offset, value, dt))  # type: ignore[misc]
-        return f"*({GCCVectors.vector_name(self, dt, True)}*)({buf}+{offset}) = {value};"
-
-    def render(self: Any, program: Program) -> str:
-        src = str(super(GCCVectors, self).render(program))  # type: ignore[misc]
+    def render(self, program: Program) -> str:
+        """The source, after the typedefs of the vector types the program uses."""
+        src = super().render(program)
         vecs = sorted({u.dtype.base for u in program.uops if u.dtype.base.count > 1}, key=repr)
-        if not vecs:
-            return src
         lines = []
         for dt in vecs:
             size, scalar = dt.count * dt.scalar().itemsize, self.type_map[dt.scalar()]
-            lines.append(f"typedef {scalar} {GCCVectors.vector_name(self, dt)} "
-                         f"__attribute__((vector_size({size})));")
-            lines.append(f"typedef {scalar} {GCCVectors.vector_name(self, dt, True)} "
+            lines.append(f"typedef {scalar} {self.vector_name(dt)} __attribute__((vector_size({size})));")
+            lines.append(f"typedef {scalar} {self.vector_name(dt, True)} "
                          f"__attribute__((vector_size({size}), aligned({dt.scalar().itemsize})));")
-        return "\n".join(lines) + "\n" + src
+        return "\n".join([*lines, src]) if lines else src
+
+    extra_handlers: ClassVar[dict[Ops, _Handler]] = {}
 
 
-def _vectorize(r: Any, st: Any, u: UOp) -> None:
+def _stack(r: CStyleRenderer, st: _State, u: UOp) -> None:
     r._value(st, u, "vec", f"(({r.ctype(u.dtype)}){{{', '.join(st.names[s] for s in u.src)}}})")
 
 
-def _gep(r: Any, st: Any, u: UOp) -> None:
-    r._value(st, u, "alu", f"{st.names[u.src[0]]}[{u.arg[0]}]")
+def _gep(r: CStyleRenderer, st: _State, u: UOp) -> None:
+    r._value(st, u, "alu", f"{st.names[u.src[0]]}[{int(u.arg[0])}]")
 
 
-GCCVectors.extra_handlers = {Ops.STACK: _vectorize, Ops.GEP: _gep}
+GCCVectorRenderer.extra_handlers = {Ops.STACK: _stack, Ops.GEP: _gep}
