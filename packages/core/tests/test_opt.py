@@ -1,0 +1,86 @@
+"""The opt pass (uopgrad.codegen.opt, spec/opt.md), structurally: which nests it rewrites and into what,
+for a backend with 64-byte vectors; the C it renders to. Values are checked against OPT=0 on the CPU
+backend in spec/test_opt_props.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from uopgrad import Ops, Tensor, UOp, dtypes
+from uopgrad.backends.reference import REFERENCE_OPS
+from uopgrad.codegen import Program
+from uopgrad.codegen.opt import ROWS, split
+from uopgrad.config import Context
+from uopgrad.pipeline import lower
+from uopgrad.renderer.vector import GCCVectorRenderer
+from uopgrad.schedule import schedule
+
+pytestmark = pytest.mark.usefixtures("reference_default")
+
+
+def program(out: Tensor, width: int = 64) -> Program:
+    return lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS, None, width)
+
+
+def ones(*shape: int, dt: type = np.float32) -> Tensor:
+    return Tensor(np.ones(shape, dt)).realize()
+
+
+def vectors(prg: Program) -> set[int]:
+    return {u.dtype.count for u in prg.uops if u.dtype.count > 1}
+
+
+def test_split_keeps_the_range_number_and_covers_every_index():
+    r = UOp(Ops.RANGE, dtypes.index, (UOp(Ops.CONST, dtypes.index, (), 12),), (3, "loop"))
+    outer, exprs = split(r, 4)
+    assert outer.arg == (3, "loop") and outer.src[0].arg == 3 and len(exprs) == 4
+    got = sorted(int(e.substitute({outer: UOp(Ops.CONST, dtypes.index, (), o)}).simplify().arg)
+                 for o in range(3) for e in exprs)
+    assert got == list(range(12))
+
+
+def test_a_row_sum_gets_a_vector_accumulator_and_a_pairwise_lane_tree():
+    prg = program(ones(8, 64).sum(1))
+    assert vectors(prg) == {16}  # 64 bytes of float32
+    geps = [u for u in prg.uops if u.op is Ops.GEP]
+    assert [g.arg[0] for g in geps] == list(range(16))
+    first_add = next(u for u in prg.uops if u.op is Ops.ADD and u.src[0].op is Ops.GEP)
+    assert (first_add.src[0].arg, first_add.src[1].arg) == ((0,), (1,))  # adjacent lanes first
+
+
+def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
+    prg = program(ones(32, 32) @ ones(32, 32))
+    assert vectors(prg) == {16}
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == ROWS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    assert sum(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in prg.uops) == 1
+    loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(loads) == 1  # the right operand's row is loaded once for all the rows of the tile
+
+
+def test_float_max_and_elementwise_nests_are_left_alone():
+    for out in (ones(8, 64).max(1), ones(8, 64).max(0), ones(64, 64) * 2 + 1):
+        assert vectors(program(out)) == set()
+
+
+def test_integer_sums_are_unrolled_too():
+    assert vectors(program(ones(8, 64, dt=np.int32).sum(1))) == {16}
+
+
+def test_odd_sizes_fall_back_to_fewer_lanes_or_none():
+    assert vectors(program(ones(8, 24).sum(1))) == {8}
+    assert vectors(program(ones(8, 17).sum(1))) == set()
+
+
+@pytest.mark.parametrize("width", [0, 64])
+def test_opt0_and_width_0_turn_the_pass_off(width: int):
+    out = ones(8, 64).sum(1)
+    with Context(OPT=0):
+        assert vectors(program(out, width)) == set()
+    assert (vectors(program(out, width)) != set()) == (width > 0)
+
+
+def test_the_c_of_a_vector_kernel_has_its_typedefs_and_element_aligned_accesses():
+    src = GCCVectorRenderer().render(program(ones(32, 32) @ ones(32, 32)))
+    assert "typedef float __uopgrad_float_16 __attribute__((vector_size(64)));" in src
+    assert "aligned(4)" in src and "(const __uopgrad_float_16u*)" in src
