@@ -3,18 +3,20 @@
 Two transformations, both built from one split primitive, `r -> r_outer*amt + lane` (`split`), and one
 packer that turns `amt` lane-wise copies of a value into one vector value by the rule table `_PACK`:
 
-- UPCAST an output axis into vector lanes (`upcast`): the stride-1 output axis of a nest that reduces is
+- UPCAST an output axis into vector lanes (`_upcast`): the stride-1 output axis of a nest that reduces is
   split; every lane computes exactly the ops of the unoptimised kernel, in the same order, so the result
   is bit-identical (spec/opt.md). Loads that are stride-1 across the lanes become vector loads, loads the
   lanes share are broadcast, the store is a vector store.
-- UNROLL a reduce axis into a vector accumulator (`unroll`): where the innermost reduce axis is stride-1
-  in every load and the policy allows reordering (float ADD, any integer ADD/MUL/MAX), the accumulator
+- UNROLL a reduce axis into a vector accumulator (`_unroll`): where the innermost reduce axis is stride-1
+  in every load and the policy allows reordering (float ADD, integer ADD and MUL), the accumulator
   holds `amt` partial results, combined at the end by a fixed pairwise lane tree. The order depends only
   on the kernel, never on the thread count.
 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
-is cheap: unroll a reduce whose axis is stride-1, else upcast a stride-1 output axis of a reducing nest;
-nests without a reduce are left to the C compiler's own loop vectoriser.
+is cheap: unroll a reduce whose axis is stride-1, else upcast a stride-1 output axis of a reducing nest
+(a flat output range first split in two where it is read as r // c and r % c) and make up to ROWS rows of
+the axis outside it a register tile; nests without a reduce are left to the C compiler's own loop
+vectoriser. A transformation that would leave a gather (lanes loaded one by one) is not made.
 """
 from __future__ import annotations
 
@@ -35,9 +37,9 @@ OPT = ContextVar("OPT", 1)
 # element types the packer forms vectors of (bool, float16 and bfloat16 stay scalar: no plain C vector op)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
                            dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
-# ALU ops whose C template is a plain infix operator, so it is lane-wise on a GCC/OpenCL vector as well
 # the rows of a register tile (the accumulators one loop nest updates: MR)
 ROWS = 8
+# ALU ops whose C template is a plain infix operator, so it is lane-wise on a GCC/OpenCL vector as well
 _LANEWISE = {Ops.ADD: None, Ops.MUL: None, Ops.SUB: None}
 _INT_LANEWISE = {Ops.AND: None, Ops.OR: None, Ops.XOR: None}
 
