@@ -8,9 +8,10 @@ import sys
 def test_facade_names_are_pinned():
     import uopgrad
     # GlobalCounters joined the contract with issue 9 (tinygrad's own tests import it from the package)
+    # TinyJit with issue 13 (tinygrad's users import it from the package)
     assert sorted(uopgrad.__all__) == ["DType", "Device", "GlobalCounters", "GroupOp", "Ops",
-                                       "PatternMatcher", "Tensor", "UOp", "UPat", "dtypes", "function",
-                                       "graph_rewrite"]
+                                       "PatternMatcher", "Tensor", "TinyJit", "UOp", "UPat", "dtypes",
+                                       "function", "graph_rewrite"]
     assert all(hasattr(uopgrad, n) for n in uopgrad.__all__)
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import functools
 import os
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -56,12 +57,23 @@ class CPUProgram(Program):
         # long run over ever new shapes does not run out of memory mappings)
         self._close = weakref.finalize(self, _dlclose, self._dll._handle)
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
-        """Run the kernel on `bufs` (numpy arrays) with the variable values `vals`."""
+    def _args(self, bufs: Sequence[object], vals: Sequence[int]) -> list[object]:
         args: list[object] = [ctypes.c_void_p(b.ctypes.data) for b in bufs if isinstance(b, np.ndarray)]
         if len(args) != len(bufs):
             kinds = [type(b).__name__ for b in bufs]
             raise TypeError(f"{self.name}: CPU kernels take numpy buffers, got {kinds}")
         args += [ctypes.c_int64(v) for v in vals]  # integer kernel arguments are 64-bit (render_var)
-        self._fn(*args)
+        return args
+
+    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
+                 local_size: Sequence[int] | None = None) -> None:
+        """Run the kernel on `bufs` (numpy arrays) with the variable values `vals`."""
+        self._fn(*self._args(bufs, vals))
+
+    def bind(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
+             local_size: Sequence[int] | None = None) -> Callable[[], None]:
+        """The ctypes call with its arguments converted once: a replay costs the foreign call only. The
+        partial holds this program, so its shared object stays loaded while the launch is kept."""
+        launch = functools.partial(self._fn, *self._args(bufs, vals))
+        launch.program = self  # type: ignore[attr-defined]  # (partial objects take attributes)
+        return launch

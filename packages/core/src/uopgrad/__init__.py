@@ -9,13 +9,14 @@ from uopgrad.backend import Device, GlobalCounters
 from uopgrad.config import getenv_str as _getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.function import function
+from uopgrad.jit import TinyJit
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp
 
-__all__ = ["DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor", "UOp", "UPat",
-           "dtypes", "function", "graph_rewrite"]
+__all__ = ["DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor", "TinyJit",
+           "UOp", "UPat", "dtypes", "function", "graph_rewrite"]
 
 if _getenv_str("UOPGRAD_VIZ"):  # a VIZ page per realize (uopgrad/viz); imported only when asked for
     from uopgrad import viz as _viz

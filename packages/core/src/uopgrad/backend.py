@@ -11,6 +11,7 @@ launch, reusing compiled kernels across calls with the same kernel structure.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -20,7 +21,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,6 +250,13 @@ class Program:
         """Launch the kernel on `bufs` with the variable values `vals`; returns when it has finished."""
         raise NotImplementedError(f"{type(self).__name__} does not implement launching")
 
+    def bind(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
+             local_size: Sequence[int] | None = None) -> Callable[[], None]:
+        """This launch with its arguments bound now: calling the result runs it (a captured step replays
+        these). Runtimes override it to convert the arguments once (CPU: the ctypes values)."""
+        return functools.partial(self.__call__, *bufs, vals=tuple(vals), global_size=global_size,
+                                 local_size=local_size)
+
 
 @dataclass(frozen=True)
 class _Kernel:
@@ -395,15 +403,29 @@ class CompiledBackend(Backend):
             self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
             run_schedule(sched.items, sched.var_vals, self._device)
 
+    def _handles_of(self, k: _Kernel, bufs: Sequence[UOp]) -> list[object]:
+        got = self._handles.get  # the common case: allocated already
+        return [h if (h := got(bufs[s])) is not None else self.handle(bufs[s], zero=s not in k.overwrites)
+                for s in k.program.globals]
+
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
-        k = self.kernel(item)
-        bufs = item.src[1:]
-        handles = [self.handle(bufs[s], zero=s not in k.overwrites) for s in k.program.globals]
-        vals = _checked_values(k.program, var_vals)
+        k = self._kernels.get(item.src[0]) or self.kernel(item)
+        handles = self._handles_of(k, item.src[1:])
+        vals = _checked_values(k.program, var_vals) if k.program.vars else ()
         start = time.perf_counter()
         k.run(*handles, vals=vals, global_size=k.program.global_size, local_size=k.program.local_size)
         count_kernel(self.name, k.program, var_vals, time.perf_counter() - start)
+
+    def bind_kernel(self, item: UOp, var_vals: dict[str, int], bufs: Sequence[UOp] | None = None,
+                    ) -> Callable[[], None]:
+        """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
+        now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
+        The caller keeps the BUFFERs alive as long as it keeps the launch."""
+        k = self._kernels.get(item.src[0]) or self.kernel(item)
+        handles = self._handles_of(k, item.src[1:] if bufs is None else bufs)
+        return k.run.bind(*handles, vals=_checked_values(k.program, var_vals),
+                          global_size=k.program.global_size, local_size=k.program.local_size)
 
     def _mine(self, item: UOp) -> bool:
         return len(item.src) < 2 or item.src[1].device == self.name

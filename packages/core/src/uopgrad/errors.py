@@ -12,8 +12,8 @@ import os
 import tempfile
 
 __all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EvaluationError", "FunctionError",
-           "GradientError", "LoweringError", "MovementError", "RenderError", "RewriteError", "ScheduleError",
-           "ShapeError", "UopgradError", "VerifyError"]
+           "GradientError", "JitError", "LoweringError", "MovementError", "RenderError", "RewriteError",
+           "ScheduleError", "ShapeError", "UopgradError", "VerifyError"]
 
 
 class UopgradError(Exception):
@@ -107,3 +107,8 @@ class DeviceError(UopgradError, RuntimeError):
 
 class EvaluationError(UopgradError, RuntimeError):
     """REFERENCE can't evaluate a node or a linear program (an unbound variable, a missing argument, ...)."""
+
+
+class JitError(UopgradError, RuntimeError):
+    """A TinyJit that can't capture its function, or a captured one called with other inputs than it took
+    (another shape, dtype, device or argument)."""

@@ -10,6 +10,7 @@ order, each on the device its buffers live on.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from uopgrad.uop import KernelInfo, UOp
 from uopgrad.verify import verify
 
 __all__ = ["CODEGEN_PASSES", "LowerContext", "Pass", "clear_program_cache", "lower", "pass_stats",
-           "program_cache_info", "rewrite_pass", "run_passes", "run_schedule", "tracers"]
+           "program_cache_info", "recording", "rewrite_pass", "run_passes", "run_schedule", "set_recording",
+           "tracers"]
 
 
 @dataclass
@@ -239,9 +241,30 @@ class Runner(Protocol):
         """Launch the kernel CALL `item` (its buffers live on this device)."""
 
 
+class _Recording(threading.local):
+    items: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None = None
+
+
+_recording = _Recording()  # per thread: a capture sees only the launches of the thread that captures
+
+
+def recording() -> list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None:
+    """The list `run_schedule` appends each item it runs to (with its variable values and its device
+    lookup), while this thread captures (uopgrad.jit); None otherwise."""
+    return _recording.items
+
+
+def set_recording(items: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None) -> None:
+    """Start (a list) or stop (None) recording this thread's schedule items."""
+    _recording.items = items
+
+
 def run_schedule(items: Sequence[UOp], var_vals: dict[str, int], device: Callable[[str], Runner]) -> None:
     """Run scheduled CALLs in order: a kernel on the device its buffers live on (`device(name)`), a COPY
-    from its source's device to its destination's."""
+    from its source's device to its destination's. While this thread records (`recording()`), every item
+    is noted too."""
+    if (rec := _recording.items) is not None:
+        rec.extend((it, var_vals, device) for it in items)
     for item in items:
         body, bufs = item.src[0], item.src[1:]
         if body.op is Ops.COPY:

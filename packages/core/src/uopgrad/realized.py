@@ -26,7 +26,7 @@ from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, UOp
 
 __all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects_under", "is_realized_after",
-           "overwritten", "realized", "realized_effect", "realized_view", "settle", "storage_view",
+           "overwritten", "reads", "realized", "realized_effect", "realized_view", "settle", "storage_view",
            "strip_realized"]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
@@ -61,6 +61,41 @@ def realized(view: UOp, value: UOp) -> UOp:
 def buffers_read(u: UOp) -> list[UOp]:
     """The BUFFERs `u` reads itself (not through realized values)."""
     return [b for b in u.toposort(gate=_not_realized, enter_calls=False) if b.op is Ops.BUFFER]
+
+
+_EMPTY: frozenset[UOp] = frozenset()
+# node -> the BUFFERs it reads itself; a BUFFER is never a key (its value would hold it alive)
+_read_sets: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+
+
+def _reads_of(u: UOp, memo: weakref.WeakKeyDictionary[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+    return frozenset((u,)) if u.op is Ops.BUFFER else memo[u]
+
+
+def reads(u: UOp) -> frozenset[UOp]:
+    """`buffers_read(u)` as a set, remembered per node: asking again, or about a graph grown from one asked
+    about before, walks only the new nodes (realize asks it of every live unrealized tensor)."""
+    memo = _read_sets
+    if u.op is Ops.BUFFER:
+        return frozenset((u,))
+    if (r := memo.get(u)) is not None:
+        return r
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node.op is Ops.BUFFER or node in memo:
+            continue
+        if is_realized_after(node):
+            memo[node] = _EMPTY
+            continue
+        srcs = node.src[1:] if node.op in GroupOp.Call else node.src
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((s, False) for s in srcs)
+            continue
+        parts = {_reads_of(s, memo) for s in srcs}
+        memo[node] = _EMPTY if not parts else parts.pop() if len(parts) == 1 else frozenset().union(*parts)
+    return memo[u]
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:

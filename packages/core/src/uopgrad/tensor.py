@@ -27,6 +27,7 @@ from uopgrad.realized import (
     effects_under,
     is_realized_after,
     overwritten,
+    reads,
     realized,
     realized_view,
     settle,
@@ -390,10 +391,17 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             u = t.uop
             if u in seen or _is_realized(u) or _storage_chain(u)[1].op is Ops.BUFFER:
                 continue
-            if any(n in written for n in u.toposort(gate=_unrealized, enter_calls=False)):
+            if not reads(u).isdisjoint(written):
                 seen.add(u)
                 out.append(u)
         return out
+
+    @staticmethod
+    def _realize_readers(written: Sequence[UOp]) -> None:
+        """Compute the unrealized values of live tensors that read one of the `written` buffers (before a
+        captured step writes into them, uopgrad.jit)."""
+        if readers := set(Tensor._readers_of_overwritten([], set(written))):
+            Tensor._realize([t for t in list(_all_tensors.values()) if t.uop in readers])
 
     def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
         """The schedule of these tensors' graphs, without running it: LINEAR(*items), the kernel, copy and

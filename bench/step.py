@@ -1,0 +1,140 @@
+"""A training step's Python overhead (issue 13): the step plain and under TinyJit against torch eager, the
+cold gradient of a long chain, and the cold compile of a new kernel.
+
+- step: an MLP of 8 linear layers 256 -> 256 (ReLU between), batch 64, mean squared error, SGD; one step is
+  forward, `loss.item()`, backward and `opt.step()`, warm (every kernel compiled), best of N;
+- chain: `gradient()` of a chain of 2001 elementwise ops, in a fresh process each time (nothing cached);
+- compile: realizing a kernel never seen before (a new constant in it, so no cache of ours has it and the C
+  compiler runs), in a fresh process each time.
+
+Ratios are ours / torch's in the same run; nothing is asserted. `python bench/step.py [DEVICE] [N]`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+DEVICE = sys.argv[1] if len(sys.argv) > 1 else "CPU"
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+LAYERS, WIDTH, BATCH = 8, 256, 64
+
+
+def _weights() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [(rng.standard_normal((WIDTH, WIDTH)) / WIDTH ** 0.5).astype(np.float32) for _ in range(LAYERS)]
+
+
+def _data(k: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(100 + k)
+    return (rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
+            rng.standard_normal((BATCH, WIDTH)).astype(np.float32))
+
+
+def ours(jit: bool) -> Callable[[int], float]:
+    from uopgrad import Tensor, TinyJit
+    from uopgrad.nn.optim import SGD
+    ws = [Tensor(w, device=DEVICE, requires_grad=True) for w in _weights()]
+    opt = SGD(ws, lr=0.01)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        opt.zero_grad()
+        h = x
+        for k, w in enumerate(ws):
+            h = h @ w
+            h = h.relu() if k < LAYERS - 1 else h
+        loss = ((h - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = TinyJit(step) if jit else step
+
+    def run(k: int) -> float:
+        x, y = _data(k)
+        return float(fn(Tensor(x, device=DEVICE), Tensor(y, device=DEVICE)).item())
+    return run
+
+
+def torch_step() -> Callable[[int], float]:
+    import torch
+    torch.set_num_threads(os.cpu_count() or 1)
+    ws = [torch.from_numpy(w).requires_grad_() for w in _weights()]
+    opt = torch.optim.SGD(ws, lr=0.01)
+
+    def run(k: int) -> float:
+        x, y = (torch.from_numpy(a) for a in _data(k))
+        opt.zero_grad()
+        h = x
+        for i, w in enumerate(ws):
+            h = h @ w
+            h = h.relu() if i < LAYERS - 1 else h
+        loss = ((h - y) ** 2).mean()
+        value = loss.item()
+        loss.backward()
+        opt.step()
+        return value
+    return run
+
+
+def best(run: Callable[[int], float]) -> tuple[float, list[float]]:
+    losses = [run(k) for k in range(3)]  # warm: compile, capture
+    times = []
+    for k in range(3, 3 + N):
+        t0 = time.perf_counter()
+        losses.append(run(k))
+        times.append(time.perf_counter() - t0)
+    return min(times), losses
+
+
+CHAIN = """
+import time, numpy as np
+from uopgrad import Tensor
+x = Tensor(np.linspace(-1, 1, 16, dtype=np.float32), device={dev!r}, requires_grad=True)
+t = x
+for i in range(2001):
+    t = t.sin() if i % 3 == 0 else t * 1.001 if i % 3 == 1 else t + 0.25
+t0 = time.perf_counter()
+g, = t.sum().gradient(x)
+print(time.perf_counter() - t0)
+"""
+
+COMPILE = """
+import time, numpy as np
+from uopgrad import Tensor
+x = Tensor(np.ones(1024, dtype=np.float32), device={dev!r}).realize()
+y = (x * {c!r} + 1.0).sqrt()
+t0 = time.perf_counter()
+y.realize()
+print(time.perf_counter() - t0)
+"""
+
+
+def cold(template: str, runs: int = 5) -> float:
+    """Best wall time of `template` printed from fresh processes (a new constant each time)."""
+    rng = np.random.default_rng(int(time.time()))
+    out = []
+    for _ in range(runs):
+        src = template.format(dev=DEVICE, c=float(rng.uniform(1.0, 2.0)))
+        res = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, check=True)
+        out.append(float(res.stdout.split()[-1]))
+    return min(out)
+
+
+if __name__ == "__main__":
+    t_torch, l_torch = best(torch_step())
+    t_plain, l_plain = best(ours(jit=False))
+    t_jit, l_jit = best(ours(jit=True))
+    print(f"MLP {LAYERS}x{WIDTH}, batch {BATCH}, SGD step on {DEVICE} (best of {N}):")
+    print(f"  torch eager   {t_torch * 1e3:8.3f} ms")
+    print(f"  plain         {t_plain * 1e3:8.3f} ms   {t_plain / t_torch:6.2f}x torch   (target <= 4x)")
+    print(f"  TinyJit       {t_jit * 1e3:8.3f} ms   {t_jit / t_torch:6.2f}x torch   (target <= 1.5x)")
+    agree = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(l_jit, l_plain))
+    vs_torch = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(l_jit, l_torch))
+    print(f"  losses: TinyJit vs plain rel. diff {agree:.2e}, vs torch {vs_torch:.2e}")
+    print(f"cold gradient of a 2001-op chain: {cold(CHAIN) * 1e3:8.1f} ms   (target <= 500 ms)")
+    print(f"cold compile of a new kernel:     {cold(COMPILE) * 1e3:8.1f} ms   (target <= 60 ms)")
