@@ -1,5 +1,5 @@
 """TinyJit on REFERENCE, which launches no kernels: the function runs on every call, with the same checks
-of its inputs as a captured one (the capture itself is tested on CPU, packages/backend-cpu/tests/test_jit.py)."""
+of its inputs as a captured one (the capture itself is tested on CPU: backend-cpu/tests/test_jit.py)."""
 
 import numpy as np
 import pytest

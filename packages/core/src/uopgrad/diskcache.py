@@ -5,7 +5,8 @@ the digest of what it was compiled from, holding a SHA-256 of its payload and th
 temporary file and renamed into place, so a reader never sees half an entry. The cache is only used when the
 directory belongs to this user and nobody else can write to it: another user's entry would be loaded and
 run. Its total size is kept under $UOPGRAD_CACHE_MAX_BYTES (default 1 GiB) by removing the entries used
-least recently. `python -m uopgrad.diskcache [info|clear]` shows or empties it.
+least recently (checked every 64th write of a process, and at its first one when no process checked within
+ten minutes). `python -m uopgrad.diskcache [info|clear]` shows or empties it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -22,6 +24,10 @@ __all__ = ["DEFAULT_LIMIT", "cache_dir", "clear", "evict", "info", "limit", "rea
 
 DEFAULT_LIMIT = 1 << 30
 _PRUNE_EVERY = 64  # writes between two size checks (a check lists the whole directory)
+# a process's first write checks the size only when no check ran for this long: listing a big cache costs
+# seconds, which a short process that compiles one kernel would otherwise pay every time (its stamp file)
+_PRUNE_AGE = 600.0
+_STAMP = ".pruned"
 _state = {"writes": 0}
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -116,9 +122,22 @@ def write(digest: str, payload: bytes) -> None:
         return
     with _lock:
         _state["writes"] += 1
+        first = _state["writes"] == 1
         due = (_state["writes"] - 1) % _PRUNE_EVERY == 0  # the first write of a process, then every 64th
-    if due:
+    if due and (not first or _stale(shard.parent / _STAMP)):
         _prune(limit())
+        try:
+            (shard.parent / _STAMP).touch()
+        except OSError:
+            pass
+
+
+def _stale(stamp: Path) -> bool:
+    """Whether the size was last checked more than _PRUNE_AGE seconds ago (or never)."""
+    try:
+        return time.time() - stamp.stat().st_mtime > _PRUNE_AGE
+    except OSError:
+        return True
 
 
 def evict(digest: str) -> None:

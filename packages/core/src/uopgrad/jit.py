@@ -114,7 +114,7 @@ class _Captured:
             elif isinstance(runner, CompiledBackend):
                 k = runner.kernel(item)
                 written.update((bufs[s], None) for s in k.program.outs)
-                o, m = k.program.estimates.at(var_vals)
+                o, m = k.program.estimates.at(var_vals) if k.program.vars else k.program.estimates.fixed
                 kernels, ops, mem = kernels + 1, ops + o, mem + m
             if slots or not isinstance(runner, CompiledBackend):
                 self.steps.append(_Launch(item, var_vals, device, slots))

@@ -217,7 +217,7 @@ class GlobalCounters:
 
 def count_kernel(device: str, prg: Program, var_vals: dict[str, int], seconds: float | None) -> None:
     """Count one launch of `prg` (with `seconds` of run time, if measured); its DEBUG=1 line."""
-    ops, mem = prg.estimates.at(var_vals)
+    ops, mem = prg.estimates.at(var_vals) if prg.vars else prg.estimates.fixed
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem

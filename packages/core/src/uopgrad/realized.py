@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, UOp
 
-__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects_under", "is_realized_after",
-           "overwritten", "reads", "realized", "realized_effect", "realized_view", "settle", "storage_view",
-           "strip_realized"]
+__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
+           "is_realized_after", "overwritten", "reads", "realized", "realized_effect", "realized_view",
+           "settle", "storage_view", "strip_realized"]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
@@ -54,7 +54,7 @@ def realized(view: UOp, value: UOp) -> UOp:
     unique = UOp(Ops.UNIQUE, arg=("realize", next(_counter)))
     call = UOp(Ops.CALL, src=(_store_body(value, view), value, d, unique),
                arg=CallInfo(_realized_gradient, (), REALIZE))
-    _reads[call] = tuple((b, _versions.get(b, 0)) for b in buffers_read(value))
+    _reads[call] = tuple((b, _versions.get(b, 0)) for b in reads(value))
     return d.after(call)
 
 
@@ -64,26 +64,31 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 
 _EMPTY: frozenset[UOp] = frozenset()
-# node -> the BUFFERs it reads itself; a BUFFER is never a key (its value would hold it alive)
-_read_sets: weakref.WeakKeyDictionary[UOp, frozenset[UOp]] = weakref.WeakKeyDictionary()
+Memo = weakref.WeakKeyDictionary[UOp, frozenset[UOp]]
+# node -> the BUFFERs it reads itself (a BUFFER is never a key: its value would keep it alive), and
+# node -> the effects of the AFTERs under it; both not entering realized values or call bodies
+_read_sets: Memo = weakref.WeakKeyDictionary()
+_effect_sets: Memo = weakref.WeakKeyDictionary()
 
 
-def _reads_of(u: UOp, memo: weakref.WeakKeyDictionary[UOp, frozenset[UOp]]) -> frozenset[UOp]:
-    return frozenset((u,)) if u.op is Ops.BUFFER else memo[u]
+def _own_effects(u: UOp) -> tuple[UOp, ...]:
+    return u.src[1:] if u.op is Ops.AFTER else ()
 
 
-def reads(u: UOp) -> frozenset[UOp]:
-    """`buffers_read(u)` as a set, remembered per node: asking again, or about a graph grown from one asked
-    about before, walks only the new nodes (realize asks it of every live unrealized tensor)."""
-    memo = _read_sets
-    if u.op is Ops.BUFFER:
+def _gather(u: UOp, memo: Memo, own: Callable[[UOp], tuple[UOp, ...]], leaf: Ops | None) -> frozenset[UOp]:
+    """The union over the graph under `u` of `own(node)` (a `leaf` node is itself), remembered per node:
+    asking again, or about a graph grown from one asked about before, walks only the new nodes."""
+    def value(n: UOp) -> frozenset[UOp]:
+        return frozenset((n,)) if n.op is leaf else memo[n]
+
+    if u.op is leaf:
         return frozenset((u,))
     if (r := memo.get(u)) is not None:
         return r
     stack: list[tuple[UOp, bool]] = [(u, False)]
     while stack:
         node, expanded = stack.pop()
-        if node.op is Ops.BUFFER or node in memo:
+        if node.op is leaf or node in memo:
             continue
         if is_realized_after(node):
             memo[node] = _EMPTY
@@ -93,9 +98,21 @@ def reads(u: UOp) -> frozenset[UOp]:
             stack.append((node, True))
             stack.extend((s, False) for s in srcs)
             continue
-        parts = {_reads_of(s, memo) for s in srcs}
+        parts = {value(s) for s in srcs}
+        if mine := own(node):
+            parts.add(frozenset(mine))
         memo[node] = _EMPTY if not parts else parts.pop() if len(parts) == 1 else frozenset().union(*parts)
     return memo[u]
+
+
+def reads(u: UOp) -> frozenset[UOp]:
+    """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
+    return _gather(u, _read_sets, lambda _n: (), Ops.BUFFER)
+
+
+def effects(u: UOp) -> frozenset[UOp]:
+    """`effects_under([u])`, remembered per node."""
+    return _gather(u, _effect_sets, _own_effects, None)
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:
@@ -172,9 +189,8 @@ def effects_under(roots: Iterable[UOp]) -> set[UOp]:
     """The effects (assign STOREs, kernel CALLs) of every AFTER under `roots`, not entering realized values:
     what running `roots` runs."""
     out: set[UOp] = set()
-    for a in UOp.sink(*roots).toposort(gate=_not_realized, enter_calls=False):
-        if a.op is Ops.AFTER:
-            out.update(a.src[1:])
+    for r in roots:
+        out.update(effects(r))
     return out
 
 
@@ -189,8 +205,8 @@ def settle(u: UOp, ran: Collection[UOp]) -> UOp:
     """`u` with each AFTER whose effects all ran (and that writes a buffer) in the realized form. Sources
     first, so the value an assign stored is settled before it is kept; realized values and call bodies are not
     entered."""
-    if not ran:
-        return u
+    if not ran or effects(u).isdisjoint(ran):
+        return u  # nothing under `u` ran: nothing to settle
     new: dict[UOp, UOp] = {}
     for n in u.toposort(gate=_not_realized, enter_calls=False):
         src = tuple(new.get(x, x) for x in n.src)

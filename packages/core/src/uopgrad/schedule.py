@@ -7,10 +7,10 @@ the same body is called again. The forms produced are the contract of spec/kerne
 """
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from uopgrad._util import LRU, all_int, dedup, prod
 from uopgrad.config import VERIFY
@@ -452,7 +452,7 @@ class _Structure:
     """What makes a graph's schedule: `key`, equal for graphs that differ only in which buffers they use and
     in the values of their BINDs; the graph's BUFFERs in order of first use; its BINDs (by variable)."""
 
-    key: bytes
+    key: tuple[tuple[Any, ...], ...]
     buffers: list[UOp]
     binds: dict[UOp, UOp]
 
@@ -462,31 +462,31 @@ class _Structure:
 
 
 def _structure(sink: UOp) -> _Structure:
-    h: dict[UOp, bytes] = {}
+    """The key is one tuple per node in toposort order: its fields, with sources as positions in that order
+    (so which nodes are shared is part of it) and BUFFERs and UNIQUEs without their identity. Tuples compare
+    exactly: float constants are bit-pattern floats (uopgrad.dtype), and the arg's type is in the tuple."""
+    index: dict[UOp, int] = {}
+    parts: list[tuple[Any, ...]] = []
     buffers: list[UOp] = []
     binds: dict[UOp, UOp] = {}
     for u in sink.toposort():
-        if u.op is Ops.BUFFER:
+        op = u.op
+        if op is Ops.BUFFER:
             buffers.append(u)
-            text = f"BUFFER|{len(buffers)}|{u.dtype!r}|{u.arg}|{u.src[1].arg!r}"
-        elif u.op is Ops.UNIQUE:
-            text = "UNIQUE"
-        elif u.op is Ops.BIND:
+            part: tuple[Any, ...] = (op, u.dtype, u.arg, u.src[1].arg)
+        elif op is Ops.UNIQUE:
+            part = (op,)
+        elif op is Ops.BIND:
             binds[u.src[0]] = u
-            text = f"BIND|{u.dtype!r}"
+            part = (op, u.dtype, index[u.src[0]])
         else:
             arg = u.arg
             if isinstance(arg, CallInfo):  # the gradient function and metadata do not change the schedule
                 arg = (arg.name, arg.precompile, arg.precompile_backward)
-            text = f"{u.op}|{u.dtype!r}|{arg!r}|{u.tag!r}"
-        m = hashlib.sha256(text.encode())
-        if u.op is not Ops.BIND:
-            for s in u.src:
-                m.update(h[s])
-        else:
-            m.update(h[u.src[0]])
-        h[u] = m.digest()
-    return _Structure(h[sink], buffers, binds)
+            part = (op, u.dtype, type(arg), arg, u.tag, tuple(map(index.__getitem__, u.src)))
+        index[u] = len(parts)
+        parts.append(part)
+    return _Structure(tuple(parts), buffers, binds)
 
 
 @dataclass(frozen=True, eq=False)
@@ -510,7 +510,8 @@ class _Template:
         return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
 
 
-_cache: LRU[bytes, _Template] = LRU(4096)  # bounded: a run over ever new shapes keeps the recent ones
+# bounded: a run over ever new shapes keeps the recent ones
+_cache: LRU[tuple[tuple[Any, ...], ...], _Template] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 

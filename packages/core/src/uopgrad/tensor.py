@@ -22,7 +22,6 @@ from uopgrad.gradient import compute_gradient
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.realized import (
-    buffers_read,
     check_not_overwritten,
     effects_under,
     is_realized_after,
@@ -448,7 +447,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
         grads = compute_gradient(self.uop, seed.uop, {t.uop for t in targets})
         out = [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
-        check_not_overwritten(self.uop, (b for g in out for b in buffers_read(g.uop)))
+        check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)))
         return out
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:

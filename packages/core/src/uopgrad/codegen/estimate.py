@@ -8,6 +8,7 @@ launch. The backends' launch counters (`uopgrad.backend.GlobalCounters`) and DEB
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,11 @@ class Estimates:
     ops: tuple[tuple[Trips, int], ...]                 # (loops, ALU ops per iteration)
     # per buffer slot and direction: ((loops, bytes per iteration), ...) and the cap, the buffer's bytes
     mem: tuple[tuple[tuple[tuple[Trips, int], ...], int], ...]
+
+    @functools.cached_property
+    def fixed(self) -> tuple[int, int]:
+        """`at()` worked out once: the numbers of every launch of a program without variables."""
+        return self.at()
 
     def at(self, var_vals: Mapping[str, int] | None = None) -> tuple[int, int]:
         """(FLOPs, bytes) of one launch with the variables `var_vals` (by name)."""
