@@ -232,3 +232,16 @@ def test_a_jitted_method_and_list_inputs() -> None:
         outs = m([Tensor(a, device=DEV), Tensor(b, device=DEV)])
         np.testing.assert_allclose(outs[0].numpy(), a @ data(4, 3, 3), rtol=1e-5)
         np.testing.assert_allclose(outs[1].numpy(), b @ data(4, 3, 3), rtol=1e-5)
+
+
+def test_copies_between_devices_are_replayed() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return ((x * 2).to("CPU:1") + x.to("CPU:1")).contiguous()  # a computed value and the input copied
+
+    for k in range(4):
+        xn = data(k, 6)
+        out = f(Tensor(xn, device=DEV))
+        assert out.device == "CPU:1"
+        np.testing.assert_allclose(out.numpy(), xn * 3, rtol=1e-6)
+    assert f.captured is not None

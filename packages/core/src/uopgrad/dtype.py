@@ -27,6 +27,9 @@ class AddrSpace(Enum):
     REG = auto()
 
 
+_VECS: dict[tuple[DType, int], DType] = {}  # (scalar, width) -> its vector dtype
+
+
 @dataclass(frozen=True, eq=True)
 class DType:
     """A scalar or vector element type. `priority` orders promotion; `count` > 1 makes a vector."""
@@ -69,7 +72,9 @@ class DType:
             raise ValueError(f"can't vectorise the vector dtype {self}")
         if n == 1 or self == dtypes.void:
             return self
-        return DType(self.priority, self.itemsize * n, f"{self.name}{n}", None, n, self)
+        if (v := _VECS.get((self, n))) is None:  # one object per vector type: keys match by identity
+            v = _VECS[(self, n)] = DType(self.priority, self.itemsize * n, f"{self.name}{n}", None, n, self)
+        return v
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to `size` elements of this type."""
