@@ -8,7 +8,8 @@
   capture returned, whose buffers now hold this call's values (read them before the next call).
 
 What the function does besides launching kernels is not replayed: Python side effects, host values it
-read, random numbers or constants made on the host are those of the capture. The buffers it writes in place
+read, random numbers or constants made on the host are those of the capture, and so is a tensor it leaves
+unrealized (a `.grad` the optimiser did not realize). Replayed kernels add to GlobalCounters, untimed. The buffers it writes in place
 (parameters, optimiser state, the gradients it keeps) are written again by each replay, under issue 9's
 rules (spec/realize.md): live unrealized values that read them are computed first, and a gradient that
 would need their old contents raises. A device that launches no kernels (REFERENCE) captures nothing: the
