@@ -245,3 +245,13 @@ def test_copies_between_devices_are_replayed() -> None:
         assert out.device == "CPU:1"
         np.testing.assert_allclose(out.numpy(), xn * 3, rtol=1e-6)
     assert f.captured is not None
+
+
+def test_work_on_reference_inside_a_captured_step_raises() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x * 2).to("REFERENCE") + 1  # REFERENCE launches no kernels: nothing to replay
+
+    f(Tensor(data(0, 3), device=DEV))  # the first call runs plainly
+    with pytest.raises(JitError, match="REFERENCE"):
+        f(Tensor(data(1, 3), device=DEV))

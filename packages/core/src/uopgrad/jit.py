@@ -9,11 +9,12 @@
 
 What the function does besides launching kernels is not replayed: Python side effects, host values it
 read, random numbers or constants made on the host are those of the capture, and so is a tensor it leaves
-unrealized (a `.grad` the optimiser did not realize). Replayed kernels add to GlobalCounters, untimed. The buffers it writes in place
-(parameters, optimiser state, the gradients it keeps) are written again by each replay, under issue 9's
-rules (spec/realize.md): live unrealized values that read them are computed first, and a gradient that
-would need their old contents raises. A device that launches no kernels (REFERENCE) captures nothing: the
-function runs on every call, with the same checks of its inputs.
+unrealized (a `.grad` the optimiser did not realize). Replayed kernels add to GlobalCounters, untimed. The
+buffers it writes in place (parameters, optimiser state, the gradients it keeps) are written again by each
+replay, under the rules of spec/realize.md: live unrealized values that read them are computed first, and a
+gradient that would need their old contents raises. A device that launches no kernels (REFERENCE) captures
+nothing: the function runs on every call, with the same checks of its inputs; REFERENCE work inside a step
+captured on a compiled device is a JitError.
 """
 from __future__ import annotations
 

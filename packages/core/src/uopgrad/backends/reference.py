@@ -28,7 +28,9 @@ from uopgrad.backends.numerics import (
 )
 from uopgrad.config import DEBUG
 from uopgrad.dtype import dtypes
+from uopgrad.errors import JitError
 from uopgrad.ops import GroupOp
+from uopgrad.pipeline import recording
 from uopgrad.uop import UOp
 from uopgrad.verify import verify_new
 
@@ -62,6 +64,10 @@ class ReferenceBackend(Backend):
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
         evaluation computed (each node once), and the kernels written with explicit loops it ran."""
+        if recording() is not None:  # a TinyJit capturing on a compiled device: this work would be lost
+            raise JitError(f"a TinyJit step ran work on {self.name}, which evaluates graphs without kernels, "
+                           "so there is nothing to capture and replay; keep the step on one compiled device "
+                           "(CPU, CL, CUDA), or all of it on REFERENCE (which runs it on every call)")
         with debug.realizing(self.name, sink):
             verify_new(sink)  # a malformed graph is a VerifyError naming the node
             start = time.perf_counter()
