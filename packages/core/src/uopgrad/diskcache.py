@@ -25,9 +25,9 @@ __all__ = ["DEFAULT_LIMIT", "cache_dir", "clear", "evict", "info", "limit", "rea
 DEFAULT_LIMIT = 1 << 30
 _PRUNE_EVERY = 64  # writes between two size checks (a check lists the whole directory)
 # a process's first write checks the size only when no check ran for this long: listing a big cache costs
-# seconds, which a short process that compiles one kernel would otherwise pay every time (its stamp file)
+# seconds, which a short process that compiles one kernel would otherwise pay every time. The time of the
+# last check is a stamp file beside the cache (inside it there are checked entries only).
 _PRUNE_AGE = 600.0
-_STAMP = ".pruned"
 _state = {"writes": 0}
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -124,10 +124,11 @@ def write(digest: str, payload: bytes) -> None:
         _state["writes"] += 1
         first = _state["writes"] == 1
         due = (_state["writes"] - 1) % _PRUNE_EVERY == 0  # the first write of a process, then every 64th
-    if due and (not first or _stale(shard.parent / _STAMP)):
+    stamp = shard.parent.with_name(shard.parent.name + "-pruned")
+    if due and (not first or _stale(stamp)):
         _prune(limit())
         try:
-            (shard.parent / _STAMP).touch()
+            stamp.touch()
         except OSError:
             pass
 
