@@ -410,7 +410,7 @@ class CompiledBackend(Backend):
 
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
-        k = self._kernels.get(item.src[0]) or self.kernel(item)
+        k = self._kernels.get((item.src[0], self.renderer.vector_width if OPT else 0)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:])
         vals = _checked_values(k.program, var_vals) if k.program.vars else ()
         start = time.perf_counter()
@@ -422,7 +422,7 @@ class CompiledBackend(Backend):
         """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
         now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
         The caller keeps the BUFFERs alive as long as it keeps the launch."""
-        k = self._kernels.get(item.src[0]) or self.kernel(item)
+        k = self._kernels.get((item.src[0], self.renderer.vector_width if OPT else 0)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:] if bufs is None else bufs)
         return k.run.bind(*handles, vals=_checked_values(k.program, var_vals),
                           global_size=k.program.global_size, local_size=k.program.local_size)
