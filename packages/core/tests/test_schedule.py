@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from conftest import rnd
 
-from uopgrad import Ops, UOp
+from uopgrad import GroupOp, Ops, UOp
 from uopgrad.backends.reference import evaluate, run_schedule
+from uopgrad.config import Context
 from uopgrad.function import function
 from uopgrad.schedule import Schedule, clear_schedule_cache, schedule, schedule_cache_info
 from uopgrad.tensor import Tensor
@@ -318,3 +319,42 @@ def test_a_2001_op_chain_and_its_gradient_schedule_fast():
     print(f"scheduling a 2001-op chain and its gradient: {elapsed:.3f}s")
     assert sys.getrecursionlimit() == limit
     same_as_direct(y, g)
+
+
+def _long_backward(n: int) -> tuple[Tensor, Tensor]:
+    x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    y = x
+    for i in range(n):
+        y = (y * 1.01 + 0.1).sin() if i % 2 else y.exp2() * 0.5 - y
+    (g,) = y.sum().gradient(x)
+    return y, g
+
+
+def _kernel_ops(k: UOp) -> int:
+    return sum(u.op in GroupOp.ALU for u in k.src[0].toposort())
+
+
+@pytest.mark.parametrize("budget", [40, 150])
+def test_a_kernel_over_the_op_budget_is_cut_and_computes_the_same(budget):
+    with Context(KERNEL_OPS=0):  # never cut: the reference values and kernel count
+        y, g = _long_backward(60)
+        whole = sched(y, g)
+        want = run(y, g)
+    with Context(KERNEL_OPS=budget):
+        y, g = _long_backward(60)
+        cut = sched(y, g)
+        got = run(y, g)
+    assert len(cut.kernels) > len(whole.kernels) == 2
+    # no kernel passes (sources + 1) x budget: a node is cut once its sources' sizes add up past it
+    assert max(map(_kernel_ops, cut.kernels)) <= 3 * budget + 1 < max(map(_kernel_ops, whole.kernels))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)  # the same ops in the same order: bit-identical
+
+
+def test_the_op_budget_is_part_of_the_schedule_cache_key():
+    y, g = _long_backward(20)
+    with Context(KERNEL_OPS=0):
+        n_whole = n_kernels(y, g)
+    with Context(KERNEL_OPS=20):
+        n_cut = n_kernels(y, g)
+    assert n_cut > n_whole

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from uopgrad.errors import ConfigError
 
-__all__ = ["ALLOW_DEVICE_USAGE", "Context", "ContextVar", "DEBUG", "TRACK_MATCH_STATS", "VERIFY", "getenv",
-           "getenv_str"]
+__all__ = ["ALLOW_DEVICE_USAGE", "KERNEL_OPS", "Context", "ContextVar", "DEBUG", "TRACK_MATCH_STATS",
+           "VERIFY", "getenv", "getenv_str"]
 
 
 def getenv(key: str, default: int = 0) -> int:
@@ -81,3 +81,5 @@ DEBUG = ContextVar("DEBUG", 0)                            # >0 prints what the p
 VERIFY = ContextVar("VERIFY", 0, env="UOPGRAD_VERIFY")    # run verify() after every named pass
 TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)    # count rule hits per PatternMatcher row
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0 while tracing a function: realize is an error
+# the most ops one scheduled kernel's expression may hold before the scheduler cuts it (0: never cut)
+KERNEL_OPS = ContextVar("KERNEL_OPS", 4096, env="UOPGRAD_KERNEL_OPS")

@@ -38,7 +38,7 @@ class UPat(MathMixin):
     or None (sources not inspected). A `name` binds the matched UOp; a repeated name demands the same node."""
 
     __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings",
-                 "_required_ops")
+                 "_required_ops", "_alts", "_det")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -67,6 +67,8 @@ class UPat(MathMixin):
             self._orderings = None
         first: Iterable[UPat] = (src,) if isinstance(src, UPat) else (src or ())
         self._required_ops = frozenset(next(iter(p.op)) for p in first if p.op is not None and len(p.op) == 1)
+        self._alts = _compile(self)
+        self._det = self._alts[0] if self._alts is not None and len(self._alts) == 1 else None
 
     @staticmethod
     @functools.cache
@@ -121,6 +123,8 @@ class UPat(MathMixin):
 
     def match(self, uop: UOp, store: Bindings) -> list[Bindings]:
         """Every way this pattern matches `uop`, each as a binding dict extending `store`."""
+        if self._alts is not None:  # compiled: one matcher per way, each on its own copy of `store`
+            return [st for d in self._alts if d(uop, st := dict(store))]
         if self.any_of is not None:
             out = []
             for p in self.any_of:
@@ -154,6 +158,74 @@ class UPat(MathMixin):
                     break
             res.extend(stores)
         return res
+
+
+Det = Callable[["UOp", Bindings], bool]
+
+
+def _compile(p: UPat) -> tuple[Det, ...] | None:
+    """The pattern compiled to one matcher per way it can fit a node, in `match`'s order, else None.
+
+    Each matcher checks the node in `match`'s order, binds names into the dict it is handed (which the
+    caller drops on False) and says whether the node fits: no lists, no copies. A permutation gives one
+    matcher per ordering and `UPat.any` the concatenation of its alternatives'; sources must be patterns
+    with exactly one matcher (else None: `match` enumerates them)."""
+    if p.any_of is not None:
+        if any(a._alts is None for a in p.any_of):
+            return None
+        alts = tuple(d for a in p.any_of for d in (a._alts or ()))
+        if (any_name := p.name) is None:
+            return alts
+        return tuple(_named(d, any_name) for d in alts)
+    ops, dts, arg, name, any_len, o = p.op, p.dtype, p.arg, p.name, p.allow_any_len, p._orderings
+    if o is None and ops is None and dts is None and arg is None:  # a bare or named `UPat.var`
+        if name is None:
+            return (lambda u, st: True,)
+        return (lambda u, st: st.setdefault(name, u) is u,)
+    if isinstance(o, UPat):
+        if o._det is None:
+            return None
+        return (_node(ops, dts, arg, name, any_len, o._det, None),)
+    if o is None:
+        return (_node(ops, dts, arg, name, any_len, None, None),)
+    if any(c._det is None for ordering in o for c in ordering):
+        return None
+    return tuple(_node(ops, dts, arg, name, any_len, None,
+                       tuple(c._det for c in ordering if c._det is not None)) for ordering in o)
+
+
+def _named(d: Det, name: str) -> Det:
+    return lambda u, st: d(u, st) and st.setdefault(name, u) is u
+
+
+def _node(ops: frozenset[Ops] | None, dts: frozenset[DType] | None, arg: Any, name: str | None,
+          any_len: bool, rep: Det | None, kids: tuple[Det, ...] | None) -> Det:
+    """The matcher of one node pattern: its own checks, then `rep` on every source or `kids` in order."""
+    n = -1 if kids is None else len(kids)
+
+    def det(u: UOp, st: Bindings) -> bool:
+        if (ops is not None and u.op not in ops) or \
+                (name is not None and st.setdefault(name, u) is not u) or \
+                (dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts) or \
+                (arg is not None and not arg == u.arg):
+            return False
+        src = u.src
+        if rep is not None:
+            for s in src:
+                if not rep(s, st):
+                    return False
+            return True
+        if kids is None:
+            return True
+        if len(src) != n and (not any_len or len(src) < n):
+            return False
+        if n == 2:
+            return kids[0](src[0], st) and kids[1](src[1], st)
+        for k, s in zip(kids, src):
+            if not k(s, st):
+                return False
+        return True
+    return det
 
 
 def _ops_of(p: UPat) -> Iterable[Ops]:
@@ -193,6 +265,11 @@ class PatternMatcher:
             rule = _Rule(pat, fxn, "ctx" in params, required, i)
             for op in _ops_of(pat):
                 self.pdict[op].append(rule)
+        # per op, the rules as flat tuples (compiled matcher first): what `rewrite` loops over
+        self._fast: dict[Ops, tuple[tuple[tuple[Det, ...] | None, UPat, Callable[..., Any], bool,
+                                          frozenset[Ops], int], ...]] = {
+            op: tuple((r.pat._alts, r.pat, r.fxn, r.has_ctx, r.required, r.index) for r in rules)
+            for op, rules in self.pdict.items()}
         self.stats = _Stats([0] * len(self.patterns))
         _all_stats[id(self)] = (self, self.stats)
 
@@ -202,20 +279,40 @@ class PatternMatcher:
     def __len__(self) -> int:
         return len(self.patterns)
 
-    def rewrite(self, uop: UOp, ctx: Any = None) -> Any:
+    def rewrite(self, uop: UOp, ctx: Any = None) -> Any:  # noqa: C901  (the hot path: one flat loop)
         """The first rule's result that is neither None nor `uop` itself, else None."""
-        src_ops = {s.op for s in uop.src}
-        for rule in self.pdict.get(uop.op, ()):
-            if not rule.required <= src_ops:
+        rules = self._fast.get(uop.op)
+        if rules is None:
+            return None
+        src_ops: set[Ops] | None = None
+        for alts, pat, fxn, has_ctx, required, index in rules:
+            if required:  # the early reject: a set test, computed once per node and only when asked
+                if src_ops is None:
+                    src_ops = {s.op for s in uop.src}
+                if not required <= src_ops:
+                    continue
+            if alts is not None:  # compiled: one matcher per binding, tried lazily, no list of dicts
+                for d in alts:
+                    st: Bindings = {}
+                    if not d(uop, st):
+                        continue
+                    ret = fxn(ctx=ctx, **st) if has_ctx else fxn(**st)
+                    if ret is None:
+                        continue
+                    if ret is uop:
+                        break  # this rule decided "no rewrite": try the next rule
+                    if TRACK_MATCH_STATS:
+                        self.stats.hits[index] += 1
+                    return ret
                 continue
-            for bindings in rule.pat.match(uop, {}):
-                ret = rule.fxn(ctx=ctx, **bindings) if rule.has_ctx else rule.fxn(**bindings)
+            for bindings in pat.match(uop, {}):
+                ret = fxn(ctx=ctx, **bindings) if has_ctx else fxn(**bindings)
                 if ret is None:
                     continue
                 if ret is uop:
                     break  # this rule decided "no rewrite": try the next rule
                 if TRACK_MATCH_STATS:
-                    self.stats.hits[rule.index] += 1
+                    self.stats.hits[index] += 1
                 return ret
         return None
 
@@ -250,74 +347,103 @@ class _RewriteContext:
             return x.src[0]
         return None
 
-    def fixpoint(self, root: UOp) -> UOp:
-        """Rewrite to a fixpoint: BPM pre-order, PM post-order, replacements rewritten again."""
-        self.stack: list[_Entry] = [(root, 0, root)]
-        self.on_stack = {root}
-        self.waitlist: dict[UOp, list[_Entry]] = defaultdict(list)
-        stages = (self._descend, self._rebuild, self._link)
-        while self.stack:
-            if len(self.stack) > STACK_LIMIT:
+    def fixpoint(self, root: UOp) -> UOp:  # noqa: C901  (the engine's hot loop: its stages inlined)
+        """Rewrite to a fixpoint: BPM pre-order, PM post-order, replacements rewritten again.
+
+        Stack entries are (node, stage, work node). Stage 0 runs the bottom-up fixpoint on the node and
+        pushes its sources (first source on top); stage 1, once every source has a result, rebuilds the
+        node or applies the top-down matcher and rewrites the candidate from scratch; stage 2 links the
+        node to its candidate's result. One loop with the stages inlined: this is the engine's hot path."""
+        replace, bcache, ctx, enter_calls = self.replace, self.bpm_cache, self.ctx, self.enter_calls
+        pm_rewrite = None if self.pm is None else self.pm.rewrite
+        bpm_rewrite = None if self.bpm is None else self.bpm.rewrite
+        stack: list[_Entry] = [(root, 0, root)]
+        on_stack = {root}
+        waitlist: dict[UOp, list[_Entry]] = {}
+        push, pop, calls = stack.append, stack.pop, GroupOp.Call
+        while stack:
+            if len(stack) > STACK_LIMIT:
                 raise RewriteError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
-            n, stage, new_n = self.stack.pop()
-            if n not in self.replace:
-                stages[stage](n, new_n)
-        return self.replace[root]
-
-    def _finish(self, n: UOp, result: UOp) -> None:
-        self.replace[n] = result
-        self.stack.extend(self.waitlist.pop(n, ()))
-
-    def _descend(self, n: UOp, new_n: UOp) -> None:
-        """Stage 0: the bottom-up fixpoint on the node, then its sources are pushed (first source on top)."""
-        if self.bpm is not None:
-            seen: set[UOp] = set()
-            try:
-                while (test_n := self.cached_bpm(new_n)) is not None:
-                    if test_n in seen:
-                        raise RewriteError(f"infinite loop in a bottom-up fixpoint at {test_n.op}")
-                    seen.add(new_n)
-                    new_n = test_n
-            except BottomUpGate:
-                self._finish(n, new_n)
-                return
-        self.stack.append((n, 1, new_n))
-        if (body := self.pin_body(new_n)) is not None:
-            self._finish(body, body)  # resume entries already waiting on the body; they'd be lost (KeyError)
-        for x in reversed(new_n.src):
-            if x not in self.on_stack:
-                self.stack.append((x, 0, x))
-                self.on_stack.add(x)
-
-    def _rebuild(self, n: UOp, new_n: UOp) -> None:
-        """Stage 1: once every source has a result, rebuild the node or apply the top-down matcher."""
-        new_src = []
-        for x in new_n.src:
-            if (rx := self.replace.get(x)) is None:
-                self.waitlist[x].append((n, 1, new_n))
-                return
-            new_src.append(rx)
-        src = tuple(new_src)
-        if src == new_n.src:  # element-wise identity: UOps compare by identity
-            if self.pm is None or (cand := self.pm.rewrite(new_n, self.ctx)) is None:
-                self._finish(n, new_n)
-                return
-        else:
-            cand = new_n.replace(src=src)
-        self.stack.append((n, 2, cand))
-        self.stack.append((cand, 0, cand))  # the candidate is rewritten from scratch
-
-    def _link(self, n: UOp, cand: UOp) -> None:
-        """Stage 2: the node's result is its candidate's result."""
-        if (linked := self.replace.get(cand)) is None:
-            self.waitlist[cand].append((n, 2, cand))
-        else:
-            self._finish(n, linked)
+            n, stage, new_n = pop()
+            # an entry that would be pushed and popped at once is handled here: the inner loop falls through
+            while n not in replace:
+                if stage == 0:
+                    if bpm_rewrite is not None:
+                        seen: set[UOp] | None = None
+                        try:
+                            while True:
+                                if (test_n := bcache.get(new_n, _MISSING)) is _MISSING:
+                                    test_n = bcache[new_n] = bpm_rewrite(new_n, ctx)
+                                if test_n is None:
+                                    break
+                                if seen is None:
+                                    seen = set()
+                                if test_n in seen:
+                                    raise RewriteError("infinite loop in a bottom-up fixpoint at "
+                                                       f"{test_n.op}")
+                                seen.add(new_n)
+                                new_n = test_n
+                        except BottomUpGate:
+                            replace[n] = new_n
+                            if n in waitlist:
+                                stack.extend(waitlist.pop(n))
+                            break
+                    if not enter_calls and new_n.op in calls:  # pin the body; resume what already waits on it
+                        push((n, 1, new_n))
+                        body = new_n.src[0]
+                        replace[body] = body
+                        if body in waitlist:
+                            stack.extend(waitlist.pop(body))
+                        for x in reversed(new_n.src):
+                            if x not in on_stack:
+                                push((x, 0, x))
+                                on_stack.add(x)
+                        break
+                    pushed = False
+                    for x in reversed(new_n.src):  # a source with a result needs no visit
+                        if x not in replace and x not in on_stack:
+                            if not pushed:
+                                push((n, 1, new_n))
+                                pushed = True
+                            push((x, 0, x))
+                            on_stack.add(x)
+                    if pushed:
+                        break
+                    stage = 1
+                if stage == 1:
+                    src = new_n.src
+                    try:
+                        new_src = tuple([replace[x] for x in src])
+                    except KeyError:  # wait for the first source without a result
+                        missing = next(x for x in src if x not in replace)
+                        waitlist.setdefault(missing, []).append((n, 1, new_n))
+                        break
+                    if new_src != src:  # element-wise identity: UOps compare by identity
+                        cand = _rebuilt(new_n, new_src)
+                    elif pm_rewrite is None or (cand := pm_rewrite(new_n, ctx)) is None:
+                        replace[n] = new_n
+                        if n in waitlist:
+                            stack.extend(waitlist.pop(n))
+                        break
+                    push((n, 2, cand))
+                    if len(stack) > STACK_LIMIT:  # rules that bounce grow the stack here
+                        raise RewriteError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
+                    n, stage, new_n = cand, 0, cand  # the candidate is rewritten from scratch
+                    continue
+                if (linked := replace.get(new_n)) is None:
+                    waitlist.setdefault(new_n, []).append((n, 2, new_n))
+                else:
+                    replace[n] = linked
+                    if n in waitlist:
+                        stack.extend(waitlist.pop(n))
+                break
+        return replace[root]
 
     def walk(self, root: UOp) -> UOp:
         """One pass, no fixpoint: BPM results are final and not entered; PM applies once per rebuilt node."""
         stack: list[tuple[UOp, bool]] = [(root, False)]
         replace = self.replace
+        pm_rewrite = None if self.pm is None else self.pm.rewrite
         while stack:
             n, processed = stack.pop()
             if n in replace:
@@ -328,14 +454,22 @@ class _RewriteContext:
                     continue
                 stack.append((n, True))
                 self.pin_body(n)
-                stack.extend((x, False) for x in reversed(n.src) if x not in replace)
+                stack.extend([(x, False) for x in reversed(n.src) if x not in replace])
             else:
-                src = tuple(replace.get(x, x) for x in n.src)
-                new_n = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
-                if self.pm is not None and (r := self.pm.rewrite(new_n, self.ctx)) is not None:
+                src = tuple([replace.get(x, x) for x in n.src])
+                new_n = n if all(a is b for a, b in zip(src, n.src)) else _rebuilt(n, src)
+                if pm_rewrite is not None and (r := pm_rewrite(new_n, self.ctx)) is not None:
                     new_n = r
                 replace[n] = new_n
         return replace.get(root, root)
+
+
+_MISSING: Any = object()
+
+
+def _rebuilt(n: UOp, src: tuple[UOp, ...]) -> UOp:
+    """`n.replace(src=src)` for a `src` known to differ from n's, without replace's checks."""
+    return type(n)(n.op, n.dtype, src, n.arg, n.tag)
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,

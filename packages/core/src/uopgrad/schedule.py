@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from uopgrad._util import LRU, all_int, dedup, prod
-from uopgrad.config import VERIFY
+from uopgrad.config import KERNEL_OPS, VERIFY
 from uopgrad.dtype import dtypes
 from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
@@ -239,7 +239,38 @@ class _Scheduler:
             if u.op is Ops.CALL or (u.op is Ops.FUNCTION and u.arg.precompile):
                 r.update((a, None) for a in u.src[1:] if a.op is not Ops.BIND and _buffer_of(a) is None)
         self._broadcast_reduces(r)
+        self._cut_large_kernels(r)
         return {u: None for u in r if not _precompiled_output(u)}
+
+    def _cut_large_kernels(self, r: dict[UOp, None]) -> None:
+        """Fusion that stops: a value whose fused expression would pass KERNEL_OPS ops is realized, so no
+        kernel's source grows with the graph and compile time stays about linear in its size.
+
+        A node's size is 1 plus its sources' sizes (views and constants are free, a realized value is one
+        load): an upper bound, as a shared node counts once per use. So no kernel passes (sources + 1) x
+        budget. A shared node over an eighth of the budget is realized too: it is computed once, not counted
+        (and recomputed) in every consumer, which keeps the bound from cutting a backward graph too often."""
+        if (budget := int(KERNEL_OPS)) <= 0:
+            return
+        fanout: dict[UOp, int] = defaultdict(int)
+        for u in self.nodes:
+            for x in dict.fromkeys(u.src):
+                fanout[x] += 1
+        cost: dict[UOp, int] = {}
+        for u in self.nodes:
+            if u in r or u.op in _BOUNDARY or u.op is Ops.BUFFER:
+                cost[u] = 1
+            elif u.op in (Ops.CONST, Ops.VCONST):
+                cost[u] = 0
+            elif u.op in GroupOp.Movement:
+                cost[u] = cost.get(u.src[0], 1)
+            else:
+                cost[u] = c = 1 + sum(cost.get(x, 1) for x in dict.fromkeys(u.src))
+                if (c > budget or (fanout[u] > 1 and 8 * c > budget)) and \
+                        (u.op in GroupOp.ALU or u.op in (Ops.REDUCE, Ops.CAST)) and \
+                        isinstance(u.device, str) and _concrete_shape(u):
+                    r[u] = None
+                    cost[u] = 1
 
     def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
         """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so
@@ -544,9 +575,10 @@ def schedule(sink: UOp) -> Schedule:
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
     graph = _structure(sink)
-    if (tmpl := _cache.get(graph.key)) is None:
+    key = graph.key + int(KERNEL_OPS).to_bytes(8, "little", signed=True)  # the budget changes the cuts
+    if (tmpl := _cache.get(key)) is None:
         _stats["misses"] += 1
-        tmpl = _cache[graph.key] = _template(sink, graph.buffers)
+        tmpl = _cache[key] = _template(sink, graph.buffers)
     else:
         _stats["hits"] += 1
     return tmpl.instantiate(sink, graph)

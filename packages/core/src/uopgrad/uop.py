@@ -186,7 +186,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             elif gate is None or gate(node):
                 stack.append((node, True))
                 srcs = node.src[1:] if not enter_calls and node.op in _CALLS else node.src
-                stack.extend((s, False) for s in reversed(srcs))
+                stack.extend([(s, False) for s in reversed(srcs) if s not in visited])  # a visited one: no-op
         return visited
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
