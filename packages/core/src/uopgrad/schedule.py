@@ -575,7 +575,7 @@ def schedule(sink: UOp) -> Schedule:
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
     graph = _structure(sink)
-    key = graph.key + int(KERNEL_OPS).to_bytes(8, "little", signed=True)  # the budget changes the cuts
+    key = (*graph.key, ("KERNEL_OPS", int(KERNEL_OPS)))  # the budget changes the cuts
     if (tmpl := _cache.get(key)) is None:
         _stats["misses"] += 1
         tmpl = _cache[key] = _template(sink, graph.buffers)
