@@ -1,5 +1,5 @@
-"""Shared fixtures: a private compile cache for the whole run, the emulated CUDA backend, and a helper that
-builds CUDA source with the emulator and launches it on host buffers."""
+"""Shared fixtures: the kit's private compile cache for the whole run, NVRTC and the emulator, and a helper
+that builds CUDA source with the emulator and launches it on host buffers."""
 
 from __future__ import annotations
 
@@ -8,17 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from uopgrad_conformance.kit import private_compile_cache  # noqa: F401  (an autouse fixture)
 from uopgrad_cuda import EmulatedCompiler, NVRTCCompiler
 from uopgrad_cuda.runtime import emulated_program_class
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory):
-    # kernels built by the tests go to a fresh directory, never the user's ~/.cache/uopgrad
-    mp = pytest.MonkeyPatch()
-    mp.setenv("UOPGRAD_CACHE_DIR", str(tmp_path_factory.mktemp("uopgrad-cache")))
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +44,7 @@ def _gpu_present() -> bool:
     return True
 
 
-# the pipeline tests run on the device `CUDA`: a GPU where there is one, else the emulator (said here,
+# the kit's tests run on the device `CUDA`: a GPU where there is one, else the emulator (said here,
 # explicitly: the backend itself never falls back)
 if "UOPGRAD_CUDA_EMULATE" not in os.environ and not _gpu_present():
     os.environ["UOPGRAD_CUDA_EMULATE"] = "1"

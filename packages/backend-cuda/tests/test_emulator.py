@@ -2,14 +2,18 @@
 `__syncthreads` as a barrier of the whole block (shared memory written before it is read after it, in either
 thread order), a barrier some thread never reaches and threads at different barriers are clear errors,
 atomics return the old value and never lose an update, divergent branches and early returns, grid indices
-of every dimension, and reversed order exposes a kernel that races."""
+of every dimension, reversed order exposes a kernel that races, and whole tensor programs in reversed
+order give REFERENCE's results."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from uopgrad import Device
 from uopgrad.backend import CompileError
+from uopgrad_conformance.kit.pipeline import assert_close, both
+from uopgrad_cuda import CUDABackend
 
 REVERSE_IN_BLOCK = """
 extern "C" __global__ void __launch_bounds__(64) rev(float* __restrict__ out, const float* __restrict__ in) {
@@ -172,3 +176,16 @@ def test_nvrtc_checks_the_source_before_the_host_build(emu):
     with pytest.raises(CompileError, match=r"(?s)NVRTC 13.*identifier \"getcontext\" is undefined"):
         emu.compile(src)
     assert emu.nvrtc.compile(REVERSE_IN_BLOCK)[:4] == b"\x7fELF"
+
+
+def test_reversed_thread_order_gives_the_same_results(monkeypatch):
+    # a fresh backend object in reversed order: every kernel codegen emits is free of order dependence
+    if Device["CUDA"].gpu is not None:
+        pytest.skip("a GPU is present: thread order is the hardware's")
+    monkeypatch.setenv("UOPGRAD_CUDA_EMULATE", "reverse")
+    rev = CUDABackend("CUDA:7")
+    assert rev.runtime.reverse
+    monkeypatch.setitem(Device._instances, "CUDA:7", rev)
+    a = np.random.default_rng(7).standard_normal((33, 130)).astype(np.float32)
+    for fn in (lambda t: t.softmax(axis=-1), lambda t: t.sum(axis=0), lambda t: t.permute(1, 0) * 3):
+        assert_close(*both("CUDA:7", fn, a), rtol=1e-6)
