@@ -9,52 +9,17 @@ import re
 
 import pytest
 
-from uopgrad import DType, GroupOp, Ops, UOp, dtypes
+from uopgrad import DType, Ops, UOp, dtypes
 from uopgrad.codegen import GridLimits, Program
 from uopgrad.renderer import CStyleRenderer
+from uopgrad_conformance.kit.linear import alu, const, linear, load, param, prog, special, store
 from uopgrad_opencl import OpenCLRenderer
 
 i32, f32, f64, f16 = dtypes.int32, dtypes.float32, dtypes.float64, dtypes.float16
 
 
-def param(slot: int, dt: DType, n: int) -> UOp:
-    return UOp(Ops.PARAM, dt.ptr(n), (), slot)
-
-
-def const(dt: DType, v: float | int | bool) -> UOp:
-    return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
-
-
-def special(name: str, n: int) -> UOp:
-    return UOp(Ops.SPECIAL, i32, (const(i32, n),), name)
-
-
-def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)),
-                                          *(() if gate is None else (gate,))))
-
-
-def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val,
-                                        *(() if gate is None else (gate,))))
-
-
-def alu(op: Ops, *srcs: UOp) -> UOp:
-    return UOp(op, dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype, srcs)
-
-
-def linear(*roots: UOp) -> tuple[UOp, ...]:
-    out: dict[UOp, None] = {}
-    for root in roots:
-        out.update((u, None) for u in root.toposort() if u not in out)
-    return tuple(out)
-
-
 def render(name: str, *roots: UOp) -> str:
-    uops = linear(*roots)
-    slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
-    variables = tuple(u for u in uops if u.op is Ops.DEFINE_VAR)
-    return OpenCLRenderer().render(Program(name, uops, slots, variables, (), ()))
+    return OpenCLRenderer().render(prog(name, linear(*roots)))
 
 
 def unary(op: Ops, src_dt: DType, dst_dt: DType) -> str:

@@ -13,7 +13,8 @@ from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
 from uopgrad.codegen import Program
 
-__all__ = ["const", "elementwise", "linear", "out_dtype", "prog", "reference", "run"]
+__all__ = ["alu", "const", "elementwise", "linear", "load", "out_dtype", "param", "prog", "reference", "run",
+           "special", "store"]
 
 i32 = dtypes.int32
 
@@ -37,6 +38,33 @@ def linear(*roots: UOp) -> tuple[UOp, ...]:
 def const(dt: DType, v: float | int | bool) -> UOp:
     """A CONST of `v` in `dt`."""
     return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
+
+
+def param(slot: int, dt: DType, n: int) -> UOp:
+    """Buffer `slot` of `n` elements of `dt`."""
+    return UOp(Ops.PARAM, dt.ptr(n), (), slot)
+
+
+def special(name: str, n: int) -> UOp:
+    """A grid index (gidx0, lidx1, ...) that runs over `n`."""
+    return UOp(Ops.SPECIAL, i32, (const(i32, n),), name)
+
+
+def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
+    """buf[idx] (0 where `gate` is false)."""
+    return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)),
+                                          *(() if gate is None else (gate,))))
+
+
+def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
+    """buf[idx] = val (only where `gate` is true)."""
+    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val,
+                                        *(() if gate is None else (gate,))))
+
+
+def alu(op: Ops, *srcs: UOp) -> UOp:
+    """A kernel-level ALU uop of its operands' dtype (bool for comparisons); no broadcasting."""
+    return UOp(op, dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype, srcs)
 
 
 def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str = "k") -> Program:
