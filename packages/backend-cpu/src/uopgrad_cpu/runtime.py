@@ -11,13 +11,12 @@ import _ctypes
 import ctypes
 import functools
 import os
-import tempfile
 import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from uopgrad.backend import HostAllocator, Program
+from uopgrad.backend import HostAllocator, Program, load_library
 
 __all__ = ["CPUAllocator", "CPUProgram"]
 
@@ -43,13 +42,7 @@ class CPUProgram(Program):
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        fd, path = tempfile.mkstemp(prefix=f"uopgrad-{name}-", suffix=".so")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self._dll = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)  # the loaded mapping stays valid
+        self._dll = load_library(lib, f"uopgrad-{name}-")
         self._fn = getattr(self._dll, name)
         self._fn.restype = None
         _load_aware_threads(self._dll)

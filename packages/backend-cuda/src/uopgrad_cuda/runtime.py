@@ -15,14 +15,13 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from uopgrad.backend import Allocator, Program
+from uopgrad.backend import Allocator, HostAllocator, Program, load_library
 
 __all__ = ["ARCH_ENV", "EMULATE_ENV", "CUDAAllocator", "CUDAProgram", "DevicePointer", "EmulatedAllocator",
            "EmulatedProgram",
@@ -51,24 +50,10 @@ def emulation() -> str | None:
 
 
 # ---------------------------------------------------------------------- the host emulation
-class EmulatedAllocator(Allocator[np.ndarray]):
+class EmulatedAllocator(HostAllocator):
     """Host memory as 256-byte aligned numpy byte arrays (cudaMalloc's alignment)."""
 
-    def _alloc(self, nbytes: int) -> np.ndarray:
-        raw = np.zeros(nbytes + 256, dtype=np.uint8)
-        start = -raw.ctypes.data % 256
-        return raw[start:start + nbytes]
-
-    def _zero(self, handle: np.ndarray) -> None:
-        handle.fill(0)
-
-    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-        """memcpy host bytes into the buffer."""
-        handle[:] = np.frombuffer(src, dtype=np.uint8)
-
-    def copyout(self, dst: memoryview, handle: np.ndarray) -> None:
-        """memcpy the buffer into host bytes."""
-        np.frombuffer(dst, dtype=np.uint8)[:] = handle
+    align = 256
 
 
 class EmulatedProgram(Program):
@@ -78,13 +63,7 @@ class EmulatedProgram(Program):
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        fd, path = tempfile.mkstemp(prefix=f"uopgrad-cuda-{name}-", suffix=".so")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(lib)
-            self._dll = ctypes.CDLL(path)
-        finally:
-            os.unlink(path)  # the loaded mapping stays valid
+        self._dll = load_library(lib, f"uopgrad-cuda-{name}-")
         self._fn = getattr(self._dll, f"__uopgrad_launch_{name}")
         self._fn.restype = ctypes.c_int
 

@@ -11,12 +11,14 @@ launch, reusing compiled kernels across calls with the same kernel structure.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import importlib
 import importlib.metadata
 import os
 import re
+import tempfile
 import threading
 import time
 import weakref
@@ -46,7 +48,7 @@ from uopgrad.verify import verify_new
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
            "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
-           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel"]
+           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel", "load_library"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -236,6 +238,19 @@ class HostAllocator(Allocator[np.ndarray]):
     def as_buffer(self, handle: np.ndarray) -> memoryview:
         """The buffer's own memory (no copy)."""
         return handle.data
+
+
+def load_library(lib: bytes, prefix: str) -> ctypes.CDLL:
+    """A shared object loaded from its bytes, for backends whose kernels run on the host: written to a
+    private temporary file, loaded with `ctypes.CDLL` and unlinked at once (the loaded mapping stays
+    valid)."""
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(lib)
+        return ctypes.CDLL(path)
+    finally:
+        os.unlink(path)
 
 
 class Program:
