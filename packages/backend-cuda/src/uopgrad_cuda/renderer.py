@@ -152,6 +152,9 @@ class CUDARenderer(CStyleRenderer):
         **CStyleRenderer.type_map, dtypes.bool: "bool", dtypes.float16: "float",
     }
     storage: ClassVar[dict[DType, DType]] = {dtypes.float16: dtypes.uint16}
+    # float16 values live in buffers as their bits (HALF_HELPERS convert)
+    bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
+        **CStyleRenderer.bits_codec, dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits")}
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
         **CStyleRenderer.code_for_op, Ops.ADD: _wrapping("+"), Ops.SUB: _wrapping("-"),
         Ops.MUL: _wrapping("*"), Ops.NEG: _neg, Ops.MULACC: _mulacc, Ops.CDIV: _cdiv, Ops.FDIV: _fdiv,
@@ -215,22 +218,6 @@ class CUDARenderer(CStyleRenderer):
         if d == dtypes.float64:
             return f"__longlong_as_double((long long){x})"
         return f"(({self.ctype(dst)}){x})"
-
-    def render_load(self, buf: str, offset: str, dt: DType) -> str:
-        """`buf[offset]`; a float16 from its bits."""
-        if dt.scalar() == dtypes.float16:
-            return f"__uopgrad_bits_half({buf}[{offset}])"
-        return super().render_load(buf, offset, dt)
-
-    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
-        """`buf[offset] = value;`; a float16 as its bits."""
-        if dt.scalar() == dtypes.float16:
-            return super().render_store(buf, offset, f"__uopgrad_half_bits({value})", dtypes.uint16)
-        return super().render_store(buf, offset, value, dt)
-
-    def render_param(self, slot: int, dt: DType, writable: bool) -> str:
-        """`float* __restrict__ data0`; float16 buffers are `unsigned short`."""
-        return super().render_param(slot, self.storage.get(dt.base.scalar(), dt.base.scalar()), writable)
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
         """A `__shared__` array (float16 as its bits, as in buffers)."""

@@ -128,6 +128,9 @@ class OpenCLRenderer(CStyleRenderer):
     }
     storage: ClassVar[dict[DType, DType]] = {dtypes.bool: dtypes.uint8, dtypes.float16: dtypes.uint16,
                                              dtypes.bfloat16: dtypes.uint16}
+    # float16 values live in buffers as their bits (_HALF_HELPERS convert)
+    bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
+        **CStyleRenderer.bits_codec, dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits")}
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {**CStyleRenderer.code_for_op, Ops.SHL: _shl,
                                                     Ops.SHR: _shr}
     helpers: ClassVar[dict[str, str]] = {
@@ -189,22 +192,6 @@ class OpenCLRenderer(CStyleRenderer):
         if dst.scalar() == dtypes.float16:
             return f"__uopgrad_bits_half((ushort){x})"
         return f"as_{self.ctype(dst)}(({self.ctype(src)}){x})"
-
-    def render_load(self, buf: str, offset: str, dt: DType) -> str:
-        """`buf[offset]`; a float16 from its bits."""
-        if dt.scalar() == dtypes.float16:
-            return f"__uopgrad_bits_half({buf}[{offset}])"
-        return super().render_load(buf, offset, dt)
-
-    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
-        """`buf[offset] = value;`; a float16 as its bits."""
-        if dt.scalar() == dtypes.float16:
-            return super().render_store(buf, offset, f"__uopgrad_half_bits({value})", dtypes.uint16)
-        return super().render_store(buf, offset, value, dt)
-
-    def render_param(self, slot: int, dt: DType, writable: bool) -> str:
-        """`__global float* restrict data0`; bool buffers are `uchar` (0 or 1), float16 ones `ushort`."""
-        return super().render_param(slot, self.storage.get(dt.base.scalar(), dt.base.scalar()), writable)
 
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:

@@ -245,6 +245,9 @@ class CStyleRenderer(Renderer):
     helpers: ClassVar[dict[str, str]] = {**_HELPERS, **_BF16_HELPERS}
     # dtypes whose buffers hold another type's bits (bfloat16: `unsigned short`); see _BF16_HELPERS
     storage: ClassVar[dict[DType, DType]] = {dtypes.bfloat16: dtypes.uint16}
+    # the helpers a load and a store of such a dtype go through: (bits -> value, value -> bits)
+    bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
+        dtypes.bfloat16: ("__uopgrad_bf16_float", "__uopgrad_bf16_bits")}
     # lines before the kernel (includes, pragmas, typedefs)
     prefix_lines: ClassVar[tuple[str, ...]] = ("#include <math.h>",)
     kernel_prefix = "void"
@@ -352,16 +355,16 @@ class CStyleRenderer(Renderer):
         return self.special_index[m.group(1)].format(int(m.group(2)), "xyz"[int(m.group(2))])
 
     def render_load(self, buf: str, offset: str, dt: DType) -> str:
-        """An expression reading element `offset` of buffer `buf`, a value of `dt`."""
-        if dt.scalar() == dtypes.bfloat16:
-            return f"__uopgrad_bf16_float({buf}[{offset}])"
-        return f"{buf}[{offset}]"
+        """An expression reading element `offset` of buffer `buf`, a value of `dt` (from its bits, for a
+        dtype in `bits_codec`)."""
+        codec = self.bits_codec.get(dt.scalar())
+        return f"{buf}[{offset}]" if codec is None else f"{codec[0]}({buf}[{offset}])"
 
     def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
-        """A statement writing `value`, of `dt`, to element `offset` of buffer `buf`."""
-        if dt.scalar() == dtypes.bfloat16:
-            value = f"__uopgrad_bf16_bits({value})"
-        return f"{buf}[{offset}] = {value};"
+        """A statement writing `value`, of `dt`, to element `offset` of buffer `buf` (as its bits, for a
+        dtype in `bits_codec`)."""
+        codec = self.bits_codec.get(dt.scalar())
+        return f"{buf}[{offset}] = {value if codec is None else f'{codec[1]}({value})'};"
 
     def render_param(self, slot: int, dt: DType, writable: bool) -> str:
         """One buffer parameter: `float* restrict data0`; read-only buffers are `const`."""
