@@ -1,9 +1,9 @@
-"""The uopgrad_cuda package: its type marker, the four modules of a backend (and the emulator), the entry
-point, no other backend imported; without a GPU, `import uopgrad_cuda` works and `Device["CUDA"]` is a clear
+"""The uopgrad_cuda package: the kit's package checks (type marker, the four modules of a backend, the entry
+point, no other uopgrad package imported, the one-liner, `uopgrad devices`), plus the emulator module and no
+cupy at import; without a GPU, `import uopgrad_cuda` works and `Device["CUDA"]` is a clear
 error naming the missing GPU or driver and the emulation switch, never a silent fallback; NVRTC compiles to
 a cubin with no GPU."""
 
-import ast
 import importlib.resources
 import os
 import subprocess
@@ -12,10 +12,15 @@ import sys
 import pytest
 
 from uopgrad.backend import CompileError
+from uopgrad_conformance.kit.package import package_tests
 from uopgrad_cuda import NVRTCCompiler
 
-LIST_PACKAGES = "print(sorted({m.partition('.')[0] for m in sys.modules if m.startswith('uopgrad_')}))"
 NO_EMULATION = {k: v for k, v in os.environ.items() if k != "UOPGRAD_CUDA_EMULATE"}
+
+# the kit's checks of every backend package: no other uopgrad package imported, py.typed, the four modules,
+# the entry point, the README's one-liner (emulated where there is no GPU, as conftest.py says) and
+# `uopgrad devices`
+globals().update(package_tests("uopgrad_cuda", device="CUDA"))
 
 
 def _has_gpu() -> bool:
@@ -23,28 +28,13 @@ def _has_gpu() -> bool:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, env=NO_EMULATION).returncode == 0
 
 
-def test_import_loads_no_other_uopgrad_package_and_no_cupy():
+def test_import_loads_no_cupy_and_the_emulator_ships():
     # a fresh interpreter, so modules imported by other tests in this run cannot hide a stray import
-    code = f"import sys, uopgrad_cuda; {LIST_PACKAGES}; print('cupy' in sys.modules)"
+    code = "import sys, uopgrad_cuda; print('cupy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env=NO_EMULATION).stdout.split("\n")
-    assert ast.literal_eval(out[0]) == ["uopgrad_cuda"] and out[1] == "False"
-
-
-def test_ships_py_typed_and_the_modules_of_a_backend():
-    files = {p.name for p in importlib.resources.files("uopgrad_cuda").iterdir()}
-    assert {"py.typed", "__init__.py", "renderer.py", "compiler.py", "runtime.py", "emulator.py"} <= files
-
-
-def test_entry_point_names_the_backend():
-    from importlib.metadata import entry_points
-
-    from uopgrad_cuda import CUDABackend
-
-    eps = [ep for ep in entry_points(group="uopgrad.backends") if ep.name == "CUDA"]
-    if not eps:  # running from a source tree without `pip install ./packages/backend-cuda`
-        pytest.skip("uopgrad-cuda is not installed")
-    assert eps[0].load() is CUDABackend
+                         env=NO_EMULATION).stdout
+    assert out.strip() == "False"
+    assert importlib.resources.files("uopgrad_cuda").joinpath("emulator.py").is_file()
 
 
 def test_without_a_gpu_the_device_is_a_clear_error():
@@ -56,13 +46,6 @@ def test_without_a_gpu_the_device_is_a_clear_error():
                          env=NO_EMULATION).stdout
     assert out.startswith("NoGPUError CUDA needs an NVIDIA GPU with its driver")
     assert "UOPGRAD_CUDA_EMULATE=1" in out and ("driver" in out or "cupy" in out)
-
-
-def test_emulation_one_liner():
-    code = "from uopgrad import Tensor; print((Tensor([1.,2.,3.], device='CUDA')*2).sum().numpy())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "UOPGRAD_CUDA_EMULATE": "1"}).stdout
-    assert out.strip() == "12.0"
 
 
 def test_a_bad_emulation_switch_is_an_error():

@@ -1,6 +1,7 @@
 """Checks of how a uopgrad package is built, for its own test folder: it imports no other uopgrad package,
 ships its type marker, and (for a backend) has the four modules of every backend, registers its entry
-point, and runs the README's one-liner in a fresh interpreter.
+point, runs the README's one-liner in a fresh interpreter, and is listed as available, with its package and
+dtypes, by `uopgrad devices`.
 
     # packages/backend-xyz/tests/test_xyz_package.py
     from uopgrad_conformance.kit.package import package_tests
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.resources
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,6 +31,11 @@ LIST_PACKAGES = "print(sorted({m.partition('.')[0] for m in sys.modules if m.sta
 def _python(code: str) -> str:
     """stdout of `code` in a fresh interpreter (modules other tests imported can't hide anything there)."""
     return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+
+
+def _normalized(dist: str) -> str:
+    """A distribution name as packaging compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
 
 
 def package_tests(module: str, device: str | None = None) -> dict[str, Callable[..., Any]]:
@@ -64,6 +72,17 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
         code = f"from uopgrad import Tensor; print(({t} * 2).sum().numpy())"
         assert _python(code).strip() == "12.0"
 
+    def test_devices_lists_the_backend_with_its_package_and_dtypes() -> None:
+        dist = entry_point().dist
+        out = subprocess.run([sys.executable, "-m", "uopgrad", "devices", "--json"], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        rows = {r["backend"]: r for r in json.loads(out.stdout)}
+        row = rows[device]
+        assert row["available"] and "float32" in row["dtypes"] and "REFERENCE" in rows, row
+        if dist is not None:
+            assert _normalized(row["package"]) == _normalized(dist.name), row
+
     backend = (test_has_the_four_modules_of_a_backend, test_entry_point_names_the_backend,
-               test_acceptance_one_liner)
+               test_acceptance_one_liner, test_devices_lists_the_backend_with_its_package_and_dtypes)
     return {**tests, **{f.__name__: f for f in backend}}
