@@ -20,7 +20,6 @@ both ways, so bit patterns (NaN payloads too) survive loads, stores and bitcasts
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import ClassVar
 
 from uopgrad import DType, Ops, dtypes
@@ -227,21 +226,3 @@ class CUDARenderer(CStyleRenderer):
         """`__syncthreads()`."""
         return "__syncthreads();"
 
-    def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
-                      prefix: Sequence[str]) -> str:
-        """The source: the helpers the kernel calls and those they call (callees first)."""
-        text = "\n".join(body)
-        lines = [*(line for line in prefix if line not in self.helpers.values()), *self._helpers_for(text)]
-        return super().render_kernel(name, params, body, lines)
-
-    def _helpers_for(self, text: str) -> list[str]:
-        """The helpers `text` calls and those they call, in table order (callees come first there)."""
-        used: set[str] = set()
-        todo = [text]
-        while todo:
-            caller = todo.pop()
-            for name, code in self.helpers.items():
-                if name not in used and name + "(" in caller:
-                    used.add(name)
-                    todo.append(code)
-        return [code for name, code in self.helpers.items() if name in used]

@@ -195,23 +195,8 @@ class OpenCLRenderer(CStyleRenderer):
 
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:
-        """The source: the helpers the kernel calls and those they call, and cl_khr_fp64 where the kernel
-        uses double."""
-        text = "\n".join(body)
-        # core picked the helpers the body calls; the float16 ones call each other, so pick again
-        lines = [*(line for line in prefix if line not in self.helpers.values()), *self._helpers_for(text)]
-        if re.search(r"\bdouble\b", "\n".join([*params, text, *lines])):
+        """The source, with cl_khr_fp64 enabled where the kernel uses double."""
+        lines = list(prefix)
+        if re.search(r"\bdouble\b", "\n".join([*params, *body, *lines])):
             lines.insert(0, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         return super().render_kernel(name, params, body, lines)
-
-    def _helpers_for(self, text: str) -> list[str]:
-        """The helpers `text` calls and those they call, in table order (callees come first there)."""
-        used: set[str] = set()
-        todo = [text]
-        while todo:
-            caller = todo.pop()
-            for name, code in self.helpers.items():
-                if name not in used and name + "(" in caller:
-                    used.add(name)
-                    todo.append(code)
-        return [code for name, code in self.helpers.items() if name in used]

@@ -410,10 +410,21 @@ class CStyleRenderer(Renderer):
         if st.depth != 1:
             raise RenderError(f"{st.depth - 1} RANGE(s) are never closed by an END")
         params = self._signature(program, uops, st)
-        body = "\n".join(st.lines)
-        used = [code for name, code in self.helpers.items() if name + "(" in body]
+        used = self._helpers_for("\n".join(st.lines))
         return self.render_kernel(self.function_name(program.name), params, st.lines,
                                   [*self.prefix_lines, *used])
+
+    def _helpers_for(self, text: str) -> list[str]:
+        """The helpers `text` calls and those they call, in table order (callees come first there)."""
+        used: set[str] = set()
+        todo = [text]
+        while todo:
+            caller = todo.pop()
+            for name, code in self.helpers.items():
+                if name not in used and name + "(" in caller:
+                    used.add(name)
+                    todo.append(code)
+        return [code for name, code in self.helpers.items() if name in used]
 
     def _plan(self, uops: tuple[UOp, ...], st: _State) -> None:
         """Name the arguments before the walk: buffers `data<slot>`, variables by their own names; constants
