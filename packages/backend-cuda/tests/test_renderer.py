@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from uopgrad import Ops, UOp, dtypes
-from uopgrad.codegen import Program
-from uopgrad_conformance.kit.linear import alu, const, linear, load, param, prog, special, store
+from uopgrad_conformance.kit.linear import (
+    alu,
+    const,
+    grid_row_sums,
+    linear,
+    load,
+    param,
+    prog,
+    special,
+    store,
+)
 from uopgrad_cuda import CUDARenderer
 
 i32, i64, u16, f32, f64, f16 = dtypes.int32, dtypes.int64, dtypes.uint16, dtypes.float32, dtypes.float64, \
@@ -76,17 +85,7 @@ const unsigned short* __restrict__ data1, const bool* __restrict__ data2) {
 
 
 def test_golden_reduce_with_variable_and_unused_buffer(compiles):
-    n = UOp.variable("n", 1, 64, i32)
-    out, a = param(0, f32, 4), param(2, f32, 256)  # slot 1 is never used
-    g = special("gidx0", 4)
-    r = UOp(Ops.RANGE, i32, (n,), (1, "reduce"))
-    acc = UOp(Ops.DEFINE_REG, f32, (const(f32, 0.0),), 0)
-    cur = UOp(Ops.LOAD, f32, (acc, r))
-    upd = UOp(Ops.STORE, dtypes.void, (acc, alu(Ops.ADD, cur, load(a, alu(Ops.ADD, alu(Ops.MUL, g, n), r)))))
-    e = UOp(Ops.END, dtypes.void, (r, upd))
-    final = UOp(Ops.LOAD, f32, (acc, e))
-    uops = linear(out, a, n, g, acc, r, cur, upd, e, final, store(out, g, final))
-    src = CUDARenderer().render(Program("r_4_n", uops, (0, 1, 2), (n,), (0,), (2,), (4, 1, 1), (1, 1, 1)))
+    src = CUDARenderer().render(grid_row_sums(UOp.variable("n", 1, 64, i32)))  # slot 1 is never used
     assert compiles(src) == """\
 extern "C" __global__ void __launch_bounds__(1) r_4_n(float* __restrict__ data0, const void* data1, \
 const float* __restrict__ data2, const long long n) {

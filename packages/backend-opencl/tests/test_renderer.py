@@ -10,9 +10,19 @@ import re
 import pytest
 
 from uopgrad import DType, Ops, UOp, dtypes
-from uopgrad.codegen import GridLimits, Program
+from uopgrad.codegen import GridLimits
 from uopgrad.renderer import CStyleRenderer
-from uopgrad_conformance.kit.linear import alu, const, linear, load, param, prog, special, store
+from uopgrad_conformance.kit.linear import (
+    alu,
+    const,
+    grid_row_sums,
+    linear,
+    load,
+    param,
+    prog,
+    special,
+    store,
+)
 from uopgrad_opencl import OpenCLRenderer
 
 i32, f32, f64, f16 = dtypes.int32, dtypes.float32, dtypes.float64, dtypes.float16
@@ -73,17 +83,7 @@ __global const uchar* restrict data2) {
 
 
 def test_golden_reduce_with_variable_and_unused_buffer():
-    n = UOp.variable("n", 1, 64, i32)
-    out, a = param(0, f32, 4), param(2, f32, 256)  # slot 1 is never used
-    g = special("gidx0", 4)
-    r = UOp(Ops.RANGE, i32, (n,), (1, "reduce"))
-    acc = UOp(Ops.DEFINE_REG, f32, (const(f32, 0.0),), 0)
-    cur = UOp(Ops.LOAD, f32, (acc, r))
-    upd = UOp(Ops.STORE, dtypes.void, (acc, alu(Ops.ADD, cur, load(a, alu(Ops.ADD, alu(Ops.MUL, g, n), r)))))
-    e = UOp(Ops.END, dtypes.void, (r, upd))
-    final = UOp(Ops.LOAD, f32, (acc, e))
-    uops = linear(out, a, n, g, acc, r, cur, upd, e, final, store(out, g, final))
-    src = OpenCLRenderer().render(Program("r_4_n", uops, (0, 1, 2), (n,), (0,), (2,)))
+    src = OpenCLRenderer().render(grid_row_sums(UOp.variable("n", 1, 64, i32)))  # slot 1 is never used
     assert src == """\
 #pragma OPENCL FP_CONTRACT OFF
 

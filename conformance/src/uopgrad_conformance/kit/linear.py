@@ -13,8 +13,8 @@ from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
 from uopgrad.codegen import Program
 
-__all__ = ["alu", "const", "elementwise", "linear", "load", "out_dtype", "param", "prog", "reference", "run",
-           "special", "store"]
+__all__ = ["alu", "const", "elementwise", "grid_row_sums", "linear", "load", "out_dtype", "param", "prog",
+           "reference", "run", "special", "store"]
 
 i32 = dtypes.int32
 
@@ -76,6 +76,21 @@ def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str =
     val = UOp(op, out_dt, tuple(loads))
     st = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out_dt.ptr(), (out, r)), val))
     return prog(name, linear(out, *ins, st, UOp(Ops.END, dtypes.void, (r,))))
+
+
+def grid_row_sums(n: UOp, rows: int = 4, size: int = 256) -> Program:
+    """out[g] = sum over r < n of a[g*n + r], for each grid index g < rows: a reduce over a variable into
+    a register, with slot 1 never used (a renderer golden of every grid-style dialect)."""
+    out, a = param(0, dtypes.float32, rows), param(2, dtypes.float32, size)
+    g = special("gidx0", rows)
+    r = UOp(Ops.RANGE, i32, (n,), (1, "reduce"))
+    acc = UOp(Ops.DEFINE_REG, dtypes.float32, (const(dtypes.float32, 0.0),), 0)
+    cur = UOp(Ops.LOAD, dtypes.float32, (acc, r))
+    upd = UOp(Ops.STORE, dtypes.void, (acc, alu(Ops.ADD, cur, load(a, alu(Ops.ADD, alu(Ops.MUL, g, n), r)))))
+    e = UOp(Ops.END, dtypes.void, (r, upd))
+    final = UOp(Ops.LOAD, dtypes.float32, (acc, e))
+    uops = linear(out, a, n, g, acc, r, cur, upd, e, final, store(out, g, final))
+    return Program(f"r_{rows}_n", uops, (0, 1, 2), (n,), (0,), (2,), (rows, 1, 1), (1, 1, 1))
 
 
 def run(backend: CompiledBackend, program: Program, out: tuple[int, DType], *ins: np.ndarray,
