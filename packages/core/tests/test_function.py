@@ -6,6 +6,8 @@ here: uopgrad has no shard/MULTI support yet.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -436,6 +438,16 @@ class TestAssign:
 
 
 # ---------------------------------------------------------------------- TestFunctionTuple
+def _grads_of_a_sum_of_outputs(f: Callable[..., tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """The gradients of sum(t1 + t2), where (t1, t2) = f(x, y), with respect to x and y (ones of shape 3)."""
+    x = Tensor.ones(3, requires_grad=True).contiguous()
+    y = Tensor.ones(3, requires_grad=True).contiguous()
+    t1, t2 = f(x, y)
+    (t1 + t2).sum().backward()
+    assert x.grad is not None and y.grad is not None
+    return x.grad, y.grad
+
+
 class TestFunctionTuple:
     @pytest.mark.parametrize("precompile", [False, True])
     def test_tuple(self, precompile: bool):
@@ -454,14 +466,10 @@ class TestFunctionTuple:
         def f(u1: Tensor, u2: Tensor) -> tuple[Tensor, Tensor]:
             return u1 + 1, u2 + 2
 
-        x = Tensor.ones(3, requires_grad=True).contiguous()
-        y = Tensor.ones(3, requires_grad=True).contiguous()
-        t1, t2 = f(x, y)
-        (t1 + t2).sum().backward()
-        assert x.grad is not None and y.grad is not None
-        x.grad.realize(y.grad)
-        np.testing.assert_equal(x.grad.numpy(), [1, 1, 1])
-        np.testing.assert_equal(y.grad.numpy(), [1, 1, 1])
+        gx, gy = _grads_of_a_sum_of_outputs(f)
+        gx.realize(gy)  # both in one run
+        np.testing.assert_equal(gx.numpy(), [1, 1, 1])
+        np.testing.assert_equal(gy.numpy(), [1, 1, 1])
 
     def test_grad_fxn_tuple(self):
         seen: list[int] = []
@@ -474,13 +482,9 @@ class TestFunctionTuple:
         def f(u1: Tensor, u2: Tensor) -> tuple[Tensor, Tensor]:
             return u1 + 1, u2 + 2
 
-        x = Tensor.ones(3, requires_grad=True).contiguous()
-        y = Tensor.ones(3, requires_grad=True).contiguous()
-        t1, t2 = f(x, y)
-        (t1 + t2).sum().backward()
-        assert x.grad is not None and y.grad is not None
-        np.testing.assert_equal(x.grad.numpy(), [1, 1, 1])
-        np.testing.assert_equal(y.grad.numpy(), [1, 1, 1])
+        gx, gy = _grads_of_a_sum_of_outputs(f)
+        np.testing.assert_equal(gx.numpy(), [1, 1, 1])
+        np.testing.assert_equal(gy.numpy(), [1, 1, 1])
         assert seen == [3]
 
     def test_grad_unused_tuple_output_recursive(self):
