@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, TypeAlias, cast
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
@@ -127,7 +127,6 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
     tuple, a numpy array, a UOp or another Tensor."""
 
     __slots__ = ("__weakref__", "_id", "grad", "requires_grad", "uop")
-    _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)
 
     def __init__(self, data: TensorData | None = None, device: str | None = None,
                  dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None:

@@ -39,18 +39,15 @@ class CastMixin:
 
     def half(self) -> Tensor:
         """Cast to float16."""
-        x = _t(self)
-        return x.cast(dtypes.float16)
+        return self.cast(dtypes.float16)
 
     def double(self) -> Tensor:
         """Cast to float64."""
-        x = _t(self)
-        return x.cast(dtypes.float64)
+        return self.cast(dtypes.float64)
 
     def long(self) -> Tensor:
         """Cast to int64."""
-        x = _t(self)
-        return x.cast(dtypes.int64)
+        return self.cast(dtypes.int64)
 
     def detach(self) -> Tensor:
         """The same value, with no gradient flowing back through it."""
@@ -84,15 +81,12 @@ class CastMixin:
 
     def float(self) -> Tensor:
         """Cast to float32."""
-        x = _t(self)
-        return x.cast(dtypes.float32)
+        return self.cast(dtypes.float32)
 
     def int(self) -> Tensor:
         """Cast to int32."""
-        x = _t(self)
-        return x.cast(dtypes.int32)
+        return self.cast(dtypes.int32)
 
     def bool(self) -> Tensor:
         """Cast to bool."""
-        x = _t(self)
-        return x.cast(dtypes.bool)
+        return self.cast(dtypes.bool)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ class CreateMixin:
     """Creation classmethods and the `*_like` constructors."""
 
     __slots__ = ()
+    _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)  # rand & co.; Tensor.manual_seed sets it
 
     @classmethod
     def empty(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
@@ -70,15 +71,13 @@ class CreateMixin:
     def zeros(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None) -> Tensor:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
-        tc = _cls(cls)
-        return tc.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
+        return cls.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
 
     @classmethod
     def ones(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
              requires_grad: bool | None = None) -> Tensor:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
-        tc = _cls(cls)
-        return tc.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
+        return cls.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
 
     def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None,
                   requires_grad: bool | None = None) -> Tensor:
@@ -88,13 +87,11 @@ class CreateMixin:
 
     def zeros_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Zeros like this tensor."""
-        x = _t(self)
-        return x.full_like(0, dtype, requires_grad)
+        return self.full_like(0, dtype, requires_grad)
 
     def ones_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Ones like this tensor."""
-        x = _t(self)
-        return x.full_like(1, dtype, requires_grad)
+        return self.full_like(1, dtype, requires_grad)
 
     @classmethod
     def _iota(cls, n: int, device: str) -> Tensor:
@@ -139,8 +136,7 @@ class CreateMixin:
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
         """Seed the host-side generator behind rand/randn/uniform/normal/randint."""
-        tc = _cls(cls)
-        tc._rng = np.random.default_rng(seed)
+        cls._rng = np.random.default_rng(seed)
 
     @classmethod
     def _random(cls, values: np.ndarray, device: str | None, dtype: DTypeLike | None,
@@ -153,41 +149,37 @@ class CreateMixin:
     def rand(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
              requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [0, 1)."""
-        tc = _cls(cls)
-        return tc._random(tc._rng.random(resolve_shape_arg(shape)), device, dtype, requires_grad)
+        return cls._random(cls._rng.random(resolve_shape_arg(shape)), device, dtype, requires_grad)
 
     @classmethod
     def randn(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None) -> Tensor:
         """Standard normal random values."""
-        tc = _cls(cls)
-        values = tc._rng.standard_normal(resolve_shape_arg(shape))
-        return tc._random(values, device, dtype, requires_grad)
+        values = cls._rng.standard_normal(resolve_shape_arg(shape))
+        return cls._random(values, device, dtype, requires_grad)
 
     @classmethod
     def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0,
                 device: str | None = None,
                 dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [low, high)."""
-        tc = _cls(cls)
-        values = tc._rng.uniform(low, high, resolve_shape_arg(shape))
-        return tc._random(values, device, dtype, requires_grad)
+        values = cls._rng.uniform(low, high, resolve_shape_arg(shape))
+        return cls._random(values, device, dtype, requires_grad)
 
     @classmethod
     def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
                device: str | None = None,
                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Normal random values with the given mean and standard deviation."""
-        tc = _cls(cls)
-        values = tc._rng.normal(mean, std, resolve_shape_arg(shape))
-        return tc._random(values, device, dtype, requires_grad)
+        values = cls._rng.normal(mean, std, resolve_shape_arg(shape))
+        return cls._random(values, device, dtype, requires_grad)
 
     @classmethod
     def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
                 dtype: DTypeLike | None = None) -> Tensor:
         """Random integers in [low, high)."""
         tc = _cls(cls)
-        values = tc._rng.integers(low, high, resolve_shape_arg(shape))
+        values = cls._rng.integers(low, high, resolve_shape_arg(shape))
         return tc(values, device=device, dtype=to_dtype(dtype) if dtype is not None else dtypes.int32)
 
     @classmethod
@@ -195,17 +187,15 @@ class CreateMixin:
                        dtype: DTypeLike | None = None,
                        requires_grad: bool | None = None) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
-        tc = _cls(cls)
         shp = resolve_shape_arg(shape)
-        values = tc._rng.uniform(-1.0, 1.0, shp) * prod(shp) ** -0.5
-        return tc._random(values, device, dtype, requires_grad)
+        values = cls._rng.uniform(-1.0, 1.0, shp) * prod(shp) ** -0.5
+        return cls._random(values, device, dtype, requires_grad)
 
     @classmethod
     def glorot_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
                        dtype: DTypeLike | None = None,
                        requires_grad: bool | None = None) -> Tensor:
         """Glorot/Xavier uniform initialisation."""
-        tc = _cls(cls)
         shp = resolve_shape_arg(shape)
         bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))
-        return tc._random(tc._rng.uniform(-bound, bound, shp), device, dtype, requires_grad)
+        return cls._random(cls._rng.uniform(-bound, bound, shp), device, dtype, requires_grad)

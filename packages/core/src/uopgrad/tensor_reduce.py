@@ -64,8 +64,7 @@ class ReduceMixin:
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Maximum over `axis` (NaN propagates; tied maxima share the gradient)."""
-        x = _t(self)
-        return x._reduce(Ops.MAX, axis, keepdim)
+        return self._reduce(Ops.MAX, axis, keepdim)
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Minimum over `axis`."""
@@ -93,8 +92,7 @@ class ReduceMixin:
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             correction: int = 1) -> Tensor:
         """Standard deviation over `axis`."""
-        x = _t(self)
-        return x.var(axis, keepdim, correction).sqrt()
+        return self.var(axis, keepdim, correction).sqrt()
 
     def _softmax(self, axis: int) -> tuple[Tensor, Tensor, Tensor]:
         x = _t(self)
@@ -174,12 +172,10 @@ class ReduceMixin:
         return x.dot(t, dtype) if reverse else t.dot(x, dtype)
 
     def __matmul__(self, x: Tensor) -> Tensor:
-        t = _t(self)
-        return t.matmul(x)
+        return self.matmul(x)
 
     def __rmatmul__(self, x: Tensor) -> Tensor:
-        t = _t(self)
-        return t.matmul(x, True)
+        return self.matmul(x, True)
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """self @ weight + bias, with weight of shape (in, out) (a 1-d weight scales elementwise)."""
