@@ -9,17 +9,8 @@ import numpy as np
 import pytest
 
 from uopgrad import Ops, UOp, dtypes
-from uopgrad_conformance.kit.linear import (
-    alu,
-    const,
-    grid_row_sums,
-    linear,
-    load,
-    param,
-    prog,
-    special,
-    store,
-)
+from uopgrad_conformance.kit.linear import alu, const, grid_row_sums, load, param, special, store
+from uopgrad_conformance.kit.linear import render as kit_render
 from uopgrad_cuda import CUDARenderer
 
 i32, i64, u16, f32, f64, f16 = dtypes.int32, dtypes.int64, dtypes.uint16, dtypes.float32, dtypes.float64, \
@@ -27,7 +18,7 @@ i32, i64, u16, f32, f64, f16 = dtypes.int32, dtypes.int64, dtypes.uint16, dtypes
 
 
 def render(name: str, *roots: UOp, local_size=None) -> str:
-    return CUDARenderer().render(prog(name, linear(*roots), None, local_size))
+    return kit_render(CUDARenderer(), name, *roots, local_size=local_size)
 
 
 @pytest.fixture

@@ -12,24 +12,15 @@ import pytest
 from uopgrad import DType, Ops, UOp, dtypes
 from uopgrad.codegen import GridLimits
 from uopgrad.renderer import CStyleRenderer
-from uopgrad_conformance.kit.linear import (
-    alu,
-    const,
-    grid_row_sums,
-    linear,
-    load,
-    param,
-    prog,
-    special,
-    store,
-)
+from uopgrad_conformance.kit.linear import alu, const, grid_row_sums, load, param, special, store
+from uopgrad_conformance.kit.linear import render as kit_render
 from uopgrad_opencl import OpenCLRenderer
 
 i32, f32, f64, f16 = dtypes.int32, dtypes.float32, dtypes.float64, dtypes.float16
 
 
 def render(name: str, *roots: UOp) -> str:
-    return OpenCLRenderer().render(prog(name, linear(*roots)))
+    return kit_render(OpenCLRenderer(), name, *roots)
 
 
 def unary(op: Ops, src_dt: DType, dst_dt: DType) -> str:

@@ -12,9 +12,10 @@ import numpy as np
 from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
 from uopgrad.codegen import Program
+from uopgrad.renderer import Renderer
 
 __all__ = ["alu", "const", "elementwise", "grid_row_sums", "linear", "load", "out_dtype", "param", "prog",
-           "reference", "run", "special", "store"]
+           "reference", "render", "run", "special", "store"]
 
 i32 = dtypes.int32
 
@@ -33,6 +34,12 @@ def linear(*roots: UOp) -> tuple[UOp, ...]:
     for root in roots:
         out.update((u, None) for u in root.toposort() if u not in out)
     return tuple(out)
+
+
+def render(renderer: Renderer, name: str, *roots: UOp,
+           local_size: tuple[int, int, int] | None = None) -> str:
+    """The source `renderer` prints for the program of `roots` (in `linear`'s order)."""
+    return renderer.render(prog(name, linear(*roots), None, local_size))
 
 
 def const(dt: DType, v: float | int | bool) -> UOp:
