@@ -178,21 +178,25 @@ class _Builder:
         return f"t{i}"
 
 
-def _unary(b: _Builder) -> None:
-    table = UNARY if b.is_float else INT_UNARY
+def _op_and_operand(b: _Builder, floats: dict[str, tuple[str, bool]],
+                    ints: dict[str, tuple[str, bool]]) -> tuple[str, bool, int]:
+    """An op drawn from the table of the builder's kind (its source template and smoothness) and its first
+    operand, an existing value."""
+    table = floats if b.is_float else ints
     key = b.draw(st.sampled_from(sorted(table, key=list(table).index)))
     src, smooth = table[key]
     a = b.pick()
     assert a is not None
+    return src, smooth, a
+
+
+def _unary(b: _Builder) -> None:
+    src, smooth, a = _op_and_operand(b, UNARY, INT_UNARY)
     b.add(Step(src.format(a=b.ref(a)), b.steps[a].shape, b.dt, smooth=smooth), [a])
 
 
 def _binary(b: _Builder) -> None:
-    table = BINARY if b.is_float else INT_BINARY
-    key = b.draw(st.sampled_from(sorted(table, key=list(table).index)))
-    src, smooth = table[key]
-    a = b.pick()
-    assert a is not None
+    src, smooth, a = _op_and_operand(b, BINARY, INT_BINARY)
     sa = b.steps[a].shape
     other = b.pick(lambda s: _compatible(sa, s) and _numel(_broadcast(sa, s)) <= MAX_ELEMENTS)
     if other is None or b.draw(st.booleans()):

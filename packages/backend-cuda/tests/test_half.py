@@ -11,28 +11,19 @@ import pytest
 from uopgrad_cuda.renderer import HALF_HELPERS
 
 HELPERS = "\n".join(HALF_HELPERS.values())
-KERNELS = HELPERS + """
-extern "C" __global__ void __launch_bounds__(256) to_float(unsigned int* __restrict__ out,
-                                                          const unsigned short* __restrict__ in) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  out[i] = __float_as_uint(__uopgrad_bits_half(in[i]));
+# name: (output type, input type, the value stored from in[i]); each one thread per element
+CONVERSIONS = {
+    "to_float": ("unsigned int", "unsigned short", "__float_as_uint(__uopgrad_bits_half(in[i]))"),
+    "to_half": ("unsigned short", "float", "__uopgrad_half_bits(in[i])"),
+    "round_trip": ("unsigned short", "unsigned short", "__uopgrad_half_bits(__uopgrad_bits_half(in[i]))"),
+    "from_double": ("unsigned short", "double", "__uopgrad_half_bits(__uopgrad_half_d(in[i]))"),
 }
-extern "C" __global__ void __launch_bounds__(256) to_half(unsigned short* __restrict__ out,
-                                                         const float* __restrict__ in) {
+KERNELS = HELPERS + "".join(f"""
+extern "C" __global__ void __launch_bounds__(256) {name}({out}* __restrict__ out,
+                                                  const {inp}* __restrict__ in) {{
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  out[i] = __uopgrad_half_bits(in[i]);
-}
-extern "C" __global__ void __launch_bounds__(256) round_trip(unsigned short* __restrict__ out,
-                                                            const unsigned short* __restrict__ in) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  out[i] = __uopgrad_half_bits(__uopgrad_bits_half(in[i]));
-}
-extern "C" __global__ void __launch_bounds__(256) from_double(unsigned short* __restrict__ out,
-                                                             const double* __restrict__ in) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  out[i] = __uopgrad_half_bits(__uopgrad_half_d(in[i]));
-}
-"""
+  out[i] = {value};
+}}""" for name, (out, inp, value) in CONVERSIONS.items()) + "\n"
 BITS = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 HALVES = BITS.view(np.float16)
 
