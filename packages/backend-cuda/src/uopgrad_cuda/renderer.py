@@ -143,6 +143,11 @@ _CUDA_RESERVED = frozenset("""alignas alignof and asm bool catch char16_t char32
     """.split())
 
 
+# CUDA's reinterpretations of a float's bits: (float -> bits, bits -> float, the bits' type)
+_FLOAT_BITS = {dtypes.float32: ("__float_as_uint", "__uint_as_float", "unsigned int"),
+               dtypes.float64: ("__double_as_longlong", "__longlong_as_double", "long long")}
+
+
 class CUDARenderer(CStyleRenderer):
     """CUDA C++ for NVRTC (and the host emulator): grid-style, one `extern "C" __global__` per program."""
 
@@ -208,14 +213,11 @@ class CUDARenderer(CStyleRenderer):
             return f"(({self.ctype(dst)})__uopgrad_half_bits({x}))"
         if d == dtypes.float16:
             return f"__uopgrad_bits_half((unsigned short){x})"
-        if s == dtypes.float32:
-            return f"(({self.ctype(dst)})__float_as_uint({x}))"
-        if s == dtypes.float64:
-            return f"(({self.ctype(dst)})__double_as_longlong({x}))"
-        if d == dtypes.float32:
-            return f"__uint_as_float((unsigned int){x})"
-        if d == dtypes.float64:
-            return f"__longlong_as_double((long long){x})"
+        if s in _FLOAT_BITS:
+            return f"(({self.ctype(dst)}){_FLOAT_BITS[s][0]}({x}))"
+        if d in _FLOAT_BITS:
+            _, from_bits, bits_type = _FLOAT_BITS[d]
+            return f"{from_bits}(({bits_type}){x})"
         return f"(({self.ctype(dst)}){x})"
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
