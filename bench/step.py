@@ -16,7 +16,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,14 @@ def report() -> None:
     print(f"  losses: TinyJit vs plain rel. diff {agree:.2e}, vs torch {vs_torch:.2e}")
 
 
+def _forward(h: Any, ws: Sequence[Any]) -> Any:
+    """The MLP both sides run: relu after every layer but the last."""
+    for k, w in enumerate(ws):
+        h = h @ w
+        h = h.relu() if k < LAYERS - 1 else h
+    return h
+
+
 def ours(jit: bool) -> Callable[[int], float]:
     from uopgrad import Tensor, TinyJit
     from uopgrad.nn.optim import SGD
@@ -60,11 +69,7 @@ def ours(jit: bool) -> Callable[[int], float]:
 
     def step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
-        h = x
-        for k, w in enumerate(ws):
-            h = h @ w
-            h = h.relu() if k < LAYERS - 1 else h
-        loss = ((h - y) ** 2).mean()
+        loss = ((_forward(x, ws) - y) ** 2).mean()
         loss.backward()
         opt.step()
         return loss
@@ -86,11 +91,7 @@ def torch_step() -> Callable[[int], float]:
     def run(k: int) -> float:
         x, y = (torch.from_numpy(a) for a in _data(k))
         opt.zero_grad()
-        h = x
-        for i, w in enumerate(ws):
-            h = h @ w
-            h = h.relu() if i < LAYERS - 1 else h
-        loss = ((h - y) ** 2).mean()
+        loss = ((_forward(x, ws) - y) ** 2).mean()
         value = loss.item()
         loss.backward()
         opt.step()
