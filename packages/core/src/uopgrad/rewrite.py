@@ -9,7 +9,7 @@ import functools
 import inspect
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -279,7 +279,7 @@ class PatternMatcher:
     def __len__(self) -> int:
         return len(self.patterns)
 
-    def rewrite(self, uop: UOp, ctx: Any = None) -> Any:  # noqa: C901  (the hot path: one flat loop)
+    def rewrite(self, uop: UOp, ctx: Any = None) -> Any:
         """The first rule's result that is neither None nor `uop` itself, else None."""
         rules = self._fast.get(uop.op)
         if rules is None:
@@ -291,21 +291,9 @@ class PatternMatcher:
                     src_ops = {s.op for s in uop.src}
                 if not required <= src_ops:
                     continue
-            if alts is not None:  # compiled: one matcher per binding, tried lazily, no list of dicts
-                for d in alts:
-                    st: Bindings = {}
-                    if not d(uop, st):
-                        continue
-                    ret = fxn(ctx=ctx, **st) if has_ctx else fxn(**st)
-                    if ret is None:
-                        continue
-                    if ret is uop:
-                        break  # this rule decided "no rewrite": try the next rule
-                    if TRACK_MATCH_STATS:
-                        self.stats.hits[index] += 1
-                    return ret
-                continue
-            for bindings in pat.match(uop, {}):
+            # a compiled pattern tries one matcher per binding, lazily, with no list of dicts
+            candidates = _compiled_bindings(alts, uop) if alts is not None else pat.match(uop, {})
+            for bindings in candidates:
                 ret = fxn(ctx=ctx, **bindings) if has_ctx else fxn(**bindings)
                 if ret is None:
                     continue
@@ -315,6 +303,13 @@ class PatternMatcher:
                     self.stats.hits[index] += 1
                 return ret
         return None
+
+
+def _compiled_bindings(alts: tuple[Any, ...], uop: UOp) -> Iterator[Bindings]:
+    for d in alts:
+        st: Bindings = {}
+        if d(uop, st):
+            yield st
 
 
 def match_stats() -> list[tuple[PatternMatcher, list[int]]]:
