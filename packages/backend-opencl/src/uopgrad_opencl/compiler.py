@@ -9,6 +9,11 @@ cheap (PoCL: ~20 ms from ~/.cache/pocl, against ~150 ms cold). Program binaries 
 are never fetched: on PoCL that is a second code generation per kernel (~70 ms), and the kernel is
 generated again for its work-group size at its first launch anyway.
 
+The kernels of one schedule that are not built yet are built as one program (`compile_many`, `merge`):
+PoCL spends ~0.45 s on any build however small, so eight kernels built together cost about what one does
+alone. A merged source holds each helper and pragma once, and the kernels, renamed where two share a name;
+when it does not build, each kernel is built on its own, so a compile error names the source that has it.
+
 Options: `-w` (generated code draws warnings by design); never `-cl-fast-relaxed-math` or `-cl-mad-enable`
 (NaN, inf and rounding must be REFERENCE's); `-cl-fp32-correctly-rounded-divide-sqrt` where the device
 offers it (OpenCL otherwise allows float `/` and `sqrt` to be off by a few ulps).
@@ -16,13 +21,17 @@ offers it (OpenCL otherwise allows float `/` and `sqrt` to be off by a few ulps)
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
+from collections.abc import Sequence
 
 import pyopencl as cl
 
 from uopgrad.backend import CompileError, Compiler
 
-__all__ = ["CLCompiler", "build", "build_options", "device_identity"]
+__all__ = ["CLCompiler", "build", "build_options", "device_identity", "merged_source"]
+
+_KERNEL = re.compile(r"^__kernel\s+void\s+(\w+)\s*\(", re.MULTILINE)
 
 
 def build_options(device: cl.Device) -> tuple[str, ...]:
@@ -49,6 +58,43 @@ def build(context: cl.Context, device: cl.Device, src: str) -> cl.Program:
     return program
 
 
+def _parts(src: str) -> tuple[list[str], str, str] | None:
+    """(the top-level items before the kernel: pragmas and helpers, the kernel's name, the kernel), or None
+    for a source that is not one generated kernel."""
+    found = list(_KERNEL.finditer(src))
+    if len(found) != 1:
+        return None
+    items: list[list[str]] = []
+    for line in src[:found[0].start()].splitlines():
+        if line and not line[0].isspace() and not line.startswith("}") or not items:
+            items.append([line])
+        else:
+            items[-1].append(line)
+    return ["\n".join(lines).strip() for lines in items if "".join(lines).strip()], found[0][1], \
+        src[found[0].start():]
+
+
+def merged_source(srcs: Sequence[str]) -> tuple[str, list[str]] | None:
+    """One source for generated kernels (None when one of `srcs` is not one): every pragma first, then each
+    helper once (in the order they first appear: callees come before callers in each source), then the
+    kernels, a name that is taken already getting a suffix `_m<k>`. Also returns each kernel's name there."""
+    parts = [_parts(src) for src in srcs]
+    if any(p is None for p in parts):
+        return None
+    items: dict[str, None] = {}
+    kernels, names = [], []
+    for k, p in enumerate(parts):
+        assert p is not None
+        items.update(dict.fromkeys(p[0]))
+        name = p[1] if p[1] not in names else f"{p[1]}_m{k}"
+        m = _KERNEL.match(p[2])
+        assert m is not None
+        kernels.append(p[2][:m.start(1)] + name + p[2][m.end(1):])
+        names.append(name)
+    pragmas = [i for i in items if i.startswith("#pragma")]
+    return "\n".join([*pragmas, *(i for i in items if not i.startswith("#pragma")), "", *kernels]), names
+
+
 class CLCompiler(Compiler):
     """OpenCL C -> a program built for one device (a context on it builds the source)."""
 
@@ -59,7 +105,8 @@ class CLCompiler(Compiler):
         # `target`: anything else a build depends on (the runtime's LLVM target CPU on PoCL)
         # "source": what the disk cache holds (earlier versions cached program binaries under other keys)
         self.cache_key = f"source|{device_identity(device)}|{target}|{' '.join(self.options)}"
-        self._built: dict[str, cl.Program] = {}  # by digest of the source: built, not yet taken
+        # by digest of the source: built, not yet taken (the program, the kernel's name in it if renamed)
+        self._built: dict[str, tuple[cl.Program, str | None]] = {}
         self._built_lock = threading.Lock()
 
     def compile(self, src: str) -> bytes:
@@ -68,15 +115,32 @@ class CLCompiler(Compiler):
         program = build(self.context, self.device, src)
         lib = src.encode()
         with self._built_lock:
-            self._built[hashlib.sha256(lib).hexdigest()] = program
+            self._built[hashlib.sha256(lib).hexdigest()] = (program, None)
         return lib
 
-    def take(self, lib: bytes) -> cl.Program:
-        """The program of `lib` (what `compile` returned): the one built in this process, handed over once,
-        or else built now (a disk-cache hit: the driver's own cache usually has it)."""
+    def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """Build the sources as one program (`merged_source`); when that does not build, source by source
+        (which raises the error of the source that has it)."""
+        merged = merged_source(srcs) if len(srcs) > 1 else None
+        try:
+            program = None if merged is None else build(self.context, self.device, merged[0])
+        except CompileError:
+            program = None
+        if program is None or merged is None:
+            return [self.compile(src) for src in srcs]
         with self._built_lock:
-            program = self._built.pop(hashlib.sha256(lib).hexdigest(), None)
-        return program if program is not None else build(self.context, self.device, lib.decode())
+            for src, name in zip(srcs, merged[1]):
+                self._built[hashlib.sha256(src.encode()).hexdigest()] = (program, name)
+        return [src.encode() for src in srcs]
+
+    def take(self, lib: bytes, name: str) -> cl.Kernel:
+        """Kernel `name` of `lib` (what `compile` returned): from the program built in this process, handed
+        over once, or else built now (a disk-cache hit: the driver's own cache usually has it)."""
+        with self._built_lock:
+            built = self._built.pop(hashlib.sha256(lib).hexdigest(), None)
+        if built is None:
+            return cl.Kernel(build(self.context, self.device, lib.decode()), name)
+        return cl.Kernel(built[0], built[1] or name)
 
 
 def _build_log(program: cl.Program, device: cl.Device, error: cl.Error) -> str:

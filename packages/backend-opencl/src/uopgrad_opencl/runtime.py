@@ -240,8 +240,7 @@ class CLProgram(Program):
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        self._program = self.compiler.take(lib)
-        self._kernel = cl.Kernel(self._program, name)
+        self._kernel = self.compiler.take(lib, name)
 
     def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
                  local_size: Sequence[int] | None = None) -> None:

@@ -154,6 +154,34 @@ class Compiler:
         diskcache.write(digest, lib)
         return lib
 
+    def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """`compile` of each source, side by side (each is a separate compiler process). A compiler whose
+        driver builds many kernels at once for much less than one by one overrides it (OpenCL, the CUDA
+        emulator); it must raise what `compile` of the bad source raises."""
+        workers = min(len(srcs), os.cpu_count() or 1)
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                return list(pool.map(self.compile, srcs))
+        return [self.compile(src) for src in srcs]
+
+    def compile_cached_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """`compile_cached` of each source: the disk cache's hits, and `compile_many` of the misses (each
+        distinct source once)."""
+        digest = {src: self._digest(src) for src in srcs}
+        libs: dict[str, bytes] = {}
+        for src, d in digest.items():
+            if (lib := diskcache.read(d)) is not None:
+                libs[src] = lib
+        misses = [src for src in digest if src not in libs]
+        for src, lib in zip(misses, self.compile_many(misses) if misses else []):
+            diskcache.write(digest[src], lib)
+            libs[src] = lib
+        with self._lock:
+            for key, n in (("disk_hit", len(digest) - len(misses)), ("compiled", len(misses))):
+                if n:
+                    self.stats[key] += n
+        return [libs[src] for src in srcs]
+
     def evict(self, src: str) -> None:
         """Forget the cached result of `src` (it did not load: it is compiled again)."""
         diskcache.evict(self._digest(src))
@@ -382,12 +410,7 @@ class CompiledBackend(Backend):
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):
             debug.source(program.name, src)
-        workers = min(len(sources), os.cpu_count() or 1)
-        if workers > 1:
-            with ThreadPoolExecutor(workers) as pool:
-                libs = list(pool.map(self.compiler.compile_cached, sources))
-        else:
-            libs = [self.compiler.compile_cached(src) for src in sources]
+        libs = self.compiler.compile_cached_many(sources) if sources else []
         for body, program, src, lib in zip(todo, programs, sources, libs):
             run = self._load_program(program, src, lib)
             k = ready[body] = self._kernels[(body, width)] = _Kernel(program, src, run, _overwritten(body))
