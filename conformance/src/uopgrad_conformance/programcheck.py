@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import assume, currently_in_test_context, note
 
-from uopgrad import dtypes
+from uopgrad import DType, dtypes
 from uopgrad_conformance.forward import Failure, format_exception, rerun_differs
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, decisions_differ, forward64, run_env, vjp
 from uopgrad_conformance.numerics import GRAD_TOL, fd_step, representable
@@ -157,7 +157,8 @@ def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Se
                             f"rounding error):\n  {target.name}: {got}\n  REFERENCE: {want}")
     if not problems and prog.smooth and prog.dtype in FD_DTYPES:
         own = [np.abs(g - e) for g, e in zip(ref_grads, exact_grads)]
-        problems += _finite_differences(target, gprog, inputs, v, grads, tol, rng, record, own)
+        problems += _finite_differences(target, gprog, inputs, v, grads, tol, rng, record, own,
+                                        _fd_noise(gprog, inputs, prog.dtype, ref_outs, exact_outs))
     if problems:
         raise _fail(target, prog, inputs, "\n".join(problems), v, ref)
 
@@ -167,11 +168,33 @@ def _names(outs: Sequence[np.ndarray], inputs: Sequence[Input]) -> list[str]:
                                                         if i.requires_grad]
 
 
+_EPS32, _EPS64 = 2.0 ** -24, 2.0 ** -53
+
+
+def _fd_noise(gprog: GradProgram, inputs: Sequence[Input], dt: DType, ref_outs: Sequence[np.ndarray],
+              exact_outs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per output element, the rounding error its float64 evaluation is prone to: eps64 times the larger
+    of |f| and the float32 evaluation's error over eps32 (Σ|terms| where terms cancel: (√(x²+1))² − x² is 1,
+    but its terms round at the scale of x² + 1). The float32 run is REFERENCE's own (the program's, for a
+    float32 program)."""
+    if dt == dtypes.float32:
+        outs32 = [np.asarray(o, dtype=np.float64) for o in ref_outs]
+    else:
+        x64 = [np.asarray(i.value, dtype=np.float64) for i in inputs]
+        outs32 = forward64(gprog, inputs, run_env(REFERENCE, dtypes.float32), x64)
+    with np.errstate(all="ignore"):
+        return [_EPS64 * np.maximum(np.abs(e), np.nan_to_num(np.abs(o - e)) / _EPS32)
+                for o, e in zip(outs32, exact_outs)]
+
+
 def _finite_differences(target: Target, gprog: GradProgram, inputs: Sequence[Input], v: Sequence[np.ndarray],
                         grads: Sequence[np.ndarray], tol: float, rng: np.random.Generator,
-                        record: Recorder, own: Sequence[np.ndarray]) -> list[str]:
+                        record: Recorder, own: Sequence[np.ndarray],
+                        noise: Sequence[np.ndarray]) -> list[str]:
     """The dot-product test in float64, unless the program's branch decisions change near its inputs.
-    `own` is REFERENCE's own rounding error of each gradient: 8·<own, |u|> widens the bound."""
+    The bound widens by 8·<own, |u|>, `own` being REFERENCE's own rounding error of each gradient, and by
+    8·<|v|, noise>/h, the rounding of the two float64 evaluations the difference quotient divides by 2h
+    (`_fd_noise`): a gradient of 0 or 1e-4 is checked against what float64 can resolve, not a bound of 0."""
     x64 = [np.asarray(i.value, dtype=np.float64) for i in inputs]
     u = [rng.standard_normal(x.shape) if i.requires_grad else np.zeros(x.shape) for x, i in zip(x64, inputs)]
     h = float(fd_step(np.array(max(float(np.max(np.abs(x), initial=1.0)) for x in x64))))
@@ -188,6 +211,7 @@ def _finite_differences(target: Target, gprog: GradProgram, inputs: Sequence[Inp
     rhs = sum(float(np.sum(g * d)) for g, d in zip(grads, tu))
     scale = max(sum(float(np.sum(np.abs(g * d))) for g, d in zip(grads, tu)), 1e-30)
     slack = 8 * sum(float(np.sum(o * np.abs(d))) for o, d in zip(own, tu))
+    slack += 8 * sum(float(np.sum(np.abs(vi) * n)) for vi, n in zip(v, noise)) / h
     record.error(max(abs(lhs - rhs) - slack, 0.0) / scale)
     if abs(lhs - rhs) > tol * scale + slack:
         return [f"dot-product test: <v, J·u> by float64 finite differences is {lhs:.9g}, <vjp(v), u> is "

@@ -18,8 +18,9 @@ HELPER = "static inline float twice(float x) {\n  /* a helper every kernel calls
 
 
 def kernel(name: str, scale: float, tag: str) -> str:
-    return (f"#pragma OPENCL FP_CONTRACT OFF\n/* {tag} */\n{HELPER}\n\n__kernel void {name}(__global float* a) "
-            f"{{\n  a[get_global_id(0)] = twice((float)get_global_id(0)) * {scale}f;\n}}\n")
+    return (f"#pragma OPENCL FP_CONTRACT OFF\n/* {tag} */\n{HELPER}\n\n"
+            f"__kernel void {name}(__global float* a) {{\n"
+            f"  a[get_global_id(0)] = twice((float)get_global_id(0)) * {scale}f;\n}}\n")
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def launch(cl, c: CLCompiler, lib: bytes, name: str) -> np.ndarray:  # noqa: ANN001  (the cl fixture)
+def launch(cl, c: CLCompiler, lib: bytes, name: str) -> np.ndarray:
     buf = cl.allocator.alloc(16)
     c.take(lib, name)(cl.dev.queue, (4,), None, buf)
     out = np.zeros(4, dtype=np.float32)
@@ -43,7 +44,7 @@ def launch(cl, c: CLCompiler, lib: bytes, name: str) -> np.ndarray:  # noqa: ANN
     return out
 
 
-def test_new_kernels_build_as_one_program(cl, builds):  # noqa: ANN001
+def test_new_kernels_build_as_one_program(cl, builds):
     tag = os.urandom(8).hex()
     srcs = [kernel(f"k{i}", i + 0.5, tag) for i in range(3)]
     c = CLCompiler(cl.dev.context, cl.dev.device)
@@ -54,7 +55,7 @@ def test_new_kernels_build_as_one_program(cl, builds):  # noqa: ANN001
         np.testing.assert_array_equal(launch(cl, c, lib, f"k{i}"), np.arange(4) * 2 * (i + 0.5))
 
 
-def test_kernels_of_one_name_are_renamed_apart(cl, builds):  # noqa: ANN001
+def test_kernels_of_one_name_are_renamed_apart(cl, builds):
     tag = os.urandom(8).hex()
     srcs = [kernel("k", 1.5, tag), kernel("k", 2.5, tag), kernel("j", 3.5, tag)]
     c = CLCompiler(cl.dev.context, cl.dev.device)
@@ -65,7 +66,7 @@ def test_kernels_of_one_name_are_renamed_apart(cl, builds):  # noqa: ANN001
         np.testing.assert_array_equal(out, np.arange(4) * 2 * scale)
 
 
-def test_a_compile_error_names_its_own_source(cl):  # noqa: ANN001
+def test_a_compile_error_names_its_own_source(cl):
     tag = os.urandom(8).hex()
     bad = kernel("bad", 1.0, tag).replace("twice((float)", "undefined_name((float)")
     srcs = [kernel("k0", 1.0, tag), bad, kernel("k2", 1.0, tag)]
@@ -74,7 +75,7 @@ def test_a_compile_error_names_its_own_source(cl):  # noqa: ANN001
     assert info.value.src == bad
 
 
-def test_a_schedule_of_new_kernels_is_one_build(cl, builds):  # noqa: ANN001
+def test_a_schedule_of_new_kernels_is_one_build(cl, builds):
     """Four new kernels (three reductions named r_1, an elementwise one, one in float64 with its pragma): one
     build, and the values numpy gives."""
     k = 1 + int.from_bytes(os.urandom(3), "little") / 2**24  # a constant of the kernels: new sources

@@ -14,7 +14,10 @@ The launcher runs the grid as a loop: block after block, and in each block threa
 that calls `__syncthreads` runs each thread of a block as a fiber (ucontext) instead: every thread runs up
 to its next barrier, and only when all of them wait at the same one do they go on; a barrier that some
 thread of the block returns without reaching, or threads waiting at different barriers, stop the launch
-with an error naming the block, the threads and the source lines. In reversed order
+with an error naming the block, the threads and the source lines. The new kernels of one schedule are
+built as one shared object (`compile_many`, `uopgrad.renderer.merge`: each helper once, kernels of distinct
+names; those with barriers alone), since a compiler invocation costs far more than a small kernel; a group
+that does not build is built kernel by kernel, so an error names its own source. In reversed order
 (`UOPGRAD_CUDA_EMULATE=reverse`) blocks and threads run last to first, which shakes out kernels that
 depend on an order CUDA does not promise.
 '''
@@ -28,9 +31,11 @@ import re
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from uopgrad.backend import CompileError, Compiler
+from uopgrad.renderer.merge import groups, merge
 from uopgrad_cuda.compiler import NVRTCCompiler
 
 __all__ = ["CXX_FLAGS", "HEADER", "EmulatedCompiler", "kernel_names", "launcher"]
@@ -45,6 +50,7 @@ HEADER = importlib.resources.files("uopgrad_cuda").joinpath("emulator.h").read_t
 
 # extern "C" __global__ void __launch_bounds__(128) name(   (launch bounds optional)
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
+_HEADER = re.compile("^" + _KERNEL.pattern, re.MULTILINE)  # a kernel of a generated source, for merging
 
 
 def kernel_names(src: str) -> list[str]:
@@ -103,3 +109,18 @@ class EmulatedCompiler(Compiler):
             if res.returncode != 0:
                 raise CompileError(f"CUDA emulation ({shlex.join(cmd)})", res.stderr or res.stdout, src)
             return out.read_bytes()
+
+    def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
+        """The sources in groups of distinct kernel names, each built as one shared object (NVRTC checks the
+        merged source too); a kernel with barriers, and every kernel of a group that does not build, alone."""
+        libs: dict[int, bytes] = {}
+        plain = [k for k, src in enumerate(srcs) if "__syncthreads" not in src]
+        for group in groups([srcs[k] for k in plain], _HEADER):
+            merged = merge([srcs[plain[i]] for i in group], _HEADER) if len(group) > 1 else None
+            try:
+                lib = None if merged is None else self.compile(merged[0])
+            except CompileError:
+                lib = None
+            for i in group:
+                libs[plain[i]] = lib if lib is not None else self.compile(srcs[plain[i]])
+        return [libs[k] if k in libs else self.compile(src) for k, src in enumerate(srcs)]

@@ -9,7 +9,8 @@ cheap (PoCL: ~20 ms from ~/.cache/pocl, against ~150 ms cold). Program binaries 
 are never fetched: on PoCL that is a second code generation per kernel (~70 ms), and the kernel is
 generated again for its work-group size at its first launch anyway.
 
-The kernels of one schedule that are not built yet are built as one program (`compile_many`, `merge`):
+The kernels of one schedule that are not built yet are built as one program (`compile_many`,
+`uopgrad.renderer.merge`):
 PoCL spends ~0.45 s on any build however small, so eight kernels built together cost about what one does
 alone. A merged source holds each helper and pragma once, and the kernels, renamed where two share a name;
 when it does not build, each kernel is built on its own, so a compile error names the source that has it.
@@ -28,8 +29,9 @@ from collections.abc import Sequence
 import pyopencl as cl
 
 from uopgrad.backend import CompileError, Compiler
+from uopgrad.renderer.merge import merge
 
-__all__ = ["CLCompiler", "build", "build_options", "device_identity", "merged_source"]
+__all__ = ["CLCompiler", "build", "build_options", "device_identity"]
 
 _KERNEL = re.compile(r"^__kernel\s+void\s+(\w+)\s*\(", re.MULTILINE)
 
@@ -58,43 +60,6 @@ def build(context: cl.Context, device: cl.Device, src: str) -> cl.Program:
     return program
 
 
-def _parts(src: str) -> tuple[list[str], str, str] | None:
-    """(the top-level items before the kernel: pragmas and helpers, the kernel's name, the kernel), or None
-    for a source that is not one generated kernel."""
-    found = list(_KERNEL.finditer(src))
-    if len(found) != 1:
-        return None
-    items: list[list[str]] = []
-    for line in src[:found[0].start()].splitlines():
-        if line and not line[0].isspace() and not line.startswith("}") or not items:
-            items.append([line])
-        else:
-            items[-1].append(line)
-    return ["\n".join(lines).strip() for lines in items if "".join(lines).strip()], found[0][1], \
-        src[found[0].start():]
-
-
-def merged_source(srcs: Sequence[str]) -> tuple[str, list[str]] | None:
-    """One source for generated kernels (None when one of `srcs` is not one): every pragma first, then each
-    helper once (in the order they first appear: callees come before callers in each source), then the
-    kernels, a name that is taken already getting a suffix `_m<k>`. Also returns each kernel's name there."""
-    parts = [_parts(src) for src in srcs]
-    if any(p is None for p in parts):
-        return None
-    items: dict[str, None] = {}
-    kernels, names = [], []
-    for k, p in enumerate(parts):
-        assert p is not None
-        items.update(dict.fromkeys(p[0]))
-        name = p[1] if p[1] not in names else f"{p[1]}_m{k}"
-        m = _KERNEL.match(p[2])
-        assert m is not None
-        kernels.append(p[2][:m.start(1)] + name + p[2][m.end(1):])
-        names.append(name)
-    pragmas = [i for i in items if i.startswith("#pragma")]
-    return "\n".join([*pragmas, *(i for i in items if not i.startswith("#pragma")), "", *kernels]), names
-
-
 class CLCompiler(Compiler):
     """OpenCL C -> a program built for one device (a context on it builds the source)."""
 
@@ -119,9 +84,9 @@ class CLCompiler(Compiler):
         return lib
 
     def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
-        """Build the sources as one program (`merged_source`); when that does not build, source by source
-        (which raises the error of the source that has it)."""
-        merged = merged_source(srcs) if len(srcs) > 1 else None
+        """Build the sources as one program (`uopgrad.renderer.merge`); when that does not build, source by
+        source (which raises the error of the source that has it)."""
+        merged = merge(srcs, _KERNEL) if len(srcs) > 1 else None
         try:
             program = None if merged is None else build(self.context, self.device, merged[0])
         except CompileError:
