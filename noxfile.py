@@ -42,6 +42,9 @@ BACKEND_PACKAGES = {
     "CL": "./packages/backend-opencl",
     "CUDA": "./packages/backend-cuda",
 }
+# backends whose every new kernel is a slow compile here (PoCL, NVRTC + g++): their conformance runs take the
+# `ci-slow` profile, 8 random programs per program test instead of `ci`'s 20 (CPU runs those 20)
+SLOW_COMPILERS = ("CL", "CUDA")
 CONFORMANCE = "./conformance"
 EXAMPLE_BACKEND = "./examples/out_of_tree_backend"       # the out-of-tree backend example (NUMPYVEC)
 BROKEN_BACKENDS = "./conformance/meta_tests/broken_backend"  # planted bugs, for conformance_meta
@@ -132,18 +135,22 @@ def digits(session: nox.Session) -> None:
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite on one in-tree backend, found through its entry point.
 
-    Hypothesis profile `ci`, UOPGRAD_VERIFY=1 (every pass's output is verified); the JSON summary goes to
-    build/conformance/<backend>.json. CL runs on PoCL from pip (the slow one, about 6 to 9 minutes on 2
-    cores: PoCL compiles every kernel). CUDA runs emulated (UOPGRAD_CUDA_EMULATE=1, set here unless the
-    caller set it): NVRTC compiles every kernel for sm_90, then the host C++ compiler builds the same source;
-    kernels go to a fresh compile cache, so each one is compiled by NVRTC in this run."""
+    Hypothesis profile `ci` (`ci-slow` for CL and CUDA), UOPGRAD_VERIFY=1 (every pass's output is verified);
+    the JSON summary goes to build/conformance/<backend>.json. CL runs on PoCL from pip (the slow one: PoCL
+    compiles every kernel; the new kernels of a schedule are built as one program). CUDA runs emulated
+    (UOPGRAD_CUDA_EMULATE=1, set here unless the caller set it): NVRTC compiles every kernel for sm_90, then
+    the host C++ compiler builds the same source (a schedule's new kernels together); kernels go to a fresh
+    compile cache, so each one is compiled by NVRTC in this run."""
     backend_package = BACKEND_PACKAGES.get(backend)  # REFERENCE ships inside core
     session.install(*TEST_DEPS, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
     if backend == "CUDA":
         session.env.setdefault("UOPGRAD_CUDA_EMULATE", os.environ.get("UOPGRAD_CUDA_EMULATE", "1"))
         session.env["UOPGRAD_CACHE_DIR"] = str(ROOT / "build" / "cache-cuda")
         shutil.rmtree(ROOT / "build" / "cache-cuda", ignore_errors=True)
-    _run_conformance(session, backend, session.posargs)
+    extra = list(session.posargs)
+    if backend in SLOW_COMPILERS and not any(a.startswith("--hypothesis-profile") for a in extra):
+        extra = ["--hypothesis-profile", "ci-slow", *extra]
+    _run_conformance(session, backend, extra)
 
 
 @nox.session

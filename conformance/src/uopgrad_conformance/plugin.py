@@ -4,7 +4,8 @@ Options: `--backend NAME` (a device of the `uopgrad.backends` entry points), `--
 failures by test id), `--strict-xfail` (an expected failure that passes fails the run), `--skips FILE`
 (cases not to run at all, e.g. ones that hang; same format), `--conformance-report PATH` (the JSON summary;
 by default under pytest's cache directory). The hypothesis profiles `ci` (derandomised, bounded; the default
-here) and `thorough` are chosen with hypothesis' own `--hypothesis-profile`. Without `--backend` the plugin
+here), `ci-slow` (the same with fewer programs, for slow compilers) and `thorough` are chosen with
+hypothesis' own `--hypothesis-profile`. Without `--backend` the plugin
 does nothing, so it is harmless in other test runs: it does not even import uopgrad then (the suite's
 modules are imported when a backend is named); running the suite itself without one is a usage error.
 
@@ -41,6 +42,10 @@ settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None
                           print_blob=True, suppress_health_check=_QUIET)
 settings.register_profile("thorough", max_examples=400, deadline=None, print_blob=True,
                           suppress_health_check=_QUIET)
+# `ci-slow`: `ci` with fewer programs, for backends where every new kernel is a compiler run on the CI machine
+# (OpenCL on PoCL, CUDA emulated: ~0.1-0.5 s each) and CPU already runs `ci`'s programs: derandomised, so the
+# same first programs (hypothesis draws 7 of these 8 among `ci`'s first 20)
+settings.register_profile("ci-slow", parent=settings.get_profile("ci"), max_examples=8)
 
 _ReportWrapper = Generator[None, pytest.TestReport, pytest.TestReport]
 _TARGET = pytest.StashKey["Target"]()
