@@ -196,6 +196,8 @@ def _ssub(a: sint, b: sint) -> sint:
     """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
     if isinstance(a, int) and isinstance(b, int):
         return a - b
+    if not isinstance(a, int) and a.op is Ops.ADD and a.src[0] is b and a.src[1].op is Ops.CONST:
+        return cast("sint", a.src[1].arg)  # (b + c) - b, e.g. a shard's bounds (i*sz, i*sz + sz)
     diff = a - b
     if isinstance(diff, int):
         return diff
@@ -283,10 +285,33 @@ def infer_axis(u: UOp) -> int | None:
         return None
     if op is Ops.PERMUTE:
         return cast("int", u.arg.index(axis))
+    if op is Ops.RESHAPE:
+        return _reshape_axis(u, axis)
+    if op is Ops.PAD and u.marg[axis] != (0, 0) or op is Ops.FLIP and u.arg[axis]:
+        return None  # it works across the shards: the result is whole on every device
     if op is Ops.SHRINK:
         s0 = _shape_of(u.src[0])
         return axis if s0 is not None and _is(u.marg[axis][1] - u.marg[axis][0], s0[axis]) else None
     return axis
+
+
+def _reshape_axis(u: UOp, axis: int) -> int:
+    """The sharded axis after a reshape: the last new axis with as many elements before it as the old one had
+    (each device keeps whole rows); a reshape that would move elements between devices raises."""
+    s0, new = u.src[0].shape, u.marg
+    before = [1]
+    for s in new:
+        before.append(before[-1] * s)
+    want: sint = 1
+    for s in s0[:axis]:
+        want = want * s
+    n = len(u.src[0].device) if isinstance(u.src[0].device, tuple) else 1
+    if want not in before:
+        raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
+    new_axis = len(before) - 1 - before[::-1].index(want)
+    if new_axis >= len(new) or new[new_axis] % n:
+        raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
+    return new_axis
 
 
 def infer_key(u: UOp) -> bytes:
