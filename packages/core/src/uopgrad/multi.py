@@ -41,6 +41,7 @@ _allreduce_hook: list[AllReduce | None] = [None]
 # BUFFERs on a device tuple (a realized sharded or replicated value) -> one BUFFER per device
 _shards: dict[UOp, tuple[UOp, ...]] = {}
 _PER_SHARD = frozenset({Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
+_WARM = GroupOp.ALU | GroupOp.Movement | _PER_SHARD | {Ops.REDUCE, Ops.MULTI}
 Parts = tuple[tuple[UOp, ...], int | None]  # per-device graphs, and the axis they split (None: replicated)
 
 
@@ -115,29 +116,35 @@ class Lowering:
 
     # ------------------------------------------------------------------ entry points
     def single(self, u: UOp) -> UOp:
-        """`u` (on one device) with every gathered sharded value below it lowered."""
-        if u in self._single:
-            return self._single[u]
-        ret = u
-        if u.op is Ops.COPY and isinstance(u.src[0].device, tuple):
-            dev = cast("str", u.device)
-            ret = self.gather(self.parts(u.src[0]), dev)
-        elif u.op in GroupOp.Call:  # its arguments (a body is lowered where it is inlined)
-            ret = u.replace(src=(u.src[0], *(self.single(s) for s in u.src[1:])))
-        elif u.src:
-            ret = u.replace(src=tuple(self.single(s) for s in u.src))
-        self._single[u] = ret
-        return ret
+        """`u` (on one device) with every gathered sharded value below it lowered (one iterative pass)."""
+        memo = self._single
+        for n in u.toposort(gate=lambda x: x not in memo, enter_calls=False):
+            if n.op is Ops.COPY and isinstance(n.src[0].device, tuple) and isinstance(n.device, str):
+                memo[n] = self.gather(self.parts(n.src[0]), n.device)
+                continue
+            srcs = tuple(memo.get(x, x) for x in n.src)
+            if n.op in GroupOp.Call:  # its arguments (a body is lowered where it is inlined)
+                srcs = (n.src[0], *srcs[1:])
+            memo[n] = n if all(a is b for a, b in zip(srcs, n.src)) else n.replace(src=srcs)
+        return memo[u]
 
     def parts(self, u: UOp) -> Parts:
         """The per-device graphs of `u` (a value on a device tuple) and the axis they split."""
         if u not in self._parts:
+            self._warm(u)
             devices = cast("tuple[str, ...]", u.device)
             if not has_multi(u, self._multi):
                 self._parts[u] = (tuple(self.local(u, i) for i in range(len(devices))), None)
             else:
                 self._parts[u] = self._sharded(u, devices)
         return self._parts[u]
+
+    def _warm(self, u: UOp) -> None:
+        """Lower the value ops below `u` sources first (an iterative walk), so that the rules' recursion
+        meets lowered nodes at once and a long chain needs no deep stack."""
+        for n in u.toposort(gate=lambda x: x not in self._parts, enter_calls=False):
+            if n is not u and n.op in _WARM and isinstance(n.device, tuple) and n._shape is not None:
+                self.parts(n)
 
     # ------------------------------------------------------------------ per-device graphs
     def local(self, u: UOp, i: int) -> UOp:
