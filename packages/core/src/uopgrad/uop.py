@@ -592,6 +592,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if (u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.DETACH and u.src[1].op is Ops.CALL
                 and u.src[1].arg.name == "realize"):
             u = u.src[0].src[0]
+        if u.op is Ops.MULTI and u.src:  # the shards of a BUFFER on a device tuple
+            u = u.src[0]
         return u.base.op is Ops.BUFFER
 
     def ssimplify(self) -> UOp | ConstType:
