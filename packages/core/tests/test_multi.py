@@ -253,3 +253,17 @@ def test_tensor_call_with_a_sharded_param() -> None:
     a = Tensor.ones(10, 10).shard(D2, 0).realize()
     c = Tensor.call(a, fxn=a.as_param(0).sum(0))
     np.testing.assert_array_equal(c.numpy(), np.full(10, 10.0))
+
+
+def test_gradient_flows_back_through_shard_to_the_single_device_input() -> None:
+    torch = pytest.importorskip("torch")
+    a, b = data(4, 3), data(4, 3, seed=1)
+    x, y = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    xs, ys = x.shard(D2, 0), y.shard(D2)
+    loss = ((xs * ys).sin().sum(0) + (xs.exp() * ys).sum(1).sum()).sum()
+    loss.backward()
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ((tx * ty).sin().sum(0) + (tx.exp() * ty).sum(1).sum()).sum().backward()
+    assert x.grad is not None and y.grad is not None and x.grad.device == "REFERENCE"
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-5, atol=1e-6)

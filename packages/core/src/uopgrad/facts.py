@@ -189,7 +189,37 @@ def _multi(u: UOp, src: Shape) -> Shape:
 
 
 def _sadd(a: sint, b: sint) -> sint:
-    return a if isinstance(b, int) and b == 0 else a + b
+    if isinstance(b, int) and b == 0:
+        return a
+    return _same_on_every_device(a + b)
+
+
+_DEVICE_NUM = "_device_num"  # uopgrad.uop.DEVICE_NUM (uop imports this module)
+_EVAL: dict[Ops, Callable[[int, int], int]] = {Ops.ADD: lambda x, y: x + y, Ops.MUL: lambda x, y: x * y}
+
+
+def _at(x: UOp, i: int) -> int | None:
+    """`x`, an index expression of constants and the shard index, at shard index `i` (None: another form)."""
+    if x.op is Ops.CONST and isinstance(x.arg, int):
+        return x.arg
+    if x.op is Ops.DEFINE_VAR and x.arg[0] == _DEVICE_NUM:
+        return i
+    if x.op in _EVAL and len(x.src) == 2:
+        a, b = _at(x.src[0], i), _at(x.src[1], i)
+        return None if a is None or b is None else _EVAL[x.op](a, b)
+    return None
+
+
+def _same_on_every_device(x: sint) -> sint:
+    """A size that depends on the shard index only through a shard's bounds (the pads of a shard's gradient)
+    is the same number on every device: fold it to that number."""
+    if isinstance(x, int) or x.op not in _EVAL:
+        return x
+    dvars = [v for v in x.toposort() if v.op is Ops.DEFINE_VAR]
+    if not dvars or any(v.arg[0] != _DEVICE_NUM for v in dvars):
+        return x
+    vals = {_at(x, i) for i in range(int(dvars[0].arg[1]), int(dvars[0].arg[2]) + 1)}
+    return next(iter(vals)) if len(vals) == 1 and None not in vals else x  # type: ignore[return-value]
 
 
 def _ssub(a: sint, b: sint) -> sint:

@@ -120,13 +120,29 @@ class Lowering:
         memo = self._single
         for n in u.toposort(gate=lambda x: x not in memo, enter_calls=False):
             if n.op is Ops.COPY and isinstance(n.src[0].device, tuple) and isinstance(n.device, str):
-                memo[n] = self.gather(self.parts(n.src[0]), n.device)
+                memo[n] = self.to_one(n.src[0], n.device)
                 continue
             srcs = tuple(memo.get(x, x) for x in n.src)
             if n.op in GroupOp.Call:  # its arguments (a body is lowered where it is inlined)
                 srcs = (n.src[0], *srcs[1:])
             memo[n] = n if all(a is b for a, b in zip(srcs, n.src)) else n.replace(src=srcs)
         return memo[u]
+
+    def to_one(self, u: UOp, device: str) -> UOp:
+        """`u` (on a device tuple) copied to one device: a sharded value gathered, a replicated one taken from
+        one device; a value that differs per device without being sharded (a shard's gradient: each device's
+        slice padded to the whole) is the sum of the devices' values, in device order (the adjoint of
+        copying to every device and keeping a slice)."""
+        p = self.parts(u)
+        if has_multi(u, self._multi) or not any(v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM
+                                                for v in u.toposort()):
+            return self.gather(p, device)
+        total: UOp | None = None
+        for x in p[0]:
+            y = x if x.device == device else x.copy_to_device(device)
+            total = y if total is None else total + y
+        assert total is not None
+        return total
 
     def parts(self, u: UOp) -> Parts:
         """The per-device graphs of `u` (a value on a device tuple) and the axis they split."""
