@@ -267,3 +267,12 @@ def test_gradient_flows_back_through_shard_to_the_single_device_input() -> None:
     assert x.grad is not None and y.grad is not None and x.grad.device == "REFERENCE"
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_tinyjit_refuses_a_sharded_input_with_a_clear_error() -> None:
+    from uopgrad.errors import JitError
+    from uopgrad.jit import TinyJit
+
+    f = TinyJit(lambda x: (x * 2).realize())
+    with pytest.raises(JitError, match="device tuple"):
+        f(Tensor(data(4, 2)).shard(D2, 0))
