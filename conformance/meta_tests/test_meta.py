@@ -204,6 +204,7 @@ def test_reference_passes_and_the_report_lists_every_row(tmp_path: Path) -> None
     assert {"REDUCE ADD", "REDUCE MAX", "REDUCE MUL", "COPY", "CONTIGUOUS"} <= rows
     assert {r for r in rows if r.startswith("FUNCTION")} >= {"FUNCTION plain", "FUNCTION precompile",
                                                              "FUNCTION grad_fxn", "FUNCTION nested"}
+    assert "MULTI" in rows  # sharded programs against the unsharded ones
     assert "uopgrad conformance summary for REFERENCE" in run.out
     assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"])
 

@@ -55,6 +55,10 @@ GRAD_CASES: dict[str, GradProgram] = {
     "PERMUTE": P((I("w", (2, 3, 4)),), "out = w.permute(2, 0, 1)"),
     "FLIP": P(XY23, "out = (x.flip(0), (x * y).flip((0, 1)).sin())"),
     "COPY": P(XY23, "out = (x.to(dev2) * 2, (x.to(dev2).sin() * y.to(dev2)).to(dev))"),
+    # sharded over (dev, dev2) on axis 0 and replicated: the MULTI rule, a reduce over the sharded axis
+    # (an all-reduce) and one beside it; gathered back onto dev
+    "MULTI": P(XY23, "xs, ys = x.shard((dev, dev2), 0), y.shard((dev, dev2))\n"
+                     "out = ((xs * ys).sin().sum(0).to(dev), (xs.exp() * ys).sum(1).to(dev))"),
     "STORE (clone, assign)": P(XY23, "z = Tensor.empty(2, 3, device=dev, dtype=dt)\n"
                                      "z.assign(x * 2)\n"
                                      "out = (x.clone() * y, z * y)"),
@@ -78,6 +82,7 @@ RULE_ROWS: dict[Ops, tuple[str, ...]] = {
     Ops.REDUCE: ("REDUCE ADD", "REDUCE MAX", "REDUCE MUL"), Ops.CONTIGUOUS: ("CONTIGUOUS",),
     Ops.CONTIGUOUS_BACKWARD: ("CONTIGUOUS_BACKWARD",), Ops.RESHAPE: ("RESHAPE",), Ops.EXPAND: ("EXPAND",),
     Ops.PAD: ("PAD",), Ops.SHRINK: ("SHRINK",), Ops.PERMUTE: ("PERMUTE",), Ops.FLIP: ("FLIP",),
+    Ops.MULTI: ("MULTI",),
     Ops.COPY: ("COPY",), Ops.TUPLE: ("FUNCTION multiple outputs",), Ops.AFTER: ("CALL custom kernel",
                                                                               "STORE (clone, assign)"),
     Ops.STORE: ("STORE (clone, assign)", "STORE (assign into a value)"), Ops.BITCAST: ("BITCAST",),

@@ -1,7 +1,7 @@
 """Calls on REFERENCE (docs/semantics.md §4.4, §3.7): `Tensor.call` on PARAM bodies with and without a
 grad_fxn, output shapes of FUNCTIONs over symbolic inputs, precompiled functions that realize, and the
 worked backward structures of §3.7. Sharded variants (TestCallMultiSharded, test_call_plus_sharded,
-test_precompile_multi_sharded) are not here: uopgrad has no shard/MULTI support yet."""
+test_precompile_multi_sharded) are in test_multi.py."""
 from __future__ import annotations
 
 import math

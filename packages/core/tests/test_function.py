@@ -1,8 +1,8 @@
 """The `function` decorator end to end on REFERENCE (docs/semantics.md §4.3, §2.5-2.6, §3.5-3.7).
 
 Each test states one behaviour of a traced FUNCTION: which inputs it takes, what it computes, what its
-gradient is, and what the backward FUNCTION looks like. Multi-device variants (TestFunctionMulti) are not
-here: uopgrad has no shard/MULTI support yet.
+gradient is, and what the backward FUNCTION looks like. Multi-device variants (TestFunctionMulti) are in
+test_multi.py.
 """
 from __future__ import annotations
 

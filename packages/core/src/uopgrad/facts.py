@@ -189,13 +189,45 @@ def _multi(u: UOp, src: Shape) -> Shape:
 
 
 def _sadd(a: sint, b: sint) -> sint:
-    return a if isinstance(b, int) and b == 0 else a + b
+    if isinstance(b, int) and b == 0:
+        return a
+    return _same_on_every_device(a + b)
+
+
+_DEVICE_NUM = "_device_num"  # uopgrad.uop.DEVICE_NUM (uop imports this module)
+_EVAL: dict[Ops, Callable[[int, int], int]] = {Ops.ADD: lambda x, y: x + y, Ops.MUL: lambda x, y: x * y}
+
+
+def _at(x: UOp, i: int) -> int | None:
+    """`x`, an index expression of constants and the shard index, at shard index `i` (None: another form)."""
+    if x.op is Ops.CONST and isinstance(x.arg, int):
+        return x.arg
+    if x.op is Ops.DEFINE_VAR and x.arg[0] == _DEVICE_NUM:
+        return i
+    if x.op in _EVAL and len(x.src) == 2:
+        a, b = _at(x.src[0], i), _at(x.src[1], i)
+        return None if a is None or b is None else _EVAL[x.op](a, b)
+    return None
+
+
+def _same_on_every_device(x: sint) -> sint:
+    """A size that depends on the shard index only through a shard's bounds (the pads of a shard's gradient)
+    is the same number on every device: fold it to that number."""
+    if isinstance(x, int) or x.op not in _EVAL:
+        return x
+    dvars = [v for v in x.toposort() if v.op is Ops.DEFINE_VAR]
+    if not dvars or any(v.arg[0] != _DEVICE_NUM for v in dvars):
+        return x
+    vals = {_at(x, i) for i in range(int(dvars[0].arg[1]), int(dvars[0].arg[2]) + 1)}
+    return next(iter(vals)) if len(vals) == 1 and None not in vals else x  # type: ignore[return-value]
 
 
 def _ssub(a: sint, b: sint) -> sint:
     """a - b, simplified when symbolic (so `x[sp:sp+1]` has width 1, not `(sp+1)-sp`)."""
     if isinstance(a, int) and isinstance(b, int):
         return a - b
+    if not isinstance(a, int) and a.op is Ops.ADD and a.src[0] is b and a.src[1].op is Ops.CONST:
+        return cast("sint", a.src[1].arg)  # (b + c) - b, e.g. a shard's bounds (i*sz, i*sz + sz)
     diff = a - b
     if isinstance(diff, int):
         return diff
@@ -283,10 +315,33 @@ def infer_axis(u: UOp) -> int | None:
         return None
     if op is Ops.PERMUTE:
         return cast("int", u.arg.index(axis))
+    if op is Ops.RESHAPE:
+        return _reshape_axis(u, axis)
+    if op is Ops.PAD and u.marg[axis] != (0, 0) or op is Ops.FLIP and u.arg[axis]:
+        return None  # it works across the shards: the result is whole on every device
     if op is Ops.SHRINK:
         s0 = _shape_of(u.src[0])
         return axis if s0 is not None and _is(u.marg[axis][1] - u.marg[axis][0], s0[axis]) else None
     return axis
+
+
+def _reshape_axis(u: UOp, axis: int) -> int:
+    """The sharded axis after a reshape: the last new axis with as many elements before it as the old one had
+    (each device keeps whole rows); a reshape that would move elements between devices raises."""
+    s0, new = u.src[0].shape, u.marg
+    before = [1]
+    for s in new:
+        before.append(before[-1] * s)
+    want: sint = 1
+    for s in s0[:axis]:
+        want = want * s
+    n = len(u.src[0].device) if isinstance(u.src[0].device, tuple) else 1
+    if want not in before:
+        raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
+    new_axis = len(before) - 1 - before[::-1].index(want)
+    if new_axis >= len(new) or new[new_axis] % n:
+        raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
+    return new_axis
 
 
 def infer_key(u: UOp) -> bytes:

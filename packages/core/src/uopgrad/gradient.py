@@ -24,7 +24,7 @@ NOOP = UOp(Ops.NOOP)  # the placeholder for "no gradient here" (interned: every 
 NOT_DIFFERENTIABLE = frozenset({
     Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.SUB, Ops.FDIV, Ops.CDIV, Ops.MULACC, Ops.THREEFRY,
     Ops.SHL, Ops.SHR, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MSELECT, Ops.MSTACK, Ops.ALLREDUCE,
-    Ops.BUFFER_VIEW, Ops.MULTI,
+    Ops.BUFFER_VIEW,
 })
 
 
@@ -104,6 +104,8 @@ pm_gradient = PatternMatcher([
     (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(argsort(ret.arg)),)),  # inverse permutation
     (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),  # copy back
+    # the gradient of a MULTI is the incoming gradient cut into the same shards: the slice below a new MULTI
+    (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: ctx.shard(ret.device, ret.axis).src),
     (UPat(Ops.TUPLE), lambda ctx: ctx.src),  # one entry per element
     (UPat(Ops.AFTER, src=(UPat.var("d"), UPat(Ops.CALL, name="k"))), _after_call_grad),  # one-hot to the CALL
     (UPat(Ops.AFTER, src=(UPat(), UPat(Ops.STORE))), lambda ctx: (None, ctx)),  # clone/assign are transparent

@@ -140,6 +140,14 @@ class _Captured:
         return self.ret
 
 
+
+def _one_device(t: Tensor) -> str:
+    """The input's device; a sharded or replicated input (a device tuple) is not captured yet."""
+    if isinstance(d := t.device, tuple):
+        raise JitError(f"TinyJit does not take tensors on a device tuple ({d}) yet; call the function "
+                       "without TinyJit")
+    return d
+
 class TinyJit(Generic[R]):
     """Capture a step function on its second call and replay it on later ones (see the module docstring).
     `reset()` forgets the capture; `captured` is None until there is one."""
@@ -169,11 +177,11 @@ class TinyJit(Generic[R]):
         names, tensors = _input_tensors(args, kwargs)
         if tensors:
             Tensor.realize(*tensors)  # (realizes only the unrealized ones)
+        info = [(t.shape, t.dtype, _one_device(t)) for t in tensors]
         bufs = [_buffer(t, k) for k, t in enumerate(tensors)]
         if len(set(bufs)) != len(bufs):
             raise JitError("the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
                            "(t.contiguous()) for one of them")
-        info = [(t.shape, t.dtype, t.device) for t in tensors]
         if self._expected is not None:
             self._check(names, info)
         if self.cnt >= 2 and self.captured is not None:
@@ -182,7 +190,7 @@ class TinyJit(Generic[R]):
         if recording() is not None:
             raise JitError(f"TinyJit {self.fxn.__name__!r} is called while another TinyJit captures; nested "
                            "TinyJits are not supported")
-        compiled = all(isinstance(Device[t.device], CompiledBackend) for t in tensors)
+        compiled = all(isinstance(Device[d], CompiledBackend) for _, _, d in info)
         rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] = []
         if self.cnt == 1 and compiled:
             set_recording(rec)

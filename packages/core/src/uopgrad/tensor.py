@@ -40,6 +40,14 @@ from uopgrad.tensor_elementwise import ElementwiseMixin
 from uopgrad.tensor_index import IndexMixin
 from uopgrad.tensor_interop import InteropMixin, host_array
 from uopgrad.tensor_movement import TensorMovementMixin
+from uopgrad.tensor_multi import (
+    MultiMixin,
+    device_arg,
+    lower_gathers,
+    merge_devices,
+    realize_multi,
+    replicate,
+)
 from uopgrad.tensor_nn import NNMixin, grad_enabled
 from uopgrad.tensor_reduce import ReduceMixin
 from uopgrad.tensor_shape import ShapeMixin
@@ -120,7 +128,7 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
 
 
 class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, CastMixin, InteropMixin,
-             IndexMixin, ShapeMixin, NNMixin, MathMixin, MovementMixin):
+             IndexMixin, ShapeMixin, NNMixin, MultiMixin, MathMixin, MovementMixin):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
@@ -128,10 +136,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
 
     __slots__ = ("__weakref__", "_id", "grad", "requires_grad", "uop")
 
-    def __init__(self, data: TensorData | None = None, device: str | None = None,
+    def __init__(self, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
                  dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None:
         dt = to_dtype(dtype) if dtype is not None else None
-        dev = Device.canonicalize(device) if device is not None else None
+        devs, dev = device_arg(device)
         data = py_scalar(data)
         if isinstance(data, Tensor):
             data = data.uop
@@ -161,7 +169,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             uop = Tensor._from_numpy(arr, dt or dtypes.from_numpy(arr.dtype), dev)
         else:
             raise TypeError(f"can't make a Tensor from {type(data).__name__}")
-        self.uop: UOp = uop
+        self.uop: UOp = replicate(uop, devs)  # on a device tuple: on every device of it
         self.requires_grad: bool | None = requires_grad
         self.grad: Tensor | None = None
         self._id = next(_next_id)
@@ -209,11 +217,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         return self.uop.dtype
 
     @property
-    def device(self) -> str:
-        """The device name, e.g. "REFERENCE" (the default device for a value bound to none)."""
+    def device(self) -> str | tuple[str, ...]:
+        """The device name, e.g. "REFERENCE" (the default device for a value bound to none), or the tuple of
+        devices of a sharded or replicated tensor."""
         dev = self.uop.device
-        if isinstance(dev, tuple):
-            raise DeviceError(f"multi-device tensors are not supported yet (devices {dev})")
         return dev if dev is not None else Device.DEFAULT
 
     def numel(self) -> sint:
@@ -335,6 +342,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         if not ALLOW_DEVICE_USAGE:
             raise DeviceError("realize() is not allowed while device usage is disabled "
                                "(ALLOW_DEVICE_USAGE=0, e.g. while a function is being traced)")
+        tensors = realize_multi(tensors, _is_realized)  # those on device tuples first; the rest are left
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
@@ -342,7 +350,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
                    and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
         todo += Tensor._readers_of_overwritten(todo, written)
         devices = {u: str(u.device) for u in todo}
-        stripped = strip_realized(UOp.sink(*todo)).src
+        stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
         effects: dict[str, list[UOp]] = {}
         fresh: set[UOp] = set()         # the uops whose value goes into a buffer of their own
@@ -363,7 +371,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             effects.setdefault(devices[u], []).append(store)
             becomes[u] = view
             fresh.add(u)
-        for device, srcs in effects.items():
+        for device, srcs in merge_devices(effects).items():
             Device[device].realize(srcs[0].sink(*srcs[1:]))
         # Every effect that ran (an assign into a buffer, a kernel writing its arguments) is done: wherever a
         # graph still holds it, it becomes the realized form, read from the buffer and never run again.
@@ -415,14 +423,16 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         """The values as a numpy array (realizes first); bfloat16 as ml_dtypes' bfloat16."""
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
+        if isinstance(dev := self.device, tuple):  # gathered onto the first device
+            return Tensor(self.uop.copy_to_device(dev[0]), requires_grad=False).numpy()
         self.realize()
         buf = _plain_buffer(realized_view(self.uop))
         if buf is None:  # a strided view of a buffer: copy it out through a temporary buffer
-            store, view = _output_buffer(strip_realized(self.uop), self.device)
-            Device[self.device].realize(store.sink())
+            store, view = _output_buffer(strip_realized(self.uop), dev)
+            Device[dev].realize(store.sink())
             buf = _plain_buffer(view)
             assert buf is not None
-        return Device[self.device].copyout(buf).reshape(tuple(concrete(s) for s in self.shape))
+        return Device[dev].copyout(buf).reshape(tuple(concrete(s) for s in self.shape))
 
     def tolist(self) -> ConstType | list[Any]:
         """The values as (nested) Python lists."""

@@ -11,6 +11,7 @@ from uopgrad.backend import Device
 from uopgrad.dtype import dtypes
 from uopgrad.tensor_args import DTypeLike, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_multi import canonical_devices
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -64,9 +65,13 @@ class CastMixin:
         x = _t(self)
         return type(x)._wrap(x.uop.contiguous_backward(), x)
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on `device` (a COPY; self when it is there already)."""
+    def to(self, device: str | tuple[str, ...]) -> Tensor:
+        """This tensor on `device` (a COPY; self when it is there already); a tuple of devices replicates it
+        on each."""
         x = _t(self)
+        if not isinstance(device, str):
+            devs = canonical_devices(device)
+            return x if devs == x.uop.device else type(x)._wrap(x.uop.copy_to_device(devs), x)
         dev = Device.canonicalize(device)
         Device[dev]
         if dev == x.uop.device:

@@ -20,6 +20,7 @@ from uopgrad.mixin import resolve_shape_arg
 from uopgrad.tensor_args import DTypeLike, concrete, py_scalar, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_args import tensor_type as _cls
+from uopgrad.tensor_multi import canonical_devices
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -36,10 +37,12 @@ class CreateMixin:
     _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)  # rand & co.; Tensor.manual_seed sets it
 
     @classmethod
-    def empty(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
-              requires_grad: bool | None = None) -> Tensor:
+    def empty(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """An uninitialised tensor: a fresh BUFFER (REFERENCE reads one never written as zeros)."""
         tc = _cls(cls)
+        if isinstance(device, tuple):
+            return tc.empty(*shape, device=device[0], dtype=dtype, requires_grad=requires_grad).to(device)
         shp = resolve_shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
@@ -58,31 +61,37 @@ class CreateMixin:
         return tc(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
 
     @classmethod
-    def full(cls, shape: sint | Sequence[sint], fill_value: ConstType, device: str | None = None,
+    def full(cls, shape: sint | Sequence[sint], fill_value: ConstType,
+             device: str | tuple[str, ...] | None = None,
              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
-        """A tensor of `fill_value`: a unique constant broadcast to `shape`."""
+        """A tensor of `fill_value`: a unique constant broadcast to `shape` (on every device of a tuple)."""
         tc = _cls(cls)
         shp = resolve_shape_arg((shape,))
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(py_scalar(fill_value))
-        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        dev: str | tuple[str, ...] = (canonical_devices(device) if isinstance(device, tuple) else
+                                      Device.canonicalize(device) if device is not None else Device.DEFAULT)
         return tc(UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True), requires_grad=requires_grad)
 
     @classmethod
-    def zeros(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
-              requires_grad: bool | None = None) -> Tensor:
+    def zeros(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
 
     @classmethod
-    def ones(cls, *shape: sint | Sequence[sint], device: str | None = None, dtype: DTypeLike | None = None,
-             requires_grad: bool | None = None) -> Tensor:
+    def ones(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
 
     def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None,
                   requires_grad: bool | None = None) -> Tensor:
-        """`fill_value` in this tensor's shape and device (and dtype, unless given)."""
+        """`fill_value` in this tensor's shape and device (and dtype, unless given); sharded like it."""
         x = _t(self)
+        if (axis := x.uop.axis) is not None and isinstance(devs := x.device, tuple):
+            out = type(x).full(x.shape, fill_value, devs[0], dtype or x.dtype).shard(devs, axis)
+            out.requires_grad = requires_grad
+            return out
         return type(x).full(x.shape, fill_value, x.device, dtype or x.dtype, requires_grad)
 
     def zeros_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
@@ -104,10 +113,12 @@ class CreateMixin:
 
     @classmethod
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-               device: str | None = None, dtype: DTypeLike | None = None,
+               device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
                requires_grad: bool | None = None) -> Tensor:
         """start, start+step, ... up to (not including) stop; int32 for int arguments, else float32."""
         tc = _cls(cls)
+        if isinstance(device, tuple):
+            return tc.arange(start, stop, step, device[0], dtype, requires_grad).to(device)
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -123,8 +134,8 @@ class CreateMixin:
         return tc(ret.cast(dt).uop, requires_grad=requires_grad)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, device: str | None = None, dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def eye(cls, n: int, m: int | None = None, device: str | tuple[str, ...] | None = None,
+            dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """The identity matrix (n x m), built lazily: a padded column of ones, reshaped onto the diagonal."""
         tc = _cls(cls)
         k = max(n, m if m is not None else n)
@@ -139,21 +150,21 @@ class CreateMixin:
         cls._rng = np.random.default_rng(seed)
 
     @classmethod
-    def _random(cls, values: np.ndarray, device: str | None, dtype: DTypeLike | None,
+    def _random(cls, values: np.ndarray, device: str | tuple[str, ...] | None, dtype: DTypeLike | None,
                 requires_grad: bool | None) -> Tensor:
         tc = _cls(cls)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return tc(values, device=device, dtype=dt, requires_grad=requires_grad)
 
     @classmethod
-    def rand(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
-             requires_grad: bool | None = None) -> Tensor:
+    def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [0, 1)."""
         return cls._random(cls._rng.random(resolve_shape_arg(shape)), device, dtype, requires_grad)
 
     @classmethod
-    def randn(cls, *shape: int | Sequence[int], device: str | None = None, dtype: DTypeLike | None = None,
-              requires_grad: bool | None = None) -> Tensor:
+    def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Standard normal random values."""
         values = cls._rng.standard_normal(resolve_shape_arg(shape))
         return cls._random(values, device, dtype, requires_grad)

@@ -13,13 +13,14 @@ from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 from uopgrad._util import all_int, prod
 from uopgrad.dtype import ConstType, DType, Invalid, PtrDType, dtypes, least_upper_dtype
-from uopgrad.errors import ConfigError, MovementError, ShapeError
+from uopgrad.errors import ConfigError, DeviceError, MovementError, ShapeError
 from uopgrad.facts import Err, infer_axis, infer_device, infer_key, infer_min_max, infer_shape, vec_values
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 
-__all__ = ["CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint", "ssimplify"]
+__all__ = ["DEVICE_NUM", "CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint",
+           "ssimplify"]
 
 sint: TypeAlias = "int | UOp"
 T = TypeVar("T")
@@ -94,6 +95,7 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
 
 _CALLS = GroupOp.Call
 _unique_counter = iter(range(1 << 62))
+DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
 
 class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
@@ -523,6 +525,29 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """COPY this value to `device`."""
         return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
 
+    # multi-device constructors (the rules that run them are uopgrad.multi)
+    def multi(self, axis: int) -> UOp:
+        """MULTI(self, axis): this per-device value on a device tuple is one value's shards along `axis`."""
+        if not isinstance(self.device, tuple):
+            raise DeviceError(f"MULTI needs a value on a device tuple, not on {self.device!r}")
+        return UOp(Ops.MULTI, self.dtype, (self,), axis)
+
+    def _shard(self, axis: int) -> UOp:
+        """This (replicated) value's slice on each device: a SHRINK by the symbolic device index."""
+        if not self.shape:
+            return self  # scalars broadcast, they are never cut
+        n, size = len(cast("tuple[str, ...]", self.device)), self.shape[axis]
+        if not isinstance(size, int) or size % n:
+            raise ShapeError(f"can't shard axis {axis} of shape {self.shape} over {n} devices: its size "
+                             f"must be a multiple of {n}")
+        dnum, sz = UOp.variable(DEVICE_NUM, 0, n - 1), size // n
+        return self.shrink(tuple((dnum * sz, dnum * sz + sz) if i == axis else (0, s)
+                                 for i, s in enumerate(self.shape)))
+
+    def shard(self, devices: tuple[str, ...], axis: int) -> UOp:
+        """Copy to the device tuple, keep each device's slice along `axis`, and wrap it in MULTI(axis)."""
+        return self.copy_to_device(devices)._shard(axis).multi(axis)
+
     def cast(self, dtype: DType) -> UOp:
         """CAST to `dtype` (the node itself if it already has that dtype)."""
         return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
@@ -567,6 +592,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         if (u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.DETACH and u.src[1].op is Ops.CALL
                 and u.src[1].arg.name == "realize"):
             u = u.src[0].src[0]
+        if u.op is Ops.MULTI and u.src:  # the shards of a BUFFER on a device tuple
+            u = u.src[0]
         return u.base.op is Ops.BUFFER
 
     def ssimplify(self) -> UOp | ConstType:

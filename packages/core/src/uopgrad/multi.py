@@ -1,0 +1,326 @@
+"""Multi-device values (layer 9, beside gradient and realized): lowering a graph over device tuples into one
+ordinary graph per device.
+
+A value on a device tuple is either replicated (a graph whose DEVICE is the tuple, every device holds all of
+it) or sharded: `MULTI(x, axis)`, where `x` is the per-device slice (shape divided along `axis`) and
+`_device_num` (uopgrad.uop.DEVICE_NUM) stands for the index of the device computing it. The tensor graph
+keeps that form, so shapes, axes and gradients are the global program's; `lower` turns it into plain
+single-device graphs at realize time, as tables of rules per op:
+
+- elementwise ops combine shard by shard; an operand with another axis is resharded first (a replicated
+  one is cut, a sharded one is gathered and cut);
+- movement ops run per shard with the sharded axis remapped (RESHAPE, PERMUTE), kept (EXPAND) or, when they
+  touch the sharded axis (PAD, SHRINK, FLIP of it), on the gathered value;
+- REDUCE over the sharded axis reduces each shard and then all-reduces; over any other axis it runs per shard;
+- COPY of a sharded value to one device gathers it (concatenates the shards in device order).
+
+The all-reduce is the driver's: each device receives every other device's partial result and combines them
+in device order (direct all-to-all, n*(n-1) copies), so every device holds the same bits. A backend with a
+collective library (NCCL on a multi-GPU box) would take over through `set_allreduce`, which is only a hook.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import DeviceError, ShapeError
+from uopgrad.facts import infer_axis
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.uop import DEVICE_NUM, UOp
+
+__all__ = ["AllReduce", "Lowering", "has_multi", "in_use", "inline", "mark_used", "multi_buffer",
+           "set_allreduce", "shard_buffers"]
+
+# a collective all-reduce: (per-device partials, reduce op, devices) -> per-device results
+AllReduce = Callable[[Sequence[UOp], Ops, tuple[str, ...]], list[UOp]]
+_counter = itertools.count()
+_used = [False]
+_allreduce_hook: list[AllReduce | None] = [None]
+# BUFFERs on a device tuple (a realized sharded or replicated value) -> one BUFFER per device
+_shards: dict[UOp, tuple[UOp, ...]] = {}
+_PER_SHARD = frozenset({Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
+_WARM = GroupOp.ALU | GroupOp.Movement | _PER_SHARD | {Ops.REDUCE, Ops.MULTI}
+Parts = tuple[tuple[UOp, ...], int | None]  # per-device graphs, and the axis they split (None: replicated)
+
+
+def mark_used() -> None:
+    """Note that a value on a device tuple exists."""
+    _used[0] = True
+
+
+def in_use() -> bool:
+    """Whether any value was ever put on a device tuple (until then realize skips the lowering)."""
+    return _used[0]
+
+
+def set_allreduce(fn: AllReduce | None) -> None:
+    """Install a collective all-reduce (e.g. NCCL's) in place of the driver's; None restores the driver's."""
+    _allreduce_hook[0] = fn
+
+
+def multi_buffer(shards: Sequence[UOp]) -> UOp:
+    """A BUFFER on the device tuple of `shards` (one BUFFER per device, all of one size and dtype)."""
+    b0 = shards[0]
+    devices = tuple(str(b.device) for b in shards)
+    unique = UOp(Ops.UNIQUE, arg=("multi", next(_counter)))
+    mb = UOp(Ops.BUFFER, b0.dtype, (unique, UOp(Ops.DEVICE, arg=devices)), b0.arg)
+    _shards[mb] = tuple(shards)
+    return mb
+
+
+def shard_buffers(mb: UOp) -> tuple[UOp, ...]:
+    """The per-device BUFFERs of a BUFFER on a device tuple."""
+    if mb not in _shards:
+        raise DeviceError(f"BUFFER on {mb.device} has no per-device buffers (it was never realized)")
+    return _shards[mb]
+
+
+def has_multi(u: UOp, memo: dict[UOp, bool] | None = None) -> bool:
+    """Whether `u` computes on a sharded value (a MULTI below it that no COPY has gathered yet)."""
+    memo = {} if memo is None else memo
+    for n in u.toposort():
+        if n not in memo:
+            memo[n] = (n.op is Ops.MULTI and bool(n.src)) or (
+                n.op is not Ops.COPY and any(memo.get(s, False) for s in n.src))
+    return memo[u]
+
+
+def _device_index(x: UOp, i: int) -> int:
+    """A shard bound (built from `_device_num`) evaluated for device `i`."""
+    dvars = [v for v in x.toposort() if v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM]
+    val = x.substitute({v: UOp.const(v.dtype, i) for v in dvars}).simplify() if dvars else x.simplify()
+    if val.op is not Ops.CONST:
+        raise ShapeError(f"a shard bound must be a number once the device is known, not {val.short()}")
+    return int(val.arg)
+
+
+def _resolve(v: object, i: int) -> object:
+    if isinstance(v, UOp):
+        return _device_index(v, i)
+    if isinstance(v, tuple):
+        return tuple(_resolve(x, i) for x in v)
+    return v
+
+
+class Lowering:
+    """One realize's lowering: `single(u)` is a graph on one device, `parts(u)` the per-device graphs of a
+    value on a device tuple. Both are memoised, so a shared subgraph is lowered once."""
+
+    def __init__(self) -> None:
+        self._multi: dict[UOp, bool] = {}
+        self._parts: dict[UOp, Parts] = {}
+        self._local: dict[tuple[UOp, int], UOp] = {}
+        self._single: dict[UOp, UOp] = {}
+
+    # ------------------------------------------------------------------ entry points
+    def single(self, u: UOp) -> UOp:
+        """`u` (on one device) with every gathered sharded value below it lowered (one iterative pass)."""
+        memo = self._single
+        for n in u.toposort(gate=lambda x: x not in memo, enter_calls=False):
+            if n.op is Ops.COPY and isinstance(n.src[0].device, tuple) and isinstance(n.device, str):
+                memo[n] = self.to_one(n.src[0], n.device)
+                continue
+            srcs = tuple(memo.get(x, x) for x in n.src)
+            if n.op in GroupOp.Call:  # its arguments (a body is lowered where it is inlined)
+                srcs = (n.src[0], *srcs[1:])
+            memo[n] = n if all(a is b for a, b in zip(srcs, n.src)) else n.replace(src=srcs)
+        return memo[u]
+
+    def to_one(self, u: UOp, device: str) -> UOp:
+        """`u` (on a device tuple) copied to one device: a sharded value gathered, a replicated one taken from
+        one device; a value that differs per device without being sharded (a shard's gradient: each device's
+        slice padded to the whole) is the sum of the devices' values, in device order (the adjoint of
+        copying to every device and keeping a slice)."""
+        p = self.parts(u)
+        if has_multi(u, self._multi) or not any(v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM
+                                                for v in u.toposort()):
+            return self.gather(p, device)
+        total: UOp | None = None
+        for x in p[0]:
+            y = x if x.device == device else x.copy_to_device(device)
+            total = y if total is None else total + y
+        assert total is not None
+        return total
+
+    def parts(self, u: UOp) -> Parts:
+        """The per-device graphs of `u` (a value on a device tuple) and the axis they split."""
+        if u not in self._parts:
+            self._warm(u)
+            devices = cast("tuple[str, ...]", u.device)
+            if not has_multi(u, self._multi):
+                self._parts[u] = (tuple(self.local(u, i) for i in range(len(devices))), None)
+            else:
+                self._parts[u] = self._sharded(u, devices)
+        return self._parts[u]
+
+    def _warm(self, u: UOp) -> None:
+        """Lower the value ops below `u` sources first (an iterative walk), so that the rules' recursion
+        meets lowered nodes at once and a long chain needs no deep stack."""
+        for n in u.toposort(gate=lambda x: x not in self._parts, enter_calls=False):
+            if n is not u and n.op in _WARM and isinstance(n.device, tuple) and n._shape is not None:
+                self.parts(n)
+
+    # ------------------------------------------------------------------ per-device graphs
+    def local(self, u: UOp, i: int) -> UOp:
+        """Device `i`'s graph of a value on a device tuple that is replicated, or a shard's inner graph."""
+        key = (u, i)
+        if key in self._local:
+            return self._local[key]
+        devices = u.device
+        if not isinstance(devices, tuple):
+            ret = self.single(u)
+        elif u.op is Ops.DEVICE:
+            ret = UOp(Ops.DEVICE, arg=devices[i])
+        elif u.op is Ops.BUFFER:
+            ret = shard_buffers(u)[i]
+        elif u.op is Ops.COPY:
+            src = u.src[0]
+            if not isinstance(src.device, tuple):
+                ret = self.single(src).copy_to_device(devices[i])
+            elif has_multi(src, self._multi):
+                ret = self.gather(self.parts(src), devices[i])
+            else:
+                ret = self.local(src, i)
+        elif u.op in GroupOp.Movement:
+            ret = self.local(u.src[0], i)._mop(u.op, _resolve(u.marg, i))
+        elif u.op is Ops.MULTI and u.src:
+            raise DeviceError(f"a sharded value is used where a per-device value is expected: {u.short()}")
+        elif u.op is Ops.DEFINE_VAR and u.arg[0] == DEVICE_NUM:
+            ret = UOp.const(u.dtype, i)
+        else:
+            ret = u.replace(src=tuple(self.local(s, i) for s in u.src))
+        self._local[key] = ret
+        return ret
+
+    def gather(self, p: Parts, device: str) -> UOp:
+        """The whole value of `p` on `device`: the shards copied there and concatenated in device order."""
+        parts, axis = p
+        pieces = [x if x.device == device else x.copy_to_device(device) for x in parts]
+        if axis is None:
+            return next((x for x in parts if x.device == device), pieces[0])
+        n, size = len(pieces), pieces[0].shape[axis]
+        rank = len(pieces[0].shape)
+        out: UOp | None = None
+        for j, x in enumerate(pieces):
+            pad = tuple((size * j, size * (n - 1 - j)) if a == axis else (0, 0) for a in range(rank))
+            y = x.cast(_acc(x)).pad(pad)
+            out = y if out is None else out + y
+        assert out is not None
+        return out.cast(pieces[0].dtype)
+
+    def allreduce(self, partials: Sequence[UOp], op: Ops, devices: tuple[str, ...]) -> tuple[UOp, ...]:
+        """Every device gets all partials combined with `op` in device order (the same bits everywhere)."""
+        if (hook := _allreduce_hook[0]) is not None:
+            return tuple(hook(partials, op, devices))
+        out = []
+        for d in devices:
+            acc: UOp | None = None
+            for x in partials:
+                y = x if x.device == d else x.copy_to_device(d)
+                acc = y if acc is None else acc.alu(op, y)
+            assert acc is not None
+            out.append(acc)
+        return tuple(out)
+
+    # ------------------------------------------------------------------ ops over sharded values
+    def reshard(self, p: Parts, axis: int | None, devices: tuple[str, ...]) -> tuple[UOp, ...]:
+        """`p` split along `axis` instead (None: whole on every device)."""
+        parts, have = p
+        if have == axis:
+            return parts
+        whole = parts if have is None else tuple(self.gather(p, d) for d in devices)
+        if axis is None:
+            return whole
+        n = len(devices)
+        out = []
+        for i, x in enumerate(whole):
+            if not x.shape:
+                out.append(x)
+                continue
+            sz = cast("int", x.shape[axis]) // n
+            out.append(x.shrink(tuple((sz * i, sz * (i + 1)) if a == axis else (0, s)
+                                      for a, s in enumerate(x.shape))))
+        return tuple(out)
+
+    def _sharded(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        op, n = u.op, len(devices)
+        if op is Ops.MULTI:
+            return tuple(self.local(u.src[0], i) for i in range(n)), cast("int", u.arg)
+        if op in GroupOp.ALU:
+            axis = u.axis
+            srcs = [self.reshard(self._operand(s, devices), axis, devices) for s in u.src]
+            return tuple(u.replace(src=tuple(s[i] for s in srcs)) for i in range(n)), axis
+        if op in _PER_SHARD:
+            parts, axis = self.parts(u.src[0])
+            return tuple(u.replace(src=(x,)) for x in parts), axis
+        if op is Ops.REDUCE:
+            parts, axis = self.parts(u.src[0])
+            local = [UOp(Ops.REDUCE, u.dtype, (x,), u.arg) for x in parts]
+            if axis is not None and axis in u.arg[1]:
+                return self.allreduce(local, u.arg[0], devices), None
+            return tuple(local), axis
+        if op in GroupOp.Movement:
+            return self._movement(u, devices)
+        if op is Ops.AFTER and len(u.src) == 2 and u.src[1].op is Ops.STORE:  # an assign, per device
+            (dest, axis), store = self.parts(u.src[0]), u.src[1]
+            target = self.reshard(self.parts(store.src[0]), axis, devices)
+            value = self.reshard(self._operand(store.src[1], devices), axis, devices)
+            return tuple(d.after(t.store(v)) for d, t, v in zip(dest, target, value)), axis
+        if op is Ops.GETTUPLE and u.src[0].op is Ops.TUPLE:
+            return self.parts(u.src[0].src[u.arg])
+        if op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
+            return self.parts(inline(u.src[0], u.arg))
+        raise DeviceError(f"{op} is not supported on sharded values ({u.short()}); gather it first with "
+                          f".to(device)")
+
+    def _operand(self, s: UOp, devices: tuple[str, ...]) -> Parts:
+        if s.device is None:  # a constant without a device: the same node everywhere
+            return tuple(s for _ in devices), None
+        if s.device != devices:
+            raise DeviceError(f"operands on {s.device} and {devices}: move them onto one device tuple first")
+        return self.parts(s)
+
+    def _movement(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        op, arg = u.op, u.marg
+        parts, axis = self.parts(u.src[0])
+        n = len(devices)
+        if axis is not None and op is Ops.RESHAPE:
+            new_axis = u._ok("axis", infer_axis)  # raises for a reshape that moves elements between shards
+            assert new_axis is not None
+            shape = tuple(s // n if a == new_axis else s for a, s in enumerate(arg))
+            return tuple(x.reshape(shape) for x in parts), new_axis
+        if axis is not None and op is Ops.EXPAND:
+            shape = tuple(parts[0].shape[a] if a == axis else s for a, s in enumerate(arg))
+            return tuple(x.expand(shape) for x in parts), axis
+        if axis is not None and op is Ops.PERMUTE:
+            return tuple(x.permute(arg) for x in parts), u.axis
+        full = u.src[0].shape[axis] if axis is not None else None
+        touches = axis is not None and (
+            (op is Ops.PAD and arg[axis] != (0, 0)) or (op is Ops.SHRINK and arg[axis] != (0, full))
+            or (op is Ops.FLIP and arg[axis]))
+        if touches:  # the op works across shards: on the whole value, on every device
+            parts, axis = self.reshard((parts, axis), None, devices), None
+        if axis is not None and op is Ops.SHRINK:
+            arg = tuple((0, parts[0].shape[a]) if a == axis else s for a, s in enumerate(arg))
+        return tuple(x._mop(op, arg) for x in parts), axis
+
+
+def inline(k: UOp, i: int) -> UOp:
+    """Output `i` of FUNCTION `k` with its PARAMs replaced by the arguments: a call over sharded values runs
+    as the caller's graph, so each device computes its shards of it (a sharded PARAM of `as_param`, a MULTI
+    over a per-shard PARAM, stands for the whole argument)."""
+    elem, args = k.src[0].src[i], k.src[1:]
+    mapping: dict[UOp, UOp] = {}
+    for n in elem.toposort(enter_calls=False):
+        if n.op is Ops.PARAM:
+            mapping[n] = args[n.arg]
+        elif n.op is Ops.MULTI and n.src and n.src[0].op is Ops.PARAM:
+            mapping[n] = args[n.src[0].arg]
+    return elem.substitute(mapping, walk=True)
+
+
+def _acc(x: UOp) -> DType:
+    """The dtype the concatenation adds in (bool has no ADD: go through uint8)."""
+    return dtypes.uint8 if x.dtype.base == dtypes.bool else x.dtype.base

@@ -1,0 +1,124 @@
+"""Tensors on several devices (a mixin of Tensor, layer 15 with tensor.py): `shard`, `shard_`, and how a
+value on a device tuple is realized and read back. The rules are uopgrad.multi's."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from uopgrad.backend import Device
+from uopgrad.errors import DeviceError
+from uopgrad.multi import Lowering, in_use, mark_used, multi_buffer
+from uopgrad.ops import Ops
+from uopgrad.realized import realized, strip_realized
+from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.uop import UOp
+
+if TYPE_CHECKING:
+    from uopgrad.tensor import Tensor
+
+__all__ = ["MultiMixin", "canonical_devices", "device_arg", "merge_devices", "realize_multi", "replicate"]
+
+
+def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
+    """Each name canonicalised (and its backend loaded); a device named twice is an error."""
+    if isinstance(devices, str) or not devices:
+        raise DeviceError(f"shard needs a tuple of device names, not {devices!r}")
+    out = tuple(Device.canonicalize(d) for d in devices)
+    for d in out:
+        Device[d]
+    if len(set(out)) != len(out):
+        raise DeviceError(f"a device tuple names each device once, not {out}")
+    mark_used()
+    return out
+
+
+def device_arg(device: str | tuple[str, ...] | None) -> tuple[tuple[str, ...] | None, str | None]:
+    """A `device=` argument as (the device tuple or None, the one device a value is built on first)."""
+    if isinstance(device, tuple):
+        devs = canonical_devices(device)
+        return devs, devs[0]
+    return None, Device.canonicalize(device) if device is not None else None
+
+
+def replicate(u: UOp, devices: tuple[str, ...] | None) -> UOp:
+    """`u` (built on devices[0]) on every device of `devices`: a constant is rebuilt there, anything else
+    copied (None: `u` itself)."""
+    if devices is None or u.device == devices:
+        return u
+    if u.base.op is Ops.CONST:
+        return u.substitute({d: UOp(Ops.DEVICE, arg=devices) for d in u.toposort() if d.op is Ops.DEVICE})
+    return u.copy_to_device(devices)
+
+
+class MultiMixin:
+    """Sharding across devices."""
+
+    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """This tensor on every device of `devices`: whole on each (axis=None) or cut into equal slices along
+        `axis`, one per device in order."""
+        t = _t(self)
+        if isinstance(t.uop.device, tuple):
+            raise DeviceError(f"can't shard a multi-device tensor (it is on {t.uop.device}); shard the "
+                              "single-device value")
+        devs = canonical_devices(devices)
+        if len(devs) == 1:
+            return t.to(devs[0])
+        if axis is None:
+            uop = t.uop.copy_to_device(devs)
+        else:
+            uop = t.uop.shard(devs, t._axis(axis))
+        return type(t)(uop, requires_grad=t.requires_grad)
+
+    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
+        """Shard in place: this tensor becomes its sharded value (gradients are then taken for that)."""
+        t = _t(self)
+        t.uop = t.shard(devices, axis).uop
+        return t
+
+
+def merge_devices(effects: dict[str, list[UOp]]) -> dict[str, list[UOp]]:
+    """The effects of one realize, as one backend call per device; after sharding, one call for them all
+    (driven by the first device: every kernel still runs on the device its buffers live on), so a value two
+    devices read is computed once, before any of them writes, and never again from overwritten buffers."""
+    if len(effects) < 2 or not in_use():
+        return effects
+    kinds = {Device[d].capabilities.compiled for d in effects}
+    if kinds != {True} and any(not d.startswith("REFERENCE") for d in effects):
+        return effects
+    first = next(iter(effects))
+    return {first: [e for es in effects.values() for e in es]}
+
+
+def lower_gathers(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """Single-device graphs with every gathered sharded value below them lowered to per-device graphs."""
+    if not in_use():
+        return roots
+    low = Lowering()
+    return tuple(low.single(u) for u in roots)
+
+
+def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool]) -> list[Tensor]:
+    """Realize the tensors on device tuples: each device's graph runs on that device (uopgrad.multi lowers
+    them), and each is left as the realized form of a BUFFER on its device tuple. Returns the others."""
+    rest = [t for t in tensors if not isinstance(t.uop.device, tuple)]
+    tensors = [t for t in tensors if isinstance(t.uop.device, tuple) and not is_realized(t.uop)]
+    if not tensors:
+        return rest
+    low, cls = Lowering(), type(tensors[0])
+    done: dict[UOp, tuple[list[Tensor], int | None]] = {}
+    for t in tensors:
+        if t.uop not in done:
+            parts, axis = low.parts(strip_realized(t.uop))
+            # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
+            done[t.uop] = ([cls(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
+                            for p in parts], axis)
+    cls._realize([p for ps, _ in done.values() for p in ps])
+    becomes: dict[UOp, UOp] = {}
+    for u, (ps, axis) in done.items():
+        views = [strip_realized(p.uop) for p in ps]
+        bufs = [v.base for v in views]
+        view = multi_buffer(bufs).reshape(views[0].shape)
+        becomes[u] = realized(view if axis is None else view.multi(axis), u)
+    for t in tensors:
+        t.uop = becomes.get(t.uop, t.uop)
+    return rest
