@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from uopgrad import Ops, UOp, dtypes
+from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backend import CompileError, compile_cache_dir
 from uopgrad_conformance.kit.linear import const, elementwise, linear, prog, run
 from uopgrad_cpu import CCompiler, CPUBackend, CPUProgram
@@ -228,3 +228,33 @@ def test_openmp_threads_follow_the_free_cores(monkeypatch):
     prg = CPUProgram("dynamic_mode", compiler.compile_cached(src))
     prg._fn.restype = ctypes.c_int
     assert prg._fn() == 1
+
+
+def test_only_sources_that_use_openmp_link_its_runtime():
+    # -fopenmp costs a small kernel's build ~9 ms (linking libgomp): a serial kernel is built without it
+    compiler = CCompiler()
+    if "-fopenmp" not in compiler.flags:
+        pytest.skip("the C compiler has no OpenMP")
+    serial = "void serial(float* restrict a) { for (int i = 0; i < 4; i++) a[i] = 1.0f; }\n"
+    parallel = serial.replace("serial", "parallel").replace("{ for", "{\n#pragma omp parallel for\n for")
+    assert b"libgomp" not in compiler.compile(serial)
+    assert b"libgomp" in compiler.compile(parallel)
+
+
+def test_a_libm_function_kernels_do_not_declare_is_a_build_error():
+    # kernels declare the libm functions they call instead of including <math.h>: an undeclared one must
+    # not be called as an implicit `int f()` (a wrong value), it must fail to build
+    src = "float uses_cbrt(float x) { return cbrtf(x); }\n"
+    with pytest.raises(CompileError, match="implicit declaration"):
+        CCompiler().compile(src)
+
+
+def test_kernels_compute_the_math_they_declare():
+    # every declared libm function, float and double, through the pipeline against numpy
+    x = np.array([0.25, 1.5, 3.0, 7.75], dtype=np.float32)
+    for dt, tol in ((np.float32, 1e-6), (np.float64, 1e-15)):
+        t = Tensor(x.astype(dt), device="CPU")
+        got = ((t.sqrt() + t.exp2() + t.log2() + t.sin()) * (t ** 1.5)).numpy()
+        xd = x.astype(dt)
+        want = (np.sqrt(xd) + np.exp2(xd) + np.log2(xd) + np.sin(xd)) * xd ** dt(1.5)
+        np.testing.assert_allclose(got, want, rtol=tol)

@@ -9,17 +9,18 @@ comparison for lanes a select does not take, so on a machine without AVX-512 mas
 (MAX, relu, WHERE) stays scalar with a branch per element: measured on AVX2, the elementwise chain of
 bench/kernels.py took 20 ms with it off and 1.4 ms with it on.
 
-Three are added when the compiler accepts them: `-fopenmp` (the outer loop of large kernels on all cores),
-`-fvect-cost-model=dynamic` (GCC's -O2 cost model otherwise leaves loops with a data-dependent select
-scalar: a branch per element, 30x slower) and `-fno-tree-slp-vectorize`: GCC 12.2's straight-line
-vectoriser drops a float64 -> float32 -> float64 round trip when it pairs two of them (`(double)(float)x`
-becomes `x`); loops are still vectorised.
+Three are added when the compiler accepts them: `-fopenmp` (the outer loop of large kernels on all cores;
+only for a source that uses OpenMP), `-fvect-cost-model=dynamic` (GCC's -O2 cost model otherwise leaves
+loops with a data-dependent select scalar: a branch per element, 30x slower) and `-fno-tree-slp-vectorize`:
+GCC 12.2's straight-line vectoriser drops a float64 -> float32 -> float64 round trip when it pairs two of
+them (`(double)(float)x` becomes `x`); loops are still vectorised.
 """
 from __future__ import annotations
 
 import functools
 import os
 import platform
+import re
 import shlex
 import subprocess
 import tempfile
@@ -29,8 +30,13 @@ from uopgrad.backend import CompileError, Compiler
 
 __all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "compile_timeout", "openmp_available"]
 
+# -Werror=implicit-function-declaration: kernels declare the few libm functions they call instead of
+# including <math.h> (uopgrad_cpu.renderer); a call of anything else must fail to build, not return an int
 BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv", "-ffp-contract=off",
-              "-fno-trapping-math", "-fno-math-errno")
+              "-fno-trapping-math", "-fno-math-errno", "-Werror=implicit-function-declaration")
+# a source that uses OpenMP (a parallel loop, the runtime's functions): only these are built with -fopenmp,
+# which costs a small kernel ~9 ms of the compiler's time (linking libgomp) and buys a serial one nothing
+_OPENMP_USE = re.compile(r"#\s*pragma\s+omp\b|\bomp_\w+\s*\(|<omp\.h>")
 # used when `$CC` accepts them (clang, for one, has no -fvect-cost-model and vectorises at -O2 anyway)
 OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic", "-fno-tree-slp-vectorize")
 
@@ -98,7 +104,8 @@ class CCompiler(Compiler):
         """Build `src` into a shared object; a compiler error shows its message and the source."""
         with tempfile.TemporaryDirectory(prefix="uopgrad-cc-") as tmp:
             out = Path(tmp) / "kernel.so"
-            cmd = [*shlex.split(self.cc), *self.flags, "-x", "c", "-", "-o", str(out), "-lm"]
+            flags = self.flags if _OPENMP_USE.search(src) else [f for f in self.flags if f != "-fopenmp"]
+            cmd = [*shlex.split(self.cc), *flags, "-x", "c", "-", "-o", str(out), "-lm"]
             try:
                 res = _run(cmd, src, compile_timeout())
             except OSError as e:
