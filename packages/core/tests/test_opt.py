@@ -58,9 +58,39 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     assert len(loads) == 1  # the right operand's row is loaded once for all the rows of the tile
 
 
-def test_float_max_and_elementwise_nests_are_left_alone():
-    for out in (ones(8, 64).max(1), ones(8, 64).max(0), ones(64, 64) * 2 + 1):
+def test_float_max_along_the_reduce_axis_and_elementwise_nests_are_left_alone():
+    for out in (ones(8, 64).max(1), ones(64, 64) * 2 + 1):
         assert vectors(program(out)) == set()
+
+
+def test_a_max_along_the_output_axis_gets_vector_lanes_each_in_the_scalar_order():
+    prg = program(ones(8, 64).max(0))
+    assert vectors(prg) == {16}
+    assert any(u.op is Ops.MAX and u.dtype == dtypes.float32.vec(16) for u in prg.uops)
+
+
+def vector_ops(prg: Program) -> set[Ops]:
+    return {u.op for u in prg.uops if u.dtype.count > 1}
+
+
+@pytest.mark.parametrize("epilogue", [lambda mm: mm.relu(), lambda mm: (mm < 1).where(mm, -mm),
+                                      lambda mm: mm.maximum(0.5), lambda mm: (mm > 0).cast(dtypes.float64)])
+def test_a_matmul_with_a_training_epilogue_stays_a_register_tile(epilogue):
+    prg = program(epilogue(ones(32, 32) @ ones(32, 32)))
+    assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == ROWS
+    masks = [u for u in prg.uops if u.dtype.scalar() == dtypes.bool and u.dtype.count > 1]
+    assert masks or Ops.MAX in vector_ops(prg)  # comparisons are lane masks, MAX a select
+
+
+def test_a_reduce_of_masked_values_gets_a_vector_accumulator():
+    prg = program(ones(8, 64).relu().sum(1))
+    assert {Ops.CMPLT, Ops.WHERE, Ops.DEFINE_REG} <= vector_ops(prg)
+
+
+def test_ops_the_backend_lacks_get_no_vector_form():
+    out = (ones(32, 32) @ ones(32, 32)).maximum(0.5)
+    assert lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64).uops
+    assert vectors(lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64)) == set()
 
 
 def test_integer_sums_are_unrolled_too():
@@ -78,6 +108,13 @@ def test_opt0_and_width_0_turn_the_pass_off(width: int):
     with Context(OPT=0):
         assert vectors(program(out, width)) == set()
     assert (vectors(program(out, width)) != set()) == (width > 0)
+
+
+def test_the_c_of_a_select_is_a_mask_of_the_selected_values_width():
+    mm = ones(32, 32) @ ones(32, 32)
+    src = GCCVectorRenderer().render(program((mm > 0).where(mm.cast(dtypes.float64), 2.0), 32))
+    assert "__uopgrad_vsel(__uopgrad_double_4, __uopgrad_long_long_4, __builtin_convertvector(" in src
+    assert "?" not in src.split("void ", 1)[1]  # C has no ?: on vectors
 
 
 def test_the_c_of_a_vector_kernel_has_its_typedefs_and_element_aligned_accesses():

@@ -112,7 +112,7 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
-    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width),  # vector lanes, vector accumulators
+    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops),  # vector lanes and accumulators
          applies=lambda ctx: ctx.grid is None and ctx.vector_width > 0),
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
