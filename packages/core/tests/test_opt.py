@@ -58,9 +58,25 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     assert len(loads) == 1  # the right operand's row is loaded once for all the rows of the tile
 
 
-def test_float_max_along_the_reduce_axis_and_elementwise_nests_are_left_alone():
-    for out in (ones(8, 64).max(1), ones(64, 64) * 2 + 1):
-        assert vectors(program(out)) == set()
+def test_elementwise_nests_are_left_alone():
+    assert vectors(program(ones(64, 64) * 2 + 1)) == set()
+
+
+def fallback_loops(prg: Program) -> list[UOp]:
+    return [u for u in prg.uops if u.op is Ops.RANGE and u.src[0].op is Ops.WHERE]
+
+
+def test_a_float_max_along_its_reduce_axis_is_unrolled_with_an_exact_fallback():
+    prg = program(ones(8, 64).max(1))
+    assert vectors(prg) == {16}
+    loops = fallback_loops(prg)  # redone in order only where the lanes' result is a zero or a NaN
+    assert len(loops) == 1 and loops[0].src[0].src[1].arg == 64 and loops[0].src[0].src[2].arg == 0
+    assert sorted(u.dtype.count for u in prg.uops if u.op is Ops.DEFINE_REG) == [1, 16]  # lanes, in order
+
+
+def test_an_integer_max_is_unrolled_without_a_fallback():
+    prg = program(ones(8, 64, dt=np.int32).max(1))
+    assert vectors(prg) == {16} and not fallback_loops(prg)
 
 
 def test_a_max_along_the_output_axis_gets_vector_lanes_each_in_the_scalar_order():

@@ -42,13 +42,36 @@ def _simplify(e: UOp) -> UOp:
 
 
 def _reorderable(red: UOp) -> bool:
-    """Whether the policy (spec/opt.md) lets a reduce change its order: float ADD, integer ADD and MUL."""
-    return red.arg is Ops.ADD or (red.arg is Ops.MUL and dtypes.is_int(red.dtype))
+    """Whether the policy (spec/opt.md) lets a reduce take lanes in any order and combine them: ADD, and
+    integer MUL and MAX (exact in any order). A float MAX may too, with `_exact_max` after it."""
+    return red.arg in (Ops.ADD, Ops.MAX) or (red.arg is Ops.MUL and dtypes.is_int(red.dtype))
+
+
+def _exact_max(red: UOp, fast: UOp) -> UOp:
+    """A float MAX reduce in any order has the right value; its bits can differ only where that value is
+    a zero (which of 0.0 and -0.0 a tie keeps) or a NaN (which NaN comes first). There the reduce is done
+    again in its own order: loops over copies of its ranges, the outermost running zero times unless
+    needed (spec/opt.md §2)."""
+    zero = UOp(Ops.CONST, red.dtype, (), 0.0)
+    need = UOp(Ops.OR, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (fast, fast)),
+                                     UOp(Ops.CMPEQ, dtypes.bool, (fast, zero))))
+    # fresh copies of its ranges and of those of the reduces nested in it, numbered after all of them (the
+    # copies of its own outermost, the linearizer nests by number)
+    nested = sorted({r for u in red.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]},
+                    key=lambda r: r.arg[0])
+    base = max(r.arg[0] for r in (*red.src[1:], *nested)) + 0.25
+    sub: dict[UOp, UOp] = {}
+    for i, r in enumerate((*red.src[1:], *nested)):
+        bound = r.src[0] if i else UOp(Ops.WHERE, r.dtype, (need, r.src[0], UOp(Ops.CONST, r.dtype, (), 0)))
+        sub[r] = UOp(Ops.RANGE, r.dtype, (bound,), (base + 0.01 * i, "reduce"))
+    body = red.src[0].substitute(sub, walk=True)
+    again = UOp(Ops.REDUCE, red.dtype, (body, *(sub[r] for r in red.src[1:])), Ops.MAX)
+    return UOp(Ops.WHERE, red.dtype, (need, again, fast))
 
 
 def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
     """REDUCE(x, ..., r), r stride-1 in every load of x that uses it -> a vector accumulator over r/amt
-    and a lane tree; None where it does not apply."""
+    and a lane tree (for a float MAX, with its exact fallback); None where it does not apply."""
     r = red.src[-1]
     if not _reorderable(red) or r.src[0].op is not Ops.CONST or (ops is not None and red.arg not in ops):
         return None
@@ -61,7 +84,8 @@ def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
     if not p.clean(v):
         return None
     acc = UOp(Ops.REDUCE, red.dtype.vec(amt), (v, *red.src[1:-1], outer), red.arg)
-    return lane_tree(acc, red.arg, amt)
+    fast = lane_tree(acc, red.arg, amt)
+    return _exact_max(red, fast) if red.arg is Ops.MAX and dtypes.is_float(red.dtype) else fast
 
 
 def _upcast(store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None) -> tuple[UOp, UOp] | None:
