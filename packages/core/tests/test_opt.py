@@ -9,7 +9,7 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import ROWS, split
+from uopgrad.codegen.opt import COLS, DOT_TILE, ROWS, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -49,13 +49,24 @@ def test_a_row_sum_gets_a_vector_accumulator_and_a_pairwise_lane_tree():
 
 
 def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
-    prg = program(ones(32, 32) @ ones(32, 32))
+    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64])
     assert vectors(prg) == {16}
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
-    assert len(accs) == ROWS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    assert len(accs) == ROWS * COLS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
     assert sum(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in prg.uops) == 1
     loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
-    assert len(loads) == 1  # the right operand's row is loaded once for all the rows of the tile
+    assert len(loads) == COLS  # the right operand's row is loaded once for all the rows of the tile
+    # the loop over column tiles is outside the loop over row tiles
+    loops = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "loop"]
+    assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 32 // ROWS]
+
+
+def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():
+    prg = program(ones(32, 64) @ ones(32, 64).T)  # both operands stride-1 along the reduce: unrolled
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == DOT_TILE * DOT_TILE and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(loads) == 2 * DOT_TILE  # each row's and each column's load shared by the other's
 
 
 def test_elementwise_nests_are_left_alone():
@@ -93,7 +104,7 @@ def vector_ops(prg: Program) -> set[Ops]:
                                       lambda mm: mm.maximum(0.5), lambda mm: (mm > 0).cast(dtypes.float64)])
 def test_a_matmul_with_a_training_epilogue_stays_a_register_tile(epilogue):
     prg = program(epilogue(ones(32, 32) @ ones(32, 32)))
-    assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == ROWS
+    assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == ROWS * COLS
     masks = [u for u in prg.uops if u.dtype.scalar() == dtypes.bool and u.dtype.count > 1]
     assert masks or Ops.MAX in vector_ops(prg)  # comparisons are lane masks, MAX a select
 
