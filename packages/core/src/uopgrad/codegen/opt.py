@@ -20,6 +20,9 @@ vectoriser. A transformation that would leave a gather (lanes loaded one by one)
 """
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
 from uopgrad.codegen.pack import VECTOR_DTYPES, Lanes, Packer, consecutive, lane_tree, lanes_for, split
 from uopgrad.config import ContextVar
 from uopgrad.dtype import dtypes
@@ -28,7 +31,7 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["OPT", "VECTOR_DTYPES", "optimize", "split"]
+__all__ = ["OPT", "VECTOR_DTYPES", "Choice", "choices", "optimize", "split"]
 
 # OPT=0 turns the pass off (the unoptimised kernel of spec/opt.md); 1, the default, is the heuristic
 OPT = ContextVar("OPT", 1)
@@ -39,6 +42,30 @@ ROWS = 8
 COLS = 2
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The shape of the register tiles: `rows` x `cols` (vectors) in the upcast path, the column loop
+    outside the row loop (`swap`), `dot_rows` x `dot_cols` outputs in the unroll path. Every choice gives
+    the same values: tiles copy the stores, each output's reduce keeps its order (spec/opt.md). The
+    default is the heuristic; BEAM searches the others (uopgrad.search)."""
+
+    rows: int = ROWS
+    cols: int = COLS
+    swap: bool = True
+    dot_rows: int = DOT_TILE
+    dot_cols: int = DOT_TILE
+
+
+def choices() -> list[Choice]:
+    """The tile shapes BEAM times, the heuristic's first."""
+    out = [Choice()]
+    for rows, cols, swap in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
+        out.append(Choice(rows, cols, swap))
+    for dr, dc in itertools.product((1, 2, 4), (1, 2, 4)):
+        out.append(Choice(dot_rows=dr, dot_cols=dc))
+    return list(dict.fromkeys(out))
 
 
 def _simplify(e: UOp) -> UOp:
@@ -186,7 +213,7 @@ def _renumber(sink: UOp) -> UOp:
     return sink.substitute({k: v for k, v in sub.items() if k.arg != v.arg}, walk=True)
 
 
-def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None) -> UOp:
+def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice) -> UOp:
     found = _nest(effect)
     if found is None:
         return effect
@@ -199,21 +226,22 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None) -> UOp:
     if sub:
         # a tile of outputs (a dot-product matmul, both operands stride-1 along the reduce): each row's
         # and each column's vector loads shared by the other's accumulators
-        ranges, stores = _tile(ranges, (store.substitute(sub),), -1, DOT_TILE)
-        ranges, stores = _tile(ranges, stores, -2, DOT_TILE)
+        ranges, stores = _tile(ranges, (store.substitute(sub),), -1, choice.dot_cols)
+        ranges, stores = _tile(ranges, stores, -2, choice.dot_rows)
         return _ends(ranges, stores)
     ranges, store = _unflatten(ranges, store)
     res = _upcast(store, ranges[-1], width, ops)
     if res is None:
         return effect
     vstore, outer = res
-    ranges, stores = _tile([*ranges[:-1], outer], (vstore,), -2, ROWS)
-    tiled, stores = _tile(ranges, stores, -1, COLS)
-    if tiled is not ranges and len(ranges) >= 2:
+    ranges, stores = _tile([*ranges[:-1], outer], (vstore,), -2, choice.rows)
+    tiled, stores = _tile(ranges, stores, -1, choice.cols)
+    if choice.swap and tiled is not ranges and len(tiled) >= 2:
         # columns outside rows: the column's panel of the right operand is reused by every row tile
-        ranges = _swap_last(tiled)
-        stores = tuple(st.substitute(dict(zip(tiled[-2:], ranges[-1:-3:-1])), walk=True) for st in stores)
-    return _ends(ranges, stores)
+        swapped = _swap_last(tiled)
+        stores = tuple(st.substitute(dict(zip(tiled[-2:], swapped[-1:-3:-1])), walk=True) for st in stores)
+        tiled = swapped
+    return _ends(tiled, stores)
 
 
 def _swap_last(ranges: list[UOp]) -> list[UOp]:
@@ -230,10 +258,13 @@ def _ends(ranges: list[UOp], stores: tuple[UOp, ...]) -> UOp:
     return node
 
 
-def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None) -> UOp:
+def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
+             choice: Choice | None = None) -> UOp:
     """The optimised kernel graph: each loop nest of `sink` (the index pass's SINK) transformed for
     vectors of `width` bytes; a nest the heuristic does not recognise is kept as it is. `ops` is the
-    backend's native ALU op set (None: every op): only those get vector forms."""
+    backend's native ALU op set (None: every op): only those get vector forms. `choice` shapes the register
+    tiles (default: the heuristic's)."""
     if width <= 0:
         return sink
-    return _renumber(sink.replace(src=tuple(_optimize_nest(e, width, ops) for e in sink.src)))
+    nests = tuple(_optimize_nest(e, width, ops, choice or Choice()) for e in sink.src)
+    return _renumber(sink.replace(src=nests))
