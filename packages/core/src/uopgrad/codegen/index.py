@@ -88,9 +88,10 @@ def _fold(u: UOp) -> UOp:
     """A value op with a constant operand, simplified by `sym` (a fold, or a law such as x & False ->
     False) as it is lowered. In the tensor graph its constants sit under broadcast views, which no law
     looks through, so a gradient's `e != 0` on a constant exponent, or `2.0 + 1.0 * -1.0`, would reach the
-    kernel unfolded; here the views are gone. Sources are folded before their users: one node at a time."""
-    if any(s.op is Ops.CONST for s in u.src) and (new := sym.rewrite(u)) is not None:
-        return graph_rewrite(new, sym, name="codegen: fold values")  # a law may leave new constant ops
+    kernel unfolded; here the views are gone. Sources are folded before their users, so this looks at one
+    node, and at the sources of what a law made of it (x+(c1+c2)), never at the graph under it."""
+    while any(s.op is Ops.CONST for s in u.src) and (new := sym.rewrite(u)) is not None:
+        u = new.replace(src=tuple(_fold(s) for s in new.src)) if new.src else new
     return u
 
 

@@ -113,7 +113,8 @@ class GCCVectorRenderer(CStyleRenderer):
         its masks and selects are made of)."""
         src = super().render(program)
         vecs = {u.dtype.base for u in program.uops if u.dtype.base.count > 1 and not _is_mask(u.dtype)}
-        vecs |= {_SIGNED[v.scalar().itemsize].vec(v.count) for v in list(vecs)}
+        vecs |= {_SIGNED[u.dtype.scalar().itemsize].vec(u.dtype.count) for u in program.uops  # select bits
+                 if u.op in (Ops.WHERE, Ops.MAX) and u.dtype.count > 1 and not _is_mask(u.dtype)}
         vecs |= {_SIGNED[w].vec(u.dtype.count) for u, w in mask_bytes(program.uops).items()}
         lines = []
         for dt in sorted(vecs, key=repr):
