@@ -8,15 +8,18 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
   is bit-identical (spec/opt.md). Loads that are stride-1 across the lanes become vector loads, loads the
   lanes share are broadcast, the store is a vector store.
 - UNROLL a reduce axis into a vector accumulator (`_unroll`): where the innermost reduce axis is stride-1
-  in every load and the policy allows reordering (float ADD, integer ADD and MUL), the accumulator
-  holds `amt` partial results, combined at the end by a fixed pairwise lane tree. The order depends only
-  on the kernel, never on the thread count.
+  in every load and the policy allows reordering (ADD, integer MUL and MAX), the accumulator holds `amt`
+  partial results, combined at the end by a fixed pairwise lane tree. The order depends only on the
+  kernel, never on the thread count. A float MAX is unrolled too and then made exact (`_exact_max`): where
+  the lanes' result is a zero or a NaN, the output is reduced again in the sequential order.
 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
-is cheap: unroll a reduce whose axis is stride-1, else upcast a stride-1 output axis of a reducing nest
-(a flat output range first split in two where it is read as r // c and r % c) and make up to ROWS rows of
-the axis outside it a register tile; nests without a reduce are left to the C compiler's own loop
-vectoriser. A transformation that would leave a gather (lanes loaded one by one) is not made.
+is cheap: unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product matmul),
+else upcast a stride-1 output axis of a reducing nest (a flat output range first split in two where it is
+read as r // c and r % c) into a register tile of up to ROWS rows (the axis outside the lanes) by COLS
+vectors (the lanes' own axis), the column loop outside the row loop; nests without a reduce are left to
+the C compiler's own loop vectoriser. A transformation that would leave a gather (lanes loaded one by
+one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's pick (uopgrad.search).
 """
 from __future__ import annotations
 
