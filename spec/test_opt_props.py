@@ -7,6 +7,8 @@ there is nothing to compare); the skip says which.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -23,8 +25,15 @@ if Device["CPU"].capabilities.vector_width == 0:
 
 DIMS = st.sampled_from([16, 3, 32, 17, 48, 1, 64])  # multiples of the lane counts, and odd sizes
 DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64])
-# a reduce along axis 0 (output stride-1: vector lanes) or 1 (the reduce stride-1: a vector accumulator)
-PROGRAMS = ["matmul", "matmul_t", "sum0", "sum1", "max0", "max1", "prod1", "chain_sum0", "chain_sum1"]
+# a reduce along axis 0 (output stride-1: vector lanes) or 1 (the reduce stride-1: a vector accumulator);
+# matmuls with the epilogues of training kernels (relu, a WHERE gate, elementwise MAX, NEG, casts), reduces
+# of masked and MAXed values, and MAX reduces over matmuls
+PROGRAMS = ["matmul", "matmul_t", "sum0", "sum1", "max0", "max1", "prod1", "chain_sum0", "chain_sum1",
+            "relu_mm", "relu_mm_t", "where_mm", "maxe_mm", "neg_cast_mm", "relu_sum0", "relu_sum1",
+            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1"]
+# programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
+# that a NaN keeps its payload and a zero its sign
+SELECTS = {"max0", "max1"}
 
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndarray:
@@ -32,15 +41,43 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndar
         return rng.integers(-1000, 1000, size=shape).astype(dt)
     x = rng.standard_normal(shape).astype(dt)
     x.flat[:: max(1, x.size // 5)] = -0.0  # signed zeros: a reordered MAX would show them
+    x[rng.random(shape[0]) < 0.15] = 0.0   # zero rows: exact ±0 matmul results, ties of relu and MAX
+    _ties_and_nans(rng, x)
+    _ties_and_nans(rng, x.T)               # the same for columns
     return x
+
+
+def _ties_and_nans(rng: np.random.Generator, x: np.ndarray) -> None:
+    """Make some rows of `x` (a view) lines whose MAX only an exact reduce gets bit for bit: ties of 0.0 and
+    -0.0 at the top, or two NaNs with different payloads and signs."""
+    n = x.shape[1]
+    kind = rng.random(x.shape[0])
+    for i in np.flatnonzero(kind < 0.2):
+        x[i] = -np.abs(x[i])
+        zeros = np.flatnonzero(rng.random(n) < 0.5)
+        x[i, zeros] = np.where(rng.random(len(zeros)) < 0.5, 0.0, -0.0)
+    bits = x.view(np.uint32 if x.dtype == np.float32 else np.uint64)
+    quiet = np.array([np.nan], x.dtype).view(bits.dtype)[0]
+    sign = bits.dtype.type(1) << bits.dtype.type(8 * bits.itemsize - 1)
+    for i in np.flatnonzero(kind > 0.9) if n >= 2 else ():
+        j, k = rng.choice(n, size=2, replace=False)
+        bits[i, j], bits[i, k] = quiet | 1, quiet | 2 | sign
 
 
 def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     a, b = Tensor(x, device="CPU"), Tensor(y, device="CPU")
+    mm = a @ b
     if name == "matmul":
-        out = a @ b
-    elif name == "matmul_t":
+        out = mm
+    elif name in ("matmul_t", "relu_mm_t"):
         out = a @ b.T.contiguous().T
+        out = out.relu() if name == "relu_mm_t" else out
+    elif name in _EPILOGUES:
+        out = _EPILOGUES[name](mm, b)
+    elif name[:-5] in _MASKED:
+        out = _MASKED[name[:-5]](a).sum(int(name[-1]))
+    elif name.startswith("max_mm"):
+        out = mm.max(int(name[-1]))
     elif name.startswith("chain"):
         v = a * a - a
         out = v.sum(int(name[-1]))
@@ -51,37 +88,64 @@ def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out.numpy()
 
 
+_EPILOGUES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "relu_mm": lambda mm, b: mm.relu(),
+    "where_mm": lambda mm, b: (mm < b[:1]).where(mm * 2, b[:1]),  # a row of b broadcast: an upcast input
+    "maxe_mm": lambda mm, b: mm.maximum(b[:1]).maximum(-0.0),  # ties with ±0 either way round
+    "neg_cast_mm": lambda mm, b: -((mm != 0).cast(mm.dtype) * mm),
+}
+_MASKED: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": lambda a: a.relu(),
+    "where": lambda a: (a > 0.5).where(a, -a),
+    "maxe": lambda a: a.maximum(a * 0.5),
+}
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 @settings(max_examples=8)
 @given(m=DIMS, k=DIMS, n=DIMS, dt=DTYPES, seed=st.integers(0, 2**16))
 def test_opt_is_exact_where_the_policy_says(name: str, m: int, k: int, n: int, dt: type, seed: int) -> None:
     rng = np.random.default_rng(seed)
+    if name in _EPILOGUES or name.startswith("max_mm"):
+        n = max(n, 2)  # an epilogue compares: a matmul reordered (n == 1, a stride-1 reduce) could flip it
     x = _data(rng, (m, k), dt)
     y = _data(rng, (k, n), dt)
     with Context(OPT=0):
         want = _run(name, x, y)
     got = _run(name, x, y)
+    nan = np.isnan(want) if np.issubdtype(dt, np.floating) else np.zeros(want.shape, bool)
+    assert np.array_equal(np.isnan(got), nan)
     if not (np.issubdtype(dt, np.floating) and _may_reorder(name, k, n)):
         # upcast, register tiles, integer and MAX reduces, float reduces along a strided axis: bit for bit
+        # (which of two NaNs an addition keeps is the C compiler's choice of operand order, in both runs)
         np.testing.assert_array_equal(got, want)
-        assert np.array_equal(np.signbit(got), np.signbit(want))
+        assert np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+        if name in SELECTS:
+            assert got.tobytes() == want.tobytes()
     else:  # a float ADD along an axis that is stride-1 in every load may be summed in lanes: a bound
         scale = _abs_sum(name, x.astype(np.float64), y.astype(np.float64))
-        bound = np.finfo(dt).eps * 2 * k * scale + np.finfo(dt).tiny
-        assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+        # a NaN term: the sum is NaN in any order, and so is what the epilogue makes of it (relu: 0)
+        bound = np.nan_to_num(np.finfo(dt).eps * 2 * k * scale, nan=0.0) + np.finfo(dt).tiny
+        fin = np.isfinite(want)
+        assert np.array_equal(got[~fin & ~nan], want[~fin & ~nan])
+        assert np.all(np.abs(got[fin].astype(np.float64) - want[fin]) <= bound[fin])
 
 
 def _may_reorder(name: str, k: int, n: int) -> bool:
     """The policy's condition: the reduce axis is stride-1 in every load that uses it."""
-    return name in ("sum1", "chain_sum1", "matmul_t") or (name == "matmul" and n == 1) or \
-        (name in ("sum0", "chain_sum0") and k == 1)
+    sums0 = ("sum0", "chain_sum0", "relu_sum0", "maxe_sum0")
+    return name in ("sum1", "chain_sum1", "relu_sum1", "where_sum1", "matmul_t", "relu_mm_t") or \
+        (name == "matmul" and n == 1) or (name in sums0 and k == 1)
 
 
 def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The sum of the magnitudes of the terms: what a reordered float sum's error is bounded by."""
-    if name.startswith("matmul"):
+    if name.startswith(("matmul", "relu_mm")):
         return np.abs(x) @ np.abs(y)
-    v = np.abs(x * x - x) if name.startswith("chain") else np.abs(x)
+    if name.startswith("chain"):
+        v = np.abs(x * x - x)
+    else:  # |relu(x)|, |where(x > .5, x, -x)|, |max(x, x/2)| <= |x|; a NaN relu'd is 0, any other stays NaN
+        v = np.abs(np.nan_to_num(x, nan=0.0))
     return v.sum(int(name[-1]))
 
 

@@ -351,3 +351,14 @@ def test_gradient_of_a_2001_op_chain_lowers():
           f"{time.perf_counter() - start:.2f}s")
     run_schedule(s, ops=C_LIKE)
     np.testing.assert_allclose(evaluate(s.outputs[g.uop])[0], evaluate(g.uop)[0], rtol=1e-4)
+
+
+def test_constants_under_broadcast_views_are_folded_in_the_kernel():
+    x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    ((x - 0.5) ** 2).sum().backward()  # d/dx = where((x-.5) == 0 & 2 == 0, 2, 2 * (x-.5) ** (2 - 1))
+    assert x.grad is not None
+    prg = lower(schedule(x.grad.uop.sink()).kernels[-1], REFERENCE_OPS)
+    alus = [u for u in prg.uops if u.op in GroupOp.ALU]
+    assert not [u.short() for u in alus if all(s.op is Ops.CONST for s in u.src)]
+    assert not any(u.op in (Ops.WHERE, Ops.CMPNE, Ops.CMPEQ) for u in alus)  # e is 2: the 0**0 guard is gone
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * (x.numpy() - np.float32(0.5)))

@@ -9,7 +9,7 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import ROWS, split
+from uopgrad.codegen.opt import COLS, DOT_TILE, ROWS, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -49,18 +49,75 @@ def test_a_row_sum_gets_a_vector_accumulator_and_a_pairwise_lane_tree():
 
 
 def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
-    prg = program(ones(32, 32) @ ones(32, 32))
+    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64])
     assert vectors(prg) == {16}
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
-    assert len(accs) == ROWS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    assert len(accs) == ROWS * COLS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
     assert sum(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in prg.uops) == 1
     loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
-    assert len(loads) == 1  # the right operand's row is loaded once for all the rows of the tile
+    assert len(loads) == COLS  # the right operand's row is loaded once for all the rows of the tile
+    # the loop over column tiles is outside the loop over row tiles
+    loops = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "loop"]
+    assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 32 // ROWS]
 
 
-def test_float_max_and_elementwise_nests_are_left_alone():
-    for out in (ones(8, 64).max(1), ones(8, 64).max(0), ones(64, 64) * 2 + 1):
-        assert vectors(program(out)) == set()
+def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():
+    prg = program(ones(32, 64) @ ones(32, 64).T)  # both operands stride-1 along the reduce: unrolled
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == DOT_TILE * DOT_TILE and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(loads) == 2 * DOT_TILE  # each row's and each column's load shared by the other's
+
+
+def test_elementwise_nests_are_left_alone():
+    assert vectors(program(ones(64, 64) * 2 + 1)) == set()
+
+
+def fallback_loops(prg: Program) -> list[UOp]:
+    return [u for u in prg.uops if u.op is Ops.RANGE and u.src[0].op is Ops.WHERE]
+
+
+def test_a_float_max_along_its_reduce_axis_is_unrolled_with_an_exact_fallback():
+    prg = program(ones(8, 64).max(1))
+    assert vectors(prg) == {16}
+    loops = fallback_loops(prg)  # redone in order only where the lanes' result is a zero or a NaN
+    assert len(loops) == 1 and loops[0].src[0].src[1].arg == 64 and loops[0].src[0].src[2].arg == 0
+    assert sorted(u.dtype.count for u in prg.uops if u.op is Ops.DEFINE_REG) == [1, 16]  # lanes, in order
+
+
+def test_an_integer_max_is_unrolled_without_a_fallback():
+    prg = program(ones(8, 64, dt=np.int32).max(1))
+    assert vectors(prg) == {16} and not fallback_loops(prg)
+
+
+def test_a_max_along_the_output_axis_gets_vector_lanes_each_in_the_scalar_order():
+    prg = program(ones(8, 64).max(0))
+    assert vectors(prg) == {16}
+    assert any(u.op is Ops.MAX and u.dtype == dtypes.float32.vec(16) for u in prg.uops)
+
+
+def vector_ops(prg: Program) -> set[Ops]:
+    return {u.op for u in prg.uops if u.dtype.count > 1}
+
+
+@pytest.mark.parametrize("epilogue", [lambda mm: mm.relu(), lambda mm: (mm < 1).where(mm, -mm),
+                                      lambda mm: mm.maximum(0.5), lambda mm: (mm > 0).cast(dtypes.float64)])
+def test_a_matmul_with_a_training_epilogue_stays_a_register_tile(epilogue):
+    prg = program(epilogue(ones(32, 32) @ ones(32, 32)))
+    assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == ROWS * COLS
+    masks = [u for u in prg.uops if u.dtype.scalar() == dtypes.bool and u.dtype.count > 1]
+    assert masks or Ops.MAX in vector_ops(prg)  # comparisons are lane masks, MAX a select
+
+
+def test_a_reduce_of_masked_values_gets_a_vector_accumulator():
+    prg = program(ones(8, 64).relu().sum(1))
+    assert {Ops.CMPLT, Ops.WHERE, Ops.DEFINE_REG} <= vector_ops(prg)
+
+
+def test_ops_the_backend_lacks_get_no_vector_form():
+    out = (ones(32, 32) @ ones(32, 32)).maximum(0.5)
+    assert lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64).uops
+    assert vectors(lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64)) == set()
 
 
 def test_integer_sums_are_unrolled_too():
@@ -78,6 +135,13 @@ def test_opt0_and_width_0_turn_the_pass_off(width: int):
     with Context(OPT=0):
         assert vectors(program(out, width)) == set()
     assert (vectors(program(out, width)) != set()) == (width > 0)
+
+
+def test_the_c_of_a_select_is_a_mask_of_the_selected_values_width():
+    mm = ones(32, 32) @ ones(32, 32)
+    src = GCCVectorRenderer().render(program((mm > 0).where(mm.cast(dtypes.float64), 2.0), 32))
+    assert "__uopgrad_vsel(__uopgrad_double_4, __uopgrad_long_long_4, __builtin_convertvector(" in src
+    assert "?" not in src.split("void ", 1)[1]  # C has no ?: on vectors
 
 
 def test_the_c_of_a_vector_kernel_has_its_typedefs_and_element_aligned_accesses():

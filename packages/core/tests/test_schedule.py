@@ -81,6 +81,32 @@ def test_a_broadcast_reduce_ends_a_kernel():
     same_as_direct(x.sum(1, keepdim=True) + x, (x @ w).relu(), x.max(0) + x.prod(0))
 
 
+def n_reduces(*ts: Tensor) -> int:
+    return sum(u.op is Ops.REDUCE for k in sched(*ts).kernels for u in k.src[0].toposort())
+
+
+def test_a_reduce_two_kernels_read_is_realized_once():
+    x, w = rnd(4, 6), rnd(6, 5, seed=1)
+    y = x @ w
+    relu, col_sums = y.relu(), (y * 2).sum(0)  # two kernels that both read the matmul
+    assert n_reduces(relu, col_sums) == 2  # the matmul once (read back by both), the column sums
+    assert n_kernels(relu, col_sums) == 3
+    assert n_reduces(relu) == 1 and n_kernels(relu) == 1  # one reader: fused as before
+    same_as_direct(relu, col_sums)
+
+
+def test_a_shared_reduce_is_realized_in_the_layout_its_readers_see():
+    x, g = rnd(6, 4), rnd(6, 5, seed=1)
+    grad = (g.T @ x).T  # a weight's gradient as a backward computes it: read transposed by everyone
+    out = (grad * 2, (grad - 1).relu())
+    s = sched(*out)
+    assert len(s.kernels) == 3 and n_reduces(*out) == 1
+    for k in s.kernels:  # the readers read the realized gradient in their own order: no PERMUTE left
+        if not any(u.op is Ops.REDUCE for u in k.src[0].toposort()):
+            assert not any(u.op is Ops.PERMUTE for u in k.src[0].toposort())
+    same_as_direct(*out)
+
+
 def test_contiguous_ends_a_kernel_and_wrappers_vanish():
     x = rnd(3, 4)
     out = (x * 2).contiguous().detach().contiguous_backward() + 1

@@ -43,6 +43,7 @@ from uopgrad.ops import Ops
 from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
+from uopgrad.search import best_choice
 from uopgrad.uop import UOp
 from uopgrad.verify import verify_new
 
@@ -406,7 +407,9 @@ class CompiledBackend(Backend):
                 ready[call.src[0]] = k
             else:
                 todo.setdefault(call.src[0], call)
-        programs = [lower(call, self.renderer.supports, self.renderer.grid, width) for call in todo.values()]
+        ops, grid = self.renderer.supports, self.renderer.grid
+        programs = [lower(call, ops, grid, width, best_choice(self, call, width, lower))
+                    for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):
             debug.source(program.name, src)

@@ -120,6 +120,8 @@ def _movement(u: UOp) -> Shape:
 
 
 def _reduce(u: UOp) -> Shape:
+    if not isinstance(u.arg, tuple):  # a kernel-level REDUCE(value, *ranges) (codegen): a scalar
+        return ()
     return _movement(u) if u.arg[1] else _need_shape(u.src[0], u)
 
 

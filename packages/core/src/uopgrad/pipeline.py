@@ -25,7 +25,7 @@ from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
 from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
 from uopgrad.codegen.linearize import linearize
-from uopgrad.codegen.opt import OPT, optimize
+from uopgrad.codegen.opt import OPT, Choice, optimize
 from uopgrad.codegen.program import check, pm_spec_lowered, pm_spec_program
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
 from uopgrad.config import VERIFY
@@ -50,6 +50,7 @@ class LowerContext:
     global_size: tuple[int, int, int] | None = None  # set by the gpudims pass
     local_size: tuple[int, int, int] | None = None
     vector_width: int = 0                        # bytes of a vector register; 0: the opt pass is off
+    choice: Choice | None = None                 # the opt pass's register tiles (None: its heuristic)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,7 +113,7 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
-    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width),  # vector lanes, vector accumulators
+    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops, ctx.choice),  # vectors, tiles
          applies=lambda ctx: ctx.grid is None and ctx.vector_width > 0),
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
@@ -122,26 +123,27 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
 )
 
 # bounded: a long run over ever new shapes must not keep every program it lowered
-_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None, int], Program] = LRU(4096)
+_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None, int, Choice | None], Program] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 
-def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0) -> Program:
+def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
+          choice: Choice | None = None) -> Program:
     """The linear program of `kernel` (a kernel CALL, or its SINK body) for a backend that renders `ops`;
     `grid` is given for grid-style backends, `vector_width` (bytes) where the backend renders vector types
     (the opt pass runs where it is non-zero and OPT is not 0). Programs are cached by kernel structure, op
-    set, grid and vector width."""
+    set, grid and vector width. `choice` is the opt pass's tile shape (BEAM's pick; None: the heuristic)."""
     vector_width = vector_width if OPT else 0
     body = kernel.src[0] if kernel.op is Ops.CALL else kernel
     nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
-    key = (body.key, nargs, ops, grid, vector_width)
+    key = (body.key, nargs, ops, grid, vector_width, choice)
     if (prg := _cache.get(key)) is not None:
         _stats["hits"] += 1
         return prg
     _stats["misses"] += 1
     if VERIFY:
         verify(kernel)
-    ctx = LowerContext(ops, grid, vector_width=vector_width)
+    ctx = LowerContext(ops, grid, vector_width=vector_width, choice=choice)
     linear = run_passes(body, CODEGEN_PASSES, ctx)
     assert isinstance(linear, tuple)  # the last pass linearizes
     uops = _with_all_params(linear, body, nargs)

@@ -1,7 +1,8 @@
 """The scheduler (layer 10): a tensor graph becomes an ordered list of kernel CALLs over BUFFERs.
 
 Elementwise and movement ops fuse into their consumer. A kernel ends at a graph output, a CONTIGUOUS, a COPY,
-an assign, and a REDUCE whose result is broadcast again (read through an EXPAND). FUNCTIONs are inlined,
+an assign, a REDUCE whose result is broadcast again (read through an EXPAND) and a REDUCE that more than one
+kernel reads (computed once, read from its buffer by each). FUNCTIONs are inlined,
 except precompiled ones, which are scheduled as a unit of their own and reused from the schedule cache when
 the same body is called again. The forms produced are the contract of spec/kernels.md §1.
 """
@@ -27,6 +28,8 @@ __all__ = ["Schedule", "clear_schedule_cache", "pm_early", "pm_kernelize", "sche
 _UNSUPPORTED = frozenset({Ops.MULTI, Ops.MSELECT, Ops.MSTACK, Ops.ALLREDUCE, Ops.BUFFER_VIEW})
 # consumers that end a kernel's expression: a broadcast seen beyond them does not reach their sources
 _BOUNDARY = frozenset({Ops.STORE, Ops.AFTER, Ops.CALL, Ops.FUNCTION, Ops.COPY, Ops.SINK, Ops.CONTIGUOUS})
+# the owner of a node that more than one kernel would compute (`_Scheduler._shared_reduces`)
+_SHARED = UOp(Ops.NOOP, arg="shared")
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,6 +197,19 @@ def _access(call: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
     return tuple(dedup(args[s] for s in sorted(written))), tuple(dedup(args[s] for s in sorted(reads)))
 
 
+def _owner(consumers: list[UOp], owner: dict[UOp, UOp | None], r: dict[UOp, None]) -> UOp | None:
+    """The one kernel root a node with these consumers is fused into, _SHARED for several, None for none:
+    a realized consumer (not a COPY, which moves a realized source) or a STORE is a root, an AFTER passes
+    its value on, other boundaries end the expression."""
+    found: set[UOp] = set()
+    for c in consumers:
+        if (c in r and c.op is not Ops.COPY) or c.op is Ops.STORE:
+            found.add(c)
+        elif (c.op not in _BOUNDARY or c.op is Ops.AFTER) and (o := owner.get(c)) is not None:
+            found.add(o)
+    return None if not found else next(iter(found)) if len(found) == 1 else _SHARED
+
+
 def _in_place_ok(target: UOp, value: UOp) -> bool:
     """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view: not
     through another view, and not inside a REDUCE (which reads other elements)."""
@@ -240,6 +256,7 @@ class _Scheduler:
                 r.update((a, None) for a in u.src[1:] if a.op is not Ops.BIND and _buffer_of(a) is None)
         self._broadcast_reduces(r)
         self._cut_large_kernels(r)
+        self._shared_reduces(r)
         return {u: None for u in r if not _precompiled_output(u)}
 
     def _cut_large_kernels(self, r: dict[UOp, None]) -> None:
@@ -272,14 +289,39 @@ class _Scheduler:
                     r[u] = None
                     cost[u] = 1
 
-    def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
-        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so
-        is computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
-        otherwise run again for every element reduced (the elementwise operand of a matmul)."""
+    def _shared_reduces(self, r: dict[UOp, None]) -> None:
+        """A REDUCE whose value would be computed inside more than one kernel is realized once and read by
+        each (as tinygrad does): the forward matmul that a backward kernel reads again, a gradient that both
+        `w.grad` and the optimiser's update read. Walking consumers first, each node gets the one kernel it
+        is fused into (the realized node or STORE at its root), or _SHARED when there are several."""
+        consumers = self._consumers()
+        owner: dict[UOp, UOp | None] = {}
+        for u in reversed(self.nodes):
+            owner[u] = u if u in r or u.op is Ops.STORE else _owner(consumers[u], owner, r)
+            if owner[u] is _SHARED and u.op is Ops.REDUCE and isinstance(u.device, str) and \
+                    _concrete_shape(u):
+                # realized in the layout its readers see it in, where they all see it through one chain of
+                # reshapes and permutes (a weight's gradient, read transposed): no copy to transpose it
+                top = u
+                while len(cs := consumers[top]) == 1 and cs[0].op in (Ops.RESHAPE, Ops.PERMUTE) and \
+                        cs[0] not in r and owner.get(cs[0]) is _SHARED:
+                    top = cs[0]
+                r[top] = None
+                owner[u] = top
+
+    def _consumers(self) -> dict[UOp, list[UOp]]:
+        """Each node's consumers (a call's arguments, not its body)."""
         consumers: dict[UOp, list[UOp]] = defaultdict(list)
         for u in self.nodes:
             for s in (u.src[1:] if u.op in GroupOp.Call else u.src):
                 consumers[s].append(u)
+        return consumers
+
+    def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
+        """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so
+        is computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
+        otherwise run again for every element reduced (the elementwise operand of a matmul)."""
+        consumers = self._consumers()
         expanded: dict[UOp, bool] = {}
         reduced: dict[UOp, bool] = {}         # the value flows into a REDUCE of this kernel
         into_reduce: dict[UOp, bool] = {}     # ... through an EXPAND

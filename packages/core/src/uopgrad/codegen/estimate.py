@@ -56,6 +56,8 @@ def _value(u: UOp, var_vals: Mapping[str, int]) -> int:
         return int(var_vals.get(u.arg[0], u.arg[2]))  # unknown: its upper bound
     if u.op is Ops.CAST:
         return _value(u.src[0], var_vals)
+    if u.op is Ops.WHERE:  # a loop that runs only when the data asks for it (opt's exact MAX): its else
+        return _value(u.src[2], var_vals)
     a = [_value(s, var_vals) for s in u.src]
     table = {Ops.ADD: lambda: a[0] + a[1], Ops.MUL: lambda: a[0] * a[1], Ops.MAX: lambda: max(a),
              Ops.FLOORDIV: lambda: a[0] // a[1], Ops.CDIV: lambda: int(a[0] / a[1]),

@@ -4,7 +4,8 @@
 RANGE per dimension, INDEX(PARAM, offset) for every buffer access, PAD as a validity gate (a gated load reads
 0, a gated store is skipped), and each REDUCE as a kernel-level REDUCE(value, *ranges) that reduce.py turns
 into an accumulator. The index of a movement op's source is computed from the index of its output
-(spec/kernels.md; docs/pipeline.md §1.2) and simplified with `symbolic.sym` as it is made. Every
+(spec/kernels.md; docs/pipeline.md §1.2) and simplified with `symbolic.sym` as it is made, and so is a value
+op with a constant operand (its constants were under broadcast views until now). Every
 (node, index, gate) is lowered once, with an explicit stack: no recursion over the graph.
 """
 from __future__ import annotations
@@ -81,6 +82,17 @@ def _reshape_index(ins: Sequence[sint], outs: Sequence[sint], o: Index) -> list[
             out[k] = q if k == gi.start else q % _idx(ins[k])
             stride = stride * _idx(ins[k])
     return out
+
+
+def _fold(u: UOp) -> UOp:
+    """A value op with a constant operand, simplified by `sym` (a fold, or a law such as x & False ->
+    False) as it is lowered. In the tensor graph its constants sit under broadcast views, which no law
+    looks through, so a gradient's `e != 0` on a constant exponent, or `2.0 + 1.0 * -1.0`, would reach the
+    kernel unfolded; here the views are gone. Sources are folded before their users, so this looks at one
+    node, and at the sources of what a law made of it (x+(c1+c2)), never at the graph under it."""
+    while any(s.op is Ops.CONST for s in u.src) and (new := sym.rewrite(u)) is not None:
+        u = new.replace(src=tuple(_fold(s) for s in new.src)) if new.src else new
+    return u
 
 
 def _and(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -189,7 +201,7 @@ class _Indexer:
         if op is Ops.AFTER:  # a read after an earlier STORE of this kernel: nests run in order anyway
             return [(u.src[0], o, valid)], lambda v: v[0]
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-            return [(s, o, valid) for s in u.src], lambda v: UOp(op, u.dtype.base, tuple(v), u.arg)
+            return [(s, o, valid) for s in u.src], lambda v: _fold(UOp(op, u.dtype.base, tuple(v), u.arg))
         raise LoweringError(f"{op} can't appear in a kernel body (spec/kernels.md §1): {u.short()}")
 
     def plan_reduce(self, u: UOp, o: Index, valid: UOp | None) -> Plan:
@@ -343,7 +355,7 @@ class _Loops:
         return u.src[0]  # a bound variable is a kernel argument
 
     def value(self, u: UOp) -> UOp:
-        return UOp(u.op, u.dtype.base, tuple(self.one(s) for s in u.src), u.arg)
+        return _fold(UOp(u.op, u.dtype.base, tuple(self.one(s) for s in u.src), u.arg))
 
 
 # how each op of an effect with explicit loops is lowered (ALU ops, CAST and BITCAST: `value`)

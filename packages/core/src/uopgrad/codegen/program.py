@@ -145,6 +145,11 @@ def _vec(x: UOp) -> bool:
     return x.dtype.count > 1 and not _is_ptr(x)
 
 
+def _mask(m: UOp, like: UOp) -> bool:
+    """`m` is a lane mask (a bool vector) with as many lanes as `like`."""
+    return m.dtype == dtypes.bool.vec(like.dtype.count) and like.dtype.count > 1
+
+
 def _vload_ok(x: UOp, i: UOp) -> bool:
     return len(x.src) == 1 and x.dtype == i.dtype.base.vec(x.dtype.count)
 
@@ -163,8 +168,14 @@ pm_spec_vector = PatternMatcher([
      and all(s.dtype == x.dtype.scalar() for s in x.src) else None),
     (UPat(Ops.GEP, src=(UPat.var("v"),), name="x"), lambda x, v: _vec(v) and x.dtype == v.dtype.scalar() and
      isinstance(x.arg, tuple) and len(x.arg) == 1 and 0 <= x.arg[0] < v.dtype.count),
-    (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.AND, Ops.OR, Ops.XOR), name="x"),
+    (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR), name="x"),
      lambda x: True if _vec(x) and all(s.dtype == x.dtype for s in x.src) else None),
+    (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), src=(UPat.var("a"), UPat.var("b")), name="x"),
+     lambda x, a, b: True if _vec(x) and _mask(x, a) and a.dtype == b.dtype else None),
+    (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b")), name="x"),
+     lambda x, c, a, b: True if _vec(x) and _mask(c, x) and x.dtype == a.dtype == b.dtype else None),
+    (UPat(Ops.CAST, src=(UPat.var("y"),), name="x"),
+     lambda x, y: True if _vec(x) and y.dtype.count == x.dtype.count else None),
     (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"),
      lambda x, i: True if _vec(x) and _vload_ok(x, i) else None),
     (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_REG),), allow_any_len=True, name="x"),

@@ -1,27 +1,82 @@
 """Vector types for the C-family renderers (layer 12): what the opt pass's vector forms print as.
 
 `GCCVectorRenderer` is a `CStyleRenderer` for compilers with GCC's vector extensions (gcc, clang): a
-vector of n `float`s is `__uopgrad_float_n`, a `vector_size` typedef, and lane-wise + - * & | ^ are C's
-operators on it. Vector loads and stores go through a copy of the type aligned like its element (`..._nu`),
-so any element offset may start one. STACK prints a compound literal of its lanes, GEP an element read, a
-vector constant its value in every lane.
+vector of n `float`s is `__uopgrad_float_n`, a `vector_size` typedef, and lane-wise + - * / & | ^ and
+unary - are C's operators on it. Vector loads and stores go through a copy of the type aligned like its
+element (`..._nu`), so any element offset may start one. STACK prints a compound literal of its lanes, GEP
+an element read, a vector constant its value in every lane.
+
+A bool vector is a lane mask: a vector of signed integers, all ones where true, as GCC's vector comparisons
+make them. Its lane width is that of the values it was compared from (`mask_bytes`); where a use needs
+another width (a float64 select by a float32 comparison) it is converted, which keeps all-ones all-ones.
+C has no `?:` on vectors, so WHERE and MAX are bitwise selects by a mask on the values' bits (a cast
+between vector types of one size reinterprets them): bit for bit the scalar templates' choices.
 """
 from __future__ import annotations
 
+import functools
 import re
+from collections import defaultdict
 from typing import ClassVar
 
 from uopgrad.codegen import Program
-from uopgrad.dtype import DType
-from uopgrad.ops import Ops
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer.cstyle import CStyleRenderer, _Handler, _State
 from uopgrad.uop import UOp
 
-__all__ = ["GCCVectorRenderer"]
+__all__ = ["GCCVectorRenderer", "mask_bytes"]
+
+_SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
+          Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+# bool ops whose mask operands share the result's lane width
+_MASK_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE})
+_SELECT = "#define __uopgrad_vsel(T, I, m, a, b) ((T)((((I)(a))&(m))|(((I)(b))&~(m))))"
+
+
+def _is_mask(dt: DType) -> bool:
+    return dt.count > 1 and dt.scalar() == dtypes.bool
+
+
+def _natural(u: UOp) -> int | None:
+    """The lane width a mask gets from what makes it: a comparison or a cast from values of some width."""
+    if u.op is Ops.CAST or (u.op in GroupOp.Comparison and not _is_mask(u.src[0].dtype)):
+        return int(u.src[0].dtype.scalar().itemsize)
+    return None
+
+
+def _wanted(u: UOp, users: list[UOp], widths: dict[UOp, int]) -> int:
+    """The lane width for a broadcast mask (a STACK): the first user's need that is known, else 4."""
+    for c in users:
+        if c.op is Ops.WHERE and c.src[0] is u and not _is_mask(c.src[1].dtype):
+            return int(c.src[1].dtype.scalar().itemsize)
+        if c.op in _MASK_OPS and (w := next((widths[s] for s in c.src if s in widths), None)) is not None:
+            return w
+    return 4
+
+
+@functools.lru_cache(maxsize=16)
+def mask_bytes(uops: tuple[UOp, ...]) -> dict[UOp, int]:
+    """The lane width in bytes of every mask (bool vector) of a program."""
+    users: dict[UOp, list[UOp]] = defaultdict(list)
+    for u in uops:
+        for s in u.src:
+            users[s].append(u)
+    widths = {u: w for u in uops if _is_mask(u.dtype) and (w := _natural(u)) is not None}
+    for u in uops:
+        if _is_mask(u.dtype) and u not in widths:
+            if u.op is Ops.STACK:
+                widths[u] = _wanted(u, users[u], widths)
+            else:  # a logic op on masks, or a select between them
+                widths[u] = widths[u.src[1] if u.op is Ops.WHERE else u.src[0]]
+    return widths
 
 
 class GCCVectorRenderer(CStyleRenderer):
     """C with GCC vector extensions for the vector forms of uopgrad.codegen.opt."""
+
+    helpers: ClassVar[dict[str, str]] = {**CStyleRenderer.helpers, "__uopgrad_vsel": _SELECT}
 
     def vector_name(self, dt: DType, unaligned: bool = False) -> str:
         """The typedef of vector dtype `dt` (`unaligned`: the copy aligned like one element)."""
@@ -31,6 +86,10 @@ class GCCVectorRenderer(CStyleRenderer):
     def ctype(self, dt: DType) -> str:
         """A vector dtype is its typedef; a scalar one as in CStyleRenderer."""
         return self.vector_name(dt.base) if dt.base.count > 1 else super().ctype(dt)
+
+    def int_vector(self, width: int, count: int) -> str:
+        """The vector of `count` signed integers of `width` bytes: a mask's type, the bits of a select."""
+        return self.vector_name(_SIGNED[width].vec(count))
 
     def render_const(self, value: object, dt: DType) -> str:
         """A vector constant: the literal in every lane."""
@@ -50,26 +109,101 @@ class GCCVectorRenderer(CStyleRenderer):
         return f"*({self.vector_name(dt, True)}*)({buf}+{offset}) = {value};"
 
     def render(self, program: Program) -> str:
-        """The source, after the typedefs of the vector types the program uses."""
+        """The source, after the typedefs of the vector types the program uses (and the integer vectors
+        its masks and selects are made of)."""
         src = super().render(program)
-        vecs = sorted({u.dtype.base for u in program.uops if u.dtype.base.count > 1}, key=repr)
+        vecs = {u.dtype.base for u in program.uops if u.dtype.base.count > 1 and not _is_mask(u.dtype)}
+        vecs |= {_SIGNED[u.dtype.scalar().itemsize].vec(u.dtype.count) for u in program.uops  # select bits
+                 if u.op in (Ops.WHERE, Ops.MAX) and u.dtype.count > 1 and not _is_mask(u.dtype)}
+        vecs |= {_SIGNED[w].vec(u.dtype.count) for u, w in mask_bytes(program.uops).items()}
         lines = []
-        for dt in vecs:
+        for dt in sorted(vecs, key=repr):
             size, scalar = dt.count * dt.scalar().itemsize, self.type_map[dt.scalar()]
             lines.append(f"typedef {scalar} {self.vector_name(dt)} __attribute__((vector_size({size})));")
             lines.append(f"typedef {scalar} {self.vector_name(dt, True)} "
                          f"__attribute__((vector_size({size}), aligned({dt.scalar().itemsize})));")
         return "\n".join([*lines, src]) if lines else src
 
+    def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
+        """As CStyleRenderer's, with a mask typed as its integer vector."""
+        if not _is_mask(u.dtype):
+            super()._value(st, u, prefix, expr)
+            return
+        name = st.fresh(prefix)
+        st.emit(f"const {self.int_vector(mask_bytes(st.uops)[u], u.dtype.count)} {name} = {expr};")
+        st.names[u] = name
+
     extra_handlers: ClassVar[dict[Ops, _Handler]] = {}
 
 
+def _mask_as(r: GCCVectorRenderer, st: _State, m: UOp, width: int) -> str:
+    """Mask `m` with lanes of `width` bytes (converted where it has another width)."""
+    if mask_bytes(st.uops)[m] == width:
+        return st.names[m]
+    return f"__builtin_convertvector({st.names[m]}, {r.int_vector(width, m.dtype.count)})"
+
+
 def _stack(r: CStyleRenderer, st: _State, u: UOp) -> None:
-    r._value(st, u, "vec", f"(({r.ctype(u.dtype)}){{{', '.join(st.names[s] for s in u.src)}}})")
+    lanes = [f"-({st.names[s]})" if _is_mask(u.dtype) else st.names[s] for s in u.src]
+    r._value(st, u, "vec", f"(({_type(r, st, u)}){{{', '.join(lanes)}}})")
+
+
+def _type(r: CStyleRenderer, st: _State, u: UOp) -> str:
+    assert isinstance(r, GCCVectorRenderer)
+    return r.int_vector(mask_bytes(st.uops)[u], u.dtype.count) if _is_mask(u.dtype) else r.ctype(u.dtype)
 
 
 def _gep(r: CStyleRenderer, st: _State, u: UOp) -> None:
     r._value(st, u, "alu", f"{st.names[u.src[0]]}[{int(u.arg[0])}]")
 
 
-GCCVectorRenderer.extra_handlers = {Ops.STACK: _stack, Ops.GEP: _gep}
+def _select(r: GCCVectorRenderer, st: _State, u: UOp, mask: str, a: str, b: str) -> str:
+    """Lane-wise `mask ? a : b` on the bits of a and b (values of u's dtype)."""
+    t = _type(r, st, u)
+    bits = t if _is_mask(u.dtype) else r.int_vector(u.dtype.scalar().itemsize, u.dtype.count)
+    return f"__uopgrad_vsel({t}, {bits}, {mask}, {a}, {b})"
+
+
+def _vector_alu(r: GCCVectorRenderer, st: _State, u: UOp) -> str:
+    """The vector form of ALU op `u` (as the scalar template computes it in each lane)."""
+    xs = [st.names[s] for s in u.src]
+    if _is_mask(u.dtype) and u.op in _MASK_OPS:  # masks of one width in, a mask out
+        w = mask_bytes(st.uops)[u]
+        xs = [_mask_as(r, st, s, w) if _is_mask(s.dtype) else st.names[s] for s in u.src]
+    if u.op is Ops.WHERE:
+        width = mask_bytes(st.uops)[u] if _is_mask(u.dtype) else u.dtype.scalar().itemsize
+        return _select(r, st, u, _mask_as(r, st, u.src[0], width), xs[1], xs[2])
+    if u.op is Ops.NEG:
+        return f"(~{xs[0]})" if _is_mask(u.dtype) else f"(-{xs[0]})"
+    if u.op is Ops.MAX:  # the scalar template: a if a is NaN or a > b, else b
+        m = f"(({xs[0]}!={xs[0]})|({xs[0]}>{xs[1]}))" if dtypes.is_float(u.dtype) else f"({xs[0]}>{xs[1]})"
+        bits = r.int_vector(u.dtype.scalar().itemsize, u.dtype.count)
+        return _select(r, st, u, f"(({bits}){m})", xs[0], xs[1])
+    expr = f"({xs[0]}{_INFIX[u.op]}{xs[1]})"
+    return f"(({_type(r, st, u)}){expr})" if u.op in GroupOp.Comparison else expr
+
+
+def _alu(r: CStyleRenderer, st: _State, u: UOp) -> None:
+    if u.dtype.count == 1:
+        CStyleRenderer._alu(r, st, u)
+        return
+    assert isinstance(r, GCCVectorRenderer)
+    r._value(st, u, "alu", _vector_alu(r, st, u))
+
+
+def _cast(r: CStyleRenderer, st: _State, u: UOp) -> None:
+    if u.dtype.count == 1:
+        CStyleRenderer._cast(r, st, u)
+        return
+    x, src = st.names[u.src[0]], u.src[0].dtype
+    if _is_mask(u.dtype):  # x != 0, as the scalar form
+        expr = f"(({_type(r, st, u)})({x}!=({r.ctype(src)}){{0}}))"
+    elif _is_mask(src):  # all-ones lanes -> 1: then the C conversion
+        expr = f"__builtin_convertvector(-({x}), {r.ctype(u.dtype)})"
+    else:
+        expr = f"__builtin_convertvector({x}, {r.ctype(u.dtype)})"
+    r._value(st, u, "cast", expr)
+
+
+GCCVectorRenderer.extra_handlers = {Ops.STACK: _stack, Ops.GEP: _gep, Ops.CAST: _cast,
+                                    **{op: _alu for op in (*_INFIX, Ops.NEG, Ops.MAX, Ops.WHERE)}}

@@ -1,0 +1,218 @@
+"""The packer of the opt pass (codegen, layer 11): lane-wise copies of a value become one vector value.
+
+`split(r, amt)` replaces a range by `r_outer*amt + lane`; `Lanes` makes the `amt` lane-wise copies of a
+value (its index arithmetic simplified, so that stride-1 accesses show); `Packer` merges such a tuple of
+scalar lanes into one vector value by the first rule of `PACK` that applies, and gathers (STACK) the lanes
+no rule packs. Every packed op computes in each lane exactly what the scalar op computes, so packing never
+changes a value: the vector renderers print each op's vector form with the same IEEE operations (a
+comparison is a lane mask, WHERE and MAX are bitwise selects by such a mask; spec/opt.md).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from uopgrad.dtype import DType, dtypes
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.rewrite import graph_rewrite
+from uopgrad.symbolic import sym
+from uopgrad.uop import UOp
+
+__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "lane_tree", "lanes_for", "split"]
+
+# element types the packer forms vectors of (float16 and bfloat16 stay scalar: no plain C vector op)
+VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
+                           dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
+# bool lanes are packed too, as lane masks, but only as results and operands of ALU ops: never loaded,
+# stored or reduced (a bool buffer holds 0/1 bytes, a mask all-ones or all-zeros lanes)
+_LANE_DTYPES = VECTOR_DTYPES | {dtypes.bool}
+
+_F, _I, _B = "float", "int", "bool"
+# ALU op -> the operand kinds whose lane-wise vector form is exactly the scalar op (the kind of WHERE is
+# that of its values): plain IEEE / wrapping operators, comparisons into masks, selects by masks
+_VECTOR_ALU: dict[Ops, frozenset[str]] = {
+    Ops.ADD: frozenset({_F, _I}), Ops.SUB: frozenset({_F, _I}), Ops.MUL: frozenset({_F, _I}),
+    Ops.FDIV: frozenset({_F}), Ops.NEG: frozenset({_F, _I, _B}), Ops.MAX: frozenset({_F, _I}),
+    Ops.AND: frozenset({_I, _B}), Ops.OR: frozenset({_I, _B}), Ops.XOR: frozenset({_I, _B}),
+    Ops.CMPLT: frozenset({_F, _I}), Ops.CMPNE: frozenset({_F, _I, _B}), Ops.CMPEQ: frozenset({_F, _I, _B}),
+    Ops.WHERE: frozenset({_F, _I, _B}),
+}
+# (source kind, destination kind) of the CASTs whose vector form is the scalar C conversion, lane by lane
+# (float -> int is not: its scalar form goes through a helper that defines the out-of-range cases)
+_VECTOR_CASTS = frozenset({(_F, _F), (_I, _I), (_I, _F), (_B, _F), (_B, _I), (_F, _B), (_I, _B)})
+
+
+def _kind(dt: DType) -> str:
+    return _B if dt.scalar() == dtypes.bool else _F if dtypes.is_float(dt) else _I
+
+
+def _simplify(e: UOp) -> UOp:
+    return graph_rewrite(e, sym, name="codegen: opt index")
+
+
+def split(r: UOp, amt: int) -> tuple[UOp, list[UOp]]:
+    """The split primitive: RANGE r of size n (amt divides n) -> (r_outer of size n/amt, keeping r's number
+    and kind, and the `amt` expressions r_outer*amt + lane that replace r)."""
+    n = int(r.src[0].arg)
+    outer = UOp(Ops.RANGE, r.dtype, (UOp(Ops.CONST, r.dtype, (), n // amt),), r.arg)
+    base = outer * UOp(Ops.CONST, r.dtype, (), amt)
+    return outer, [base if k == 0 else base + UOp(Ops.CONST, r.dtype, (), k) for k in range(amt)]
+
+
+class Lanes:
+    """Lane-wise copies of a value (r replaced by each lane's expression), with the index arithmetic of
+    every copy simplified, so that stride-1 accesses can be recognised."""
+
+    def __init__(self, root: UOp, r: UOp, exprs: list[UOp]) -> None:
+        self.r, self.exprs = r, exprs
+        self.uses: set[UOp] = set()  # the nodes under root that depend on r
+        for u in root.toposort():
+            if u is r or any(s in self.uses for s in u.src):
+                self.uses.add(u)
+        self.memo: dict[tuple[UOp, int], UOp] = {}
+
+    def lane(self, u: UOp, k: int) -> UOp:
+        """Lane `k`'s copy of `u`."""
+        if u not in self.uses:
+            return u
+        if (u, k) not in self.memo:
+            if u.dtype == dtypes.index:
+                sub = {**self.divmods(u, k), self.r: self.exprs[k]}
+                self.memo[(u, k)] = _simplify(u.substitute(sub, walk=True))
+            else:
+                self.memo[(u, k)] = u.replace(src=tuple(self.lane(s, k) for s in u.src))
+        return self.memo[(u, k)]
+
+    def divmods(self, u: UOp, k: int) -> dict[UOp, UOp]:
+        """r // c and r % c where the lane count divides c, written without the lane where it cancels:
+        with r = o*amt + k (0 <= k < amt), r // c = o // (c/amt) and r % c = (o % (c/amt))*amt + k."""
+        amt, out = len(self.exprs), {}
+        o = self.exprs[0].src[0]
+        for d in u.toposort():
+            if d.op in (Ops.FLOORDIV, Ops.FLOORMOD) and d.src[0] is self.r and d.src[1].op is Ops.CONST \
+                    and isinstance(c := d.src[1].arg, int) and c > 0 and c % amt == 0:
+                q = UOp(Ops.CONST, d.dtype, (), c // amt)
+                out[d] = o // q if d.op is Ops.FLOORDIV else (o % q) * UOp(Ops.CONST, d.dtype, (), amt) + \
+                    UOp(Ops.CONST, d.dtype, (), k)
+        return out
+
+    def all(self, u: UOp) -> tuple[UOp, ...]:
+        """Every lane's copy of `u`, lane 0 first."""
+        return tuple(self.lane(u, k) for k in range(len(self.exprs)))
+
+
+class Packer:
+    """Turns a tuple of scalar lane values into one vector value by the first rule of `PACK` that applies;
+    lanes no rule packs are gathered (STACK), which the heuristic only accepts as a broadcast. `ops` is the
+    backend's native op set (an op it lacks is decomposed after this pass, which only knows scalars)."""
+
+    def __init__(self, amt: int, ops: frozenset[Ops] | None = None) -> None:
+        self.amt, self.ops = amt, ops
+        self.memo: dict[tuple[UOp, ...], UOp] = {}
+
+    def pack(self, lanes: tuple[UOp, ...]) -> UOp:
+        """One vector value whose lane k is `lanes[k]`."""
+        if lanes not in self.memo:
+            out: UOp | None = None
+            if lanes[0].dtype.count == 1 and lanes[0].dtype.scalar() in _LANE_DTYPES:
+                out = next((o for rule in PACK if (o := rule(self, lanes)) is not None), None)
+            self.memo[lanes] = UOp(Ops.STACK, lanes[0].dtype.vec(self.amt), lanes) if out is None else out
+        return self.memo[lanes]
+
+    def clean(self, v: UOp) -> bool:
+        """Whether `v` has no gathers: every STACK under it is a broadcast of one value."""
+        return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) for u in v.toposort())
+
+
+def _linear(e: UOp) -> tuple[dict[UOp, int], int]:
+    """An index expression as (leaf -> coefficient, constant): sums, products with constants and
+    constants are opened up; anything else (a RANGE, a division, ...) is a leaf."""
+    if e.op is Ops.CONST:
+        return {}, int(e.arg)
+    if e.op is Ops.ADD:
+        (ta, ca), (tb, cb) = _linear(e.src[0]), _linear(e.src[1])
+        terms = dict(ta)
+        for k, v in tb.items():
+            terms[k] = terms.get(k, 0) + v
+        return {k: v for k, v in terms.items() if v}, ca + cb
+    if e.op is Ops.MUL and (c := next((s for s in e.src if s.op is Ops.CONST), None)) is not None:
+        other = e.src[1] if c is e.src[0] else e.src[0]
+        t, k0 = _linear(other)
+        return {k: v * int(c.arg) for k, v in t.items()}, k0 * int(c.arg)
+    return {e: 1}, 0
+
+
+def consecutive(idx: Sequence[UOp]) -> bool:
+    """INDEXes of one buffer at offsets o, o+1, ...: one vector access."""
+    if any(i.op is not Ops.INDEX or i.src[0] is not idx[0].src[0] for i in idx):
+        return False
+    t0, c0 = _linear(idx[0].src[1])
+    return all(_linear(i.src[1]) == (t0, c0 + k) for k, i in enumerate(idx))
+
+
+def _same(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
+    """One value in every lane: a broadcast."""
+    if any(u is not lanes[0] for u in lanes):
+        return None
+    return UOp(Ops.STACK, lanes[0].dtype.vec(p.amt), lanes)
+
+
+def _load(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
+    """Ungated LOADs of consecutive elements of one buffer: one vector load."""
+    if lanes[0].dtype not in VECTOR_DTYPES or not all(u.op is Ops.LOAD and len(u.src) == 1 for u in lanes) \
+            or not consecutive([u.src[0] for u in lanes]):
+        return None
+    return UOp(Ops.LOAD, lanes[0].dtype.vec(p.amt), (lanes[0].src[0],))
+
+
+def _vector_op(p: Packer, u: UOp) -> bool:
+    """Whether ALU op or CAST `u` has an exact lane-wise vector form (and the backend renders it)."""
+    if (p.ops is not None and u.op in GroupOp.ALU and u.op not in p.ops) or \
+            any(s.dtype.count != 1 or s.dtype.scalar() not in _LANE_DTYPES for s in u.src):
+        return False
+    if u.op is Ops.CAST:
+        return (_kind(u.src[0].dtype), _kind(u.dtype)) in _VECTOR_CASTS
+    operand = u.src[1] if u.op is Ops.WHERE else u.src[0]
+    return _kind(operand.dtype) in _VECTOR_ALU.get(u.op, frozenset())
+
+
+def _alu(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
+    """The same lane-wise ALU op (or CAST) in every lane: the op on vectors of its operands."""
+    first = lanes[0]
+    if (first.op not in GroupOp.ALU and first.op is not Ops.CAST) or not _vector_op(p, first) or \
+            any(u.op is not first.op or u.dtype != first.dtype or u.arg != first.arg or
+                tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src) for u in lanes):
+        return None
+    srcs = tuple(p.pack(tuple(u.src[j] for u in lanes)) for j in range(len(first.src)))
+    return UOp(first.op, first.dtype.vec(p.amt), srcs, first.arg)
+
+
+def _reduce(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
+    """REDUCEs over the same loops: one reduce with a vector accumulator, each lane in its own order (the
+    order of the scalar reduce: MAX, whose vector form is a select, stays exact)."""
+    first = lanes[0]
+    if first.dtype not in VECTOR_DTYPES or (p.ops is not None and first.arg not in p.ops) or \
+            any(u.op is not Ops.REDUCE or u.arg is not first.arg or len(u.src) != len(first.src) or
+                any(a is not b for a, b in zip(u.src[1:], first.src[1:])) for u in lanes):
+        return None
+    inner = p.pack(tuple(u.src[0] for u in lanes))
+    return UOp(Ops.REDUCE, first.dtype.vec(p.amt), (inner, *first.src[1:]), first.arg)
+
+
+# the packing rules, tried in order
+PACK = (_same, _load, _reduce, _alu)
+
+
+def lane_tree(v: UOp, op: Ops, amt: int) -> UOp:
+    """The lanes of vector `v` combined pairwise, adjacent lanes first: a fixed order."""
+    xs = [UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(amt)]
+    while len(xs) > 1:
+        xs = [UOp(op, xs[0].dtype, (a, b)) for a, b in zip(xs[::2], xs[1::2])]
+    return xs[0]
+
+
+def lanes_for(dt: DType, width: int, n: object) -> int:
+    """How many lanes of `dt` fill `width` bytes and divide the trip count `n` (0: none)."""
+    amt = width // dt.itemsize if dt.count == 1 and dt.scalar() in VECTOR_DTYPES else 0
+    while amt > 1 and not (isinstance(n, int) and n % amt == 0):
+        amt //= 2
+    return amt if amt > 1 else 0
