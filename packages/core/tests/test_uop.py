@@ -81,6 +81,37 @@ def test_weak_cache_drops_a_dead_chain():
     assert len(UOpMetaClass.ucache) <= before
 
 
+def test_threads_building_and_dropping_the_same_nodes_keep_one_node_per_key():
+    """Threads that build the same nodes while others let them die: one live node per key, and no
+    weakref callback fails (the warnings filter turns an ignored exception into a test error)."""
+    import threading
+
+    seen: list[list[UOp]] = [[] for _ in range(4)]
+    start = threading.Barrier(4)
+
+    def work(i: int) -> None:
+        start.wait()
+        for rnd in range(2000):
+            u = UOp(Ops.CONST, dtypes.int, (), rnd, "test_threads")  # new keys: every thread misses
+            for k in range(4):
+                u = UOp(Ops.NEG, dtypes.int, (u,), k)
+            if rnd % 2 == 0:
+                seen[i].append(u)  # kept alive: every thread must hold the very same object
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    for rnd in range(len(seen[0])):
+        assert len({id(seen[i][rnd]) for i in range(4)}) == 1
+
+
 def test_pickle_round_trip_interns():
     u = (var("x") + 1) * var("y")
     assert pickle.loads(pickle.dumps(u)) is u

@@ -6,6 +6,7 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,21 +77,31 @@ class UOpMetaClass(type):
             src = tuple(src)
         key = (op, dtype, src, arg, tag)
         if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
-            return live
-        created: UOp = super().__call__(op, dtype, src, arg, tag)
-        # the callback names no module globals: it may run while the interpreter tears modules down
-        cache = UOpMetaClass.ucache
-        cache[key] = weakref.ref(created, functools.partial(_drop_entry, cache, key))
+            return live  # the hit needs no lock: one dict read is atomic
+        # a miss looks again under the lock, so two threads building the same node get one node
+        with _UCACHE_LOCK:
+            if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
+                return live
+            created: UOp = super().__call__(op, dtype, src, arg, tag)
+            # the callback names no module globals: it may run while the interpreter tears modules down
+            cache = UOpMetaClass.ucache
+            cache[key] = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
         if metadata is not None:
             all_metadata[created] = metadata
         return created
 
 
+# Reentrant: a weakref callback (garbage collection) may run in the thread that already holds it.
+_UCACHE_LOCK = threading.RLock()
+
+
 def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: tuple[Any, ...],
-                ref: weakref.ReferenceType[UOp]) -> None:
-    """Weakref callback: forget a dead node. Names no module globals (it may run at interpreter exit)."""
-    if cache.get(key) is ref:
-        del cache[key]
+                lock: threading.RLock, ref: weakref.ReferenceType[UOp]) -> None:
+    """Weakref callback: forget a dead node unless a newer node took its key. Names no module globals
+    (it may run at interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
+    with lock:
+        if cache.get(key) is ref:
+            del cache[key]
 
 
 _CALLS = GroupOp.Call

@@ -125,7 +125,7 @@ _TOHALF = """\
 static inline _Float16 __uopgrad_tohalf(float x) {
   /* round toward zero: clear the float mantissa bits that half precision drops */
   union { float f; unsigned int u; } v = { x };
-  if (x - x == 0.0f && fabsf(x) >= 6.103515625e-05f) v.u &= ~0x1FFFu;
+  if (x - x == 0.0f && __builtin_fabsf(x) >= 6.103515625e-05f) v.u &= ~0x1FFFu;
   return (_Float16)v.f;
 }"""
 
