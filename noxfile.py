@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent
 
 # CL runs on PoCL from pip, CUDA on the host emulator with every kernel also compiled by NVRTC and g++: both
 # build the new kernels of a schedule together (one PoCL build, one shared object) and take the `ci-slow`
-# profile (8 random programs per program test; CPU runs ci's 20), which is what keeps the default set near 40
-# minutes on 2 cores
+# profile (8 random programs per program test; CPU runs ci's 20). Every conformance session and the meta
+# tests spread their cases over the machine's cores with pytest-xdist (`-n auto`); with those two, the
+# default set takes about 30 minutes on 2 cores
 nox.options.sessions = ["lint", "typecheck", "imports", "tests", "conformance(backend='REFERENCE')",
                         "conformance(backend='CPU')", "conformance(backend='CL')",
                         "conformance(backend='CUDA')", "conformance_external", "conformance_meta"]
@@ -32,6 +33,7 @@ RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 IMPORT_LINTER = "import-linter==2.17"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+XDIST = "pytest-xdist>=3"
 # Oracles for the tests session only, never dependencies of a package: the Tensor ops, layers and
 # optimisers are checked against PyTorch, safetensors files against the safetensors package (the tests
 # skip, saying why, where they are missing). torch 2.13.0 is the CPU wheel this machine kind keeps on disk.
@@ -136,14 +138,15 @@ def digits(session: nox.Session) -> None:
 def conformance(session: nox.Session, backend: str) -> None:
     """The conformance suite on one in-tree backend, found through its entry point.
 
-    Hypothesis profile `ci` (`ci-slow` for CL and CUDA), UOPGRAD_VERIFY=1 (every pass's output is verified);
+    Hypothesis profile `ci` (`ci-slow` for CL and CUDA), UOPGRAD_VERIFY=1 (every pass's output is verified),
+    one pytest-xdist worker per core (`-- -n 0` runs serially);
     the JSON summary goes to build/conformance/<backend>.json. CL runs on PoCL from pip (the slow one: PoCL
     compiles every kernel; the new kernels of a schedule are built as one program). CUDA runs emulated
     (UOPGRAD_CUDA_EMULATE=1, set here unless the caller set it): NVRTC compiles every kernel for sm_90, then
     the host C++ compiler builds the same source (a schedule's new kernels together); kernels go to a fresh
     compile cache, so each one is compiled by NVRTC in this run."""
     backend_package = BACKEND_PACKAGES.get(backend)  # REFERENCE ships inside core
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
+    session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, *([backend_package] if backend_package else []))
     if backend == "CUDA":
         session.env.setdefault("UOPGRAD_CUDA_EMULATE", os.environ.get("UOPGRAD_CUDA_EMULATE", "1"))
         session.env["UOPGRAD_CACHE_DIR"] = str(ROOT / "build" / "cache-cuda")
@@ -163,7 +166,7 @@ def conformance_external(session: nox.Session) -> None:
     if len(args) < 2:
         session.error("usage: nox -s conformance_external -- <pip spec of the backend> <NAME> [pytest args]")
     spec, name, *rest = args
-    session.install(*TEST_DEPS, CORE, CONFORMANCE, spec)
+    session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, spec)
     _run_conformance(session, name, rest)
 
 
@@ -173,13 +176,21 @@ def conformance_meta(session: nox.Session) -> None:
 
     Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants);
     REFERENCE and the out-of-tree example must pass. Ends with the mutation score."""
-    # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does
-    session.install(*TEST_DEPS, "pytest-xdist>=3", CORE, CONFORMANCE, EXAMPLE_BACKEND,
+    # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does; each meta test
+    # runs the suite in a subprocess, so the tests themselves spread over the cores
+    session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, EXAMPLE_BACKEND,
                     BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
-    session.run("pytest", "conformance/meta_tests", *session.posargs)
+    session.run("pytest", "conformance/meta_tests", *_spread(session.posargs))
+
+
+def _spread(args: list[str]) -> list[str]:
+    """`-n auto` (one pytest-xdist worker per core) unless the caller chose: `-n 0` or `-p no:xdist` runs
+    serially, e.g. to step through one case with a debugger."""
+    chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses")) or a == "no:xdist" for a in args)
+    return args if chosen else ["-n", "auto", *args]
 
 
 def _run_conformance(session: nox.Session, backend: str, extra: list[str]) -> None:
     report = ROOT / "build" / "conformance" / f"{backend}.json"
     session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
-                "--conformance-report", str(report), *extra, env={"UOPGRAD_VERIFY": "1"})
+                "--conformance-report", str(report), *_spread(extra), env={"UOPGRAD_VERIFY": "1"})
