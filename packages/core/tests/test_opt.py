@@ -9,7 +9,7 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, COLS, DOT_TILE, ROWS, split
+from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, COLS, DOT_TILE, NARROW_ROWS, ROWS, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -82,6 +82,14 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     # the loop over column tiles is outside the loop over row tiles
     loops = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "loop"]
     assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 32 // ROWS]
+
+
+def test_narrower_vectors_get_a_tile_of_fewer_rows():
+    # 16 vector registers (AVX2): 4 x 2 accumulators leave room for the loads, 8 x 2 would spill
+    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=32)
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == NARROW_ROWS * COLS < ROWS * COLS
+    assert all(a.dtype == dtypes.float32.vec(8) for a in accs)
 
 
 def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():

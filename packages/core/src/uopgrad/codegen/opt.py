@@ -17,7 +17,8 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
 is cheap: unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product matmul),
 else upcast a stride-1 output axis of a reducing nest (a flat output range first split in two where it is
-read as r // c and r % c) into a register tile of up to ROWS rows (the axis outside the lanes) by COLS
+read as r // c and r % c) into a register tile of up to ROWS rows (NARROW_ROWS for vectors narrower
+than 64 bytes, whose register file may be half as large; the axis outside the lanes) by COLS
 vectors (the lanes' own axis), the column loop outside the row loop; nests without a reduce are left to
 the C compiler's own loop vectoriser. A transformation that would leave a gather (lanes loaded one by
 one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's pick (uopgrad.search).
@@ -35,14 +36,19 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["ACCS", "ACCS_DEFAULT", "OPT", "VECTOR_DTYPES", "Choice", "choices", "optimize", "split"]
+__all__ = ["ACCS", "ACCS_DEFAULT", "NARROW_ROWS", "OPT", "VECTOR_DTYPES", "Choice", "choices", "heuristic",
+           "optimize", "split"]
 
 # OPT=0 turns the pass off (the unoptimised kernel of spec/opt.md); 1, the default, is the heuristic
 OPT = ContextVar("OPT", 1)
 
-# a register tile of the upcast path: ROWS rows of COLS vectors (MR x NR/lanes); 8 x 2 float32 vectors on
-# AVX2 (16 accumulators) measured best at 512^3 (one load of the right operand's cache line per k for 8 rows)
+# a register tile of the upcast path: ROWS rows of COLS vectors (MR x NR/lanes), accumulators taking half
+# the register file and the rest left to the loads. 64-byte vectors (AVX-512) come with 32 registers: 8 x 2
+# (16 accumulators, one load of the right operand's cache line per k for 8 rows) measured best at 512^3.
+# Narrower ones may have 16 (AVX2, SSE): NARROW_ROWS x 2, as 8 x 2 spills (512^3 float32 with AVX-512
+# turned off, 16 ymm registers: 3.6 ms with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
 ROWS = 8
+NARROW_ROWS = 4
 COLS = 2
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
@@ -70,9 +76,14 @@ class Choice:
     dot_cols: int = DOT_TILE
 
 
-def choices() -> list[Choice]:
-    """The tile shapes BEAM times, the heuristic's first."""
-    out = [Choice()]
+def heuristic(width: int) -> Choice:
+    """The heuristic's tile shape for vectors of `width` bytes (the register file it implies)."""
+    return Choice() if width >= 64 else Choice(rows=NARROW_ROWS)
+
+
+def choices(width: int = 64) -> list[Choice]:
+    """The tile shapes BEAM times, the heuristic's for `width` first."""
+    out = [heuristic(width)]
     for rows, cols, swap in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
         out.append(Choice(rows, cols, swap))
     for dr, dc in itertools.product((1, 2, 4), (1, 2, 4)):
@@ -296,5 +307,5 @@ def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
     tiles (default: the heuristic's)."""
     if width <= 0:
         return sink
-    nests = tuple(_optimize_nest(e, width, ops, choice or Choice()) for e in sink.src)
+    nests = tuple(_optimize_nest(e, width, ops, choice or heuristic(width)) for e in sink.src)
     return _renumber(sink.replace(src=nests))
