@@ -9,7 +9,7 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import COLS, DOT_TILE, ROWS, split
+from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, COLS, DOT_TILE, NARROW_ROWS, ROWS, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -48,6 +48,29 @@ def test_a_row_sum_gets_a_vector_accumulator_and_a_pairwise_lane_tree():
     assert (first_add.src[0].arg, first_add.src[1].arg) == ((0,), (1,))  # adjacent lanes first
 
 
+@pytest.mark.parametrize("width", [64, 32])
+def test_an_unrolled_reduce_has_independent_accumulators_in_one_loop(width: int):
+    prg = program(ones(8, 1024).sum(1), width)
+    lanes, accs = width // 4, ACCS.get(width, ACCS_DEFAULT)
+    assert accs > 1  # a chain of dependent vector adds would be latency-bound
+    regs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(regs) == accs and all(u.dtype == dtypes.float32.vec(lanes) for u in regs)
+    loops = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "reduce"]
+    assert [u.src[0].arg for u in loops] == [1024 // (lanes * accs)]
+    loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(loads) == accs  # accumulator k takes the vectors k, k+accs, ... of the row
+    # combined lane-wise first ((a0+a1)+(a2+a3)), then the pairwise lane tree of one vector
+    assert sum(u.op is Ops.ADD and u.dtype == dtypes.float32.vec(lanes) for u in prg.uops) == 2 * accs - 1
+    assert sum(u.op is Ops.GEP for u in prg.uops) == lanes
+
+
+def test_a_short_reduce_gets_as_many_accumulators_as_divide_its_steps():
+    # 48 = 3 steps of 16 lanes: one accumulator; 32 = 2 steps: two
+    for n, accs in ((48, 1), (32, 2)):
+        regs = [u for u in program(ones(8, n).sum(1)).uops if u.op is Ops.DEFINE_REG]
+        assert len(regs) == accs
+
+
 def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     prg = program(ones(32, 32) @ ones(64, 64)[:32, :64])
     assert vectors(prg) == {16}
@@ -61,12 +84,21 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 32 // ROWS]
 
 
+def test_narrower_vectors_get_a_tile_of_fewer_rows():
+    # 16 vector registers (AVX2): 4 x 2 accumulators leave room for the loads, 8 x 2 would spill
+    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=32)
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == NARROW_ROWS * COLS < ROWS * COLS
+    assert all(a.dtype == dtypes.float32.vec(8) for a in accs)
+
+
 def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():
     prg = program(ones(32, 64) @ ones(32, 64).T)  # both operands stride-1 along the reduce: unrolled
-    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
-    assert len(accs) == DOT_TILE * DOT_TILE and all(a.dtype == dtypes.float32.vec(16) for a in accs)
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]  # 64 = 4 steps of 16 lanes: 4 accumulators
+    assert len(accs) == DOT_TILE * DOT_TILE * ACCS[64]
+    assert all(a.dtype == dtypes.float32.vec(16) for a in accs)
     loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
-    assert len(loads) == 2 * DOT_TILE  # each row's and each column's load shared by the other's
+    assert len(loads) == 2 * DOT_TILE * ACCS[64]  # each row's and each column's load shared by the other's
 
 
 def test_elementwise_nests_are_left_alone():
@@ -82,7 +114,8 @@ def test_a_float_max_along_its_reduce_axis_is_unrolled_with_an_exact_fallback():
     assert vectors(prg) == {16}
     loops = fallback_loops(prg)  # redone in order only where the lanes' result is a zero or a NaN
     assert len(loops) == 1 and loops[0].src[0].src[1].arg == 64 and loops[0].src[0].src[2].arg == 0
-    assert sorted(u.dtype.count for u in prg.uops if u.op is Ops.DEFINE_REG) == [1, 16]  # lanes, in order
+    # lanes in ACCS accumulators, and the scalar accumulator of the redo in order
+    assert sorted(u.dtype.count for u in prg.uops if u.op is Ops.DEFINE_REG) == [1, *[16] * ACCS[64]]
 
 
 def test_an_integer_max_is_unrolled_without_a_fallback():

@@ -59,7 +59,7 @@ def best_choice(be: CompiledBackend, call: UOp, width: int, lower: Lower) -> Cho
     if (hit := diskcache.read(digest)) is not None:
         return Choice(**json.loads(hit))
     found: dict[str, tuple[Choice, Program]] = {}
-    for c in choices():
+    for c in choices(width):
         prg = lower(call, be.renderer.supports, None, width, c)
         if prg.vars:
             return None

@@ -9,14 +9,16 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
   lanes share are broadcast, the store is a vector store.
 - UNROLL a reduce axis into a vector accumulator (`_unroll`): where the innermost reduce axis is stride-1
   in every load and the policy allows reordering (ADD, integer MUL and MAX), the accumulator holds `amt`
-  partial results, combined at the end by a fixed pairwise lane tree. The order depends only on the
+  partial results in up to ACCS independent accumulators (no latency-bound chain of dependent ops),
+  combined at the end lane-wise and then by a fixed pairwise lane tree. The order depends only on the
   kernel, never on the thread count. A float MAX is unrolled too and then made exact (`_exact_max`): where
   the lanes' result is a zero or a NaN, the output is reduced again in the sequential order.
 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
 is cheap: unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product matmul),
 else upcast a stride-1 output axis of a reducing nest (a flat output range first split in two where it is
-read as r // c and r % c) into a register tile of up to ROWS rows (the axis outside the lanes) by COLS
+read as r // c and r % c) into a register tile of up to ROWS rows (NARROW_ROWS for vectors narrower
+than 64 bytes, whose register file may be half as large; the axis outside the lanes) by COLS
 vectors (the lanes' own axis), the column loop outside the row loop; nests without a reduce are left to
 the C compiler's own loop vectoriser. A transformation that would leave a gather (lanes loaded one by
 one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's pick (uopgrad.search).
@@ -34,17 +36,30 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["OPT", "VECTOR_DTYPES", "Choice", "choices", "optimize", "split"]
+__all__ = ["ACCS", "ACCS_DEFAULT", "NARROW_ROWS", "OPT", "VECTOR_DTYPES", "Choice", "choices", "heuristic",
+           "optimize", "split"]
 
 # OPT=0 turns the pass off (the unoptimised kernel of spec/opt.md); 1, the default, is the heuristic
 OPT = ContextVar("OPT", 1)
 
-# a register tile of the upcast path: ROWS rows of COLS vectors (MR x NR/lanes); 8 x 2 float32 vectors on
-# AVX2 (16 accumulators) measured best at 512^3 (one load of the right operand's cache line per k for 8 rows)
+# a register tile of the upcast path: ROWS rows of COLS vectors (MR x NR/lanes), accumulators taking half
+# the register file and the rest left to the loads. 64-byte vectors (AVX-512) come with 32 registers: 8 x 2
+# (16 accumulators, one load of the right operand's cache line per k for 8 rows) measured best at 512^3.
+# Narrower ones may have 16 (AVX2, SSE): NARROW_ROWS x 2, as 8 x 2 spills (512^3 float32 with AVX-512
+# turned off, 16 ymm registers: 3.6 ms with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
 ROWS = 8
+NARROW_ROWS = 4
 COLS = 2
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
+# independent vector accumulators of an unrolled reduce, by vector width (bytes): one accumulator is a
+# chain of dependent adds (or MAX selects) bound by their latency; measured on a Zen 5 (AVX-512), a row
+# MAX over 4096x1024 took 0.91 ms with one, 0.59 with two and 0.52 with four. Four where the register file
+# has 32 vector registers (AVX-512), two where it may have 16 (AVX2, SSE), so that a 2 x 2 dot tile of
+# them still fits. It depends on the width alone, never on the tile shape: every BEAM choice keeps the
+# same order (spec/opt.md)
+ACCS = {64: 4}
+ACCS_DEFAULT = 2
 
 
 @dataclass(frozen=True)
@@ -61,9 +76,14 @@ class Choice:
     dot_cols: int = DOT_TILE
 
 
-def choices() -> list[Choice]:
-    """The tile shapes BEAM times, the heuristic's first."""
-    out = [Choice()]
+def heuristic(width: int) -> Choice:
+    """The heuristic's tile shape for vectors of `width` bytes (the register file it implies)."""
+    return Choice() if width >= 64 else Choice(rows=NARROW_ROWS)
+
+
+def choices(width: int = 64) -> list[Choice]:
+    """The tile shapes BEAM times, the heuristic's for `width` first."""
+    out = [heuristic(width)]
     for rows, cols, swap in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
         out.append(Choice(rows, cols, swap))
     for dr, dc in itertools.product((1, 2, 4), (1, 2, 4)):
@@ -117,9 +137,27 @@ def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
     v = p.pack(Lanes(red.src[0], r, exprs).all(red.src[0]))
     if not p.clean(v):
         return None
-    acc = UOp(Ops.REDUCE, red.dtype.vec(amt), (v, *red.src[1:-1], outer), red.arg)
-    fast = lane_tree(acc, red.arg, amt)
+    fast = lane_tree(_accumulators(red, v, outer, ACCS.get(width, ACCS_DEFAULT)), red.arg, amt)
     return _exact_max(red, fast) if red.arg is Ops.MAX and dtypes.is_float(red.dtype) else fast
+
+
+def _accumulators(red: UOp, v: UOp, outer: UOp, accs: int) -> UOp:
+    """The vector reduce of `v` over `outer` (and red's other ranges) as `accs` (or fewer, a power of two
+    that divides the trip count) independent accumulators, accumulator k taking the steps k, k+accs, ...
+    of `outer`, combined lane-wise pairwise at the end ((a0+a1)+(a2+a3)): a fixed order, and no chain of
+    dependent ops longer than a trip count / accs."""
+    n = int(outer.src[0].arg)
+    while accs > 1 and n % accs != 0:
+        accs //= 2
+    vt, rest = v.dtype, red.src[1:-1]
+    if accs < 2:
+        return UOp(Ops.REDUCE, vt, (v, *rest, outer), red.arg)
+    step, exprs = split(outer, accs)
+    lanes = Lanes(v, outer, exprs)
+    xs = [UOp(Ops.REDUCE, vt, (lanes.lane(v, k), *rest, step), red.arg) for k in range(accs)]
+    while len(xs) > 1:
+        xs = [UOp(red.arg, vt, (a, b)) for a, b in zip(xs[::2], xs[1::2])]
+    return xs[0]
 
 
 def _upcast(store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None) -> tuple[UOp, UOp] | None:
@@ -269,5 +307,5 @@ def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
     tiles (default: the heuristic's)."""
     if width <= 0:
         return sink
-    nests = tuple(_optimize_nest(e, width, ops, choice or Choice()) for e in sink.src)
+    nests = tuple(_optimize_nest(e, width, ops, choice or heuristic(width)) for e in sink.src)
     return _renumber(sink.replace(src=nests))
