@@ -12,7 +12,7 @@ import pytest
 
 from uopgrad import Device, Tensor
 from uopgrad_opencl import OpenCLRenderer
-from uopgrad_opencl.runtime import GROUP_ENV, group_reduces
+from uopgrad_opencl.runtime import GROUP_ENV, split_reduces
 
 SIZES = [1, 7, 1023, 4096, 4096 * 1024 + 3]
 
@@ -54,11 +54,11 @@ def grouped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_split_is_on_for_gpus_and_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(GROUP_ENV, raising=False)
-    assert group_reduces(is_cpu=False) and not group_reduces(is_cpu=True)
+    assert split_reduces(is_cpu=False) and not split_reduces(is_cpu=True)
     monkeypatch.setenv(GROUP_ENV, "1")
-    assert group_reduces(is_cpu=True)
+    assert split_reduces(is_cpu=True)
     monkeypatch.setenv(GROUP_ENV, "0")
-    assert not group_reduces(is_cpu=False)
+    assert not split_reduces(is_cpu=False)
 
 
 @pytest.fixture

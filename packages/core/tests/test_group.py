@@ -1,7 +1,11 @@
 """Reduces split over a workgroup (uopgrad.codegen.group, spec/opt.md §4), run as linear programs on
 REFERENCE (lockstep lanes, one local array per workgroup): integer sums and float maxes byte for byte
 against the unsplit kernel, float sums within the suite's bound; the program's form (local
-memory, barriers, one workgroup per output); no split without local memory or for a float product."""
+memory, barriers, one workgroup per output); no split without local memory or for a float product.
+
+A float MAX is split by contiguous chunks here: the default (interleaved, then the exact fallback of
+spec/opt.md §2 where the result is a zero or a NaN) has a loop whose bound differs between workgroups,
+which REFERENCE's lockstep lanes do not run; the backends' tests check that one."""
 
 from __future__ import annotations
 
@@ -23,9 +27,11 @@ PLAIN = GridLimits(local_size=16)  # no local memory: the unsplit kernel, the re
 
 @pytest.fixture(autouse=True)
 def small_reduces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split reduces from 16 elements on (2 per thread), so small cases run through the tree."""
+    """Split reduces from 16 elements on (2 per thread), so small cases run through the tree; float MAX
+    by contiguous chunks."""
     monkeypatch.setattr(grp, "MIN_REDUCE", 16)
     monkeypatch.setattr(grp, "MIN_CHUNK", 2)
+    monkeypatch.setitem(grp.LAYOUTS, (Ops.MAX, True), True)
 
 
 def run(out: Tensor, grid: GridLimits = GRID) -> np.ndarray:
@@ -83,6 +89,13 @@ def test_a_split_kernel_has_local_memory_barriers_and_one_workgroup_per_output()
     ops = [u.op for u in prg.uops]
     assert Ops.DEFINE_LOCAL in ops and ops.count(Ops.BARRIER) == 1 + 4  # 16 threads: 4 tree steps
     assert prg.local_size == (16, 1, 1) and prg.global_size == (6, 1, 1)
+
+
+def test_by_default_a_float_max_is_interleaved_with_the_exact_fallback(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(grp.LAYOUTS, (Ops.MAX, True), grp.CHUNKED_MAX)
+    [prg] = programs(Tensor(floats(1001, seed=5)).max())
+    bounds = [u.src[0].op for u in prg.uops if u.op is Ops.RANGE]
+    assert Ops.DEFINE_LOCAL in [u.op for u in prg.uops] and Ops.WHERE in bounds  # runs only where needed
 
 
 @pytest.mark.parametrize("grid", [PLAIN, None])

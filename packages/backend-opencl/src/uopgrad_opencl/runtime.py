@@ -32,8 +32,8 @@ from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
 
 __all__ = ["DEVICE_ENV", "GROUP_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices",
-           "device_position", "group_reduces", "open_device", "program_class", "repair_pocl_target_cpu",
-           "select_device"]
+           "device_position", "open_device", "program_class", "repair_pocl_target_cpu",
+           "select_device", "split_reduces"]
 
 DEVICE_ENV = "UOPGRAD_CL_DEVICE"
 # "1" / "0": split big reduces over a work-group (uopgrad.codegen.group) or not; unset: on GPUs only, since a
@@ -194,10 +194,10 @@ class CLDevice:
         return GridLimits(global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1),
                           local_max=(int(sizes[0]), int(sizes[1]), int(sizes[2])), local_prod_max=most,
                           local_size=min(most, 1024 if is_cpu else 128),
-                          local_memory=int(self.device.local_mem_size) if group_reduces(is_cpu) else 0)
+                          local_memory=int(self.device.local_mem_size) if split_reduces(is_cpu) else 0)
 
 
-def group_reduces(is_cpu: bool) -> bool:
+def split_reduces(is_cpu: bool) -> bool:
     """Whether work-groups split big reduces: GROUP_ENV when it is set, else on every device but a CPU."""
     flag = os.environ.get(GROUP_ENV, "")
     return flag == "1" if flag in ("0", "1") else not is_cpu

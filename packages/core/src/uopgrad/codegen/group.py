@@ -9,16 +9,17 @@ the table `LAYOUTS` (spec/opt.md §4):
 
 | reduce | thread `t` folds | why |
 |---|---|---|
-| float MAX | the contiguous chunk `t*C .. t*C+C-1` in order | MAX is bit-exact only in the sequential order |
 | ADD, integer MUL and MAX | `t, t+L, t+2L, ...` | neighbouring threads read neighbouring elements |
+| float MAX | the same, then the exact fallback (`exact_max`) | the bits of the sequential order |
 
 Every thread then stores its partial in `temp[t]`, and log2(L) steps, each after a barrier, compute
 `temp'[t] = temp[t] OP temp[(t+s) % L]` (s = 1, 2, 4, ...; `temp'` the other half of a local array of 2L,
 so no thread overwrites what another still reads). Where `t % 2s == 0` that is a pairwise tree that keeps
 the partials in thread order, and only those entries are read again (the others are computed because a
-per-step mask costs as much, and a dozen masks kept across barriers miscompile on PoCL 3.0). So float MAX
-(an associative operation on bits: the first NaN wins, a tie of equal values the later one) gives the bits
-of the sequential fold, and the order never depends on timing.
+per-step mask costs as much, and eight masks kept across barriers miscompile on PoCL 3.0). The order never
+depends on timing. A float MAX result that is a zero or a NaN is reduced again by thread 0 in the
+sequential order; `CHUNKED_MAX` instead gives each thread a contiguous chunk, folded in order, which is
+bit-exact as it is (the sequential MAX is associative on bits: the first NaN wins, a tie the later value).
 Thread 0 stores the result; the output axes become workgroups with one thread each (gpudims sees `lidx0`).
 Float MUL reduces and float16/bfloat16/bool ones are not grouped.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from uopgrad._util import prod
 from uopgrad.codegen.program import GridSpec
-from uopgrad.codegen.reduce import identity_element
+from uopgrad.codegen.reduce import exact_max, identity_element, renumber
 from uopgrad.dtype import AddrSpace, DType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -45,11 +46,14 @@ def _grouped_dtype(dt: DType) -> bool:
     return dt.count == 1 and (dt in (dtypes.float32, dtypes.float64) or dtypes.is_int(dt))
 
 
+# float MAX: contiguous chunks (bit-exact as they are) or interleaved, coalesced, with the exact fallback of
+# the opt pass (a zero or NaN result is reduced again in the sequential order)
+CHUNKED_MAX = False
 # (reduce op, whether the dtype is a float) -> contiguous chunks (True) or interleaved elements (False);
 # absent: not grouped (a float product would change its rounding in ways the policy does not allow)
 LAYOUTS: dict[tuple[Ops, bool], bool] = {
     (Ops.ADD, True): False, (Ops.ADD, False): False, (Ops.MUL, False): False,
-    (Ops.MAX, False): False, (Ops.MAX, True): True,
+    (Ops.MAX, False): False, (Ops.MAX, True): CHUNKED_MAX,
 }
 
 
@@ -73,7 +77,8 @@ def group_reduces(sink: UOp, grid: GridSpec) -> UOp:
     reds = [u for u in nodes if u.op is Ops.REDUCE]
     ranges = [u for u in nodes if u.op is Ops.RANGE]
     stores = [u for u in nodes if u.op is Ops.STORE]
-    if len(stores) != 1 or len(reds) != 1 or any(r.src[0].op is not Ops.CONST for r in ranges):
+    if len(stores) != 1 or len(reds) != 1 or any(r.src[0].op is not Ops.CONST for r in ranges) or \
+            any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL) for u in nodes):  # a custom kernel's own threads
         return sink
     red = reds[0]
     op, dt, rr = red.arg, red.dtype, list(red.src[1:])
@@ -104,10 +109,12 @@ def group_reduces(sink: UOp, grid: GridSpec) -> UOp:
     part = UOp(Ops.REDUCE, dt, (x, j), op)
     total = _tree(part, lid, size, op, dt)
     first = UOp(Ops.CMPEQ, dtypes.bool, (lid, _idx(0)))  # thread 0 alone stores the result
+    if op is Ops.MAX and dtypes.is_float(dt) and not chunked:
+        total = exact_max(red, total, first)
     store = stores[0].substitute({red: total})
     store = store.replace(src=(*store.src[:2], first if len(store.src) < 3 else
                                UOp(Ops.AND, dtypes.bool, (store.src[2], first))))
-    return sink.substitute({stores[0]: store})
+    return renumber(sink.substitute({stores[0]: store}))
 
 
 def _tree(part: UOp, lid: UOp, size: int, op: Ops, dt: DType) -> UOp:
