@@ -59,11 +59,12 @@ LAYOUTS: dict[tuple[Ops, bool], bool] = {
 
 def group_size(n: int, dt: DType, grid: GridSpec) -> int:
     """Threads for a reduce of `n` elements of `dt`: the largest power of two within the grid's workgroup
-    limits and the local memory budget that leaves each thread at least `MIN_CHUNK` elements."""
+    limits and the local memory budget (two partials a thread) that leaves each thread at least
+    `MIN_CHUNK` elements."""
     if not getattr(grid, "local_memory", 0):
         return 1
     most = min(getattr(grid, "local_size", 128), grid.local_max[0], grid.local_prod_max, n // MIN_CHUNK,
-               min(LOCAL_BYTES, int(getattr(grid, "local_memory", 0))) // dt.itemsize)
+               min(LOCAL_BYTES, int(getattr(grid, "local_memory", 0))) // (2 * dt.itemsize))  # 2 halves
     return 1 << (most.bit_length() - 1) if most >= 2 else 1
 
 
