@@ -89,6 +89,7 @@ def test_a_split_kernel_has_local_memory_barriers_and_one_workgroup_per_output()
     ops = [u.op for u in prg.uops]
     assert Ops.DEFINE_LOCAL in ops and ops.count(Ops.BARRIER) == 1 + 4  # 16 threads: 4 tree steps
     assert prg.local_size == (16, 1, 1) and prg.global_size == (6, 1, 1)
+    assert prg.outs == (0,) and prg.ins == (1,)  # local memory is not a buffer slot
 
 
 def test_by_default_a_float_max_is_interleaved_with_the_exact_fallback(monkeypatch: pytest.MonkeyPatch):
