@@ -17,7 +17,8 @@ compile cache (uopgrad: a fresh $UOPGRAD_CACHE_DIR, and a fresh $POCL_CACHE_DIR 
 tinygrad: CACHELEVEL=0). A competitor that is missing or fails is reported in the table, never fatal.
 Ratios are ours/theirs: below 1 means uopgrad is faster. The first column is uopgrad's CPU backend; the CL
 column is uopgrad's OpenCL backend (PoCL on the same CPU unless $UOPGRAD_CL_DEVICE names another device), so
-its ratio is CPU/CL.
+its ratio is CPU/CL. On a CPU device CL does not split reduces over a work-group unless
+$UOPGRAD_CL_GROUP_REDUCE=1 (spec/opt.md §4): set it to measure the split.
 
     pip install ./packages/core ./packages/backend-cpu ./packages/backend-opencl torch==2.13.0 \
         tinygrad==0.14.0

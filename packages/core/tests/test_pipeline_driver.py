@@ -14,7 +14,7 @@ from uopgrad.errors import RewriteError, VerifyError
 from uopgrad.pipeline import CODEGEN_PASSES, LowerContext, Pass, lower, pass_stats, run_passes, tracers
 from uopgrad.schedule import schedule
 
-NAMES = ["index", "opt", "gpudims", "reduce", "index dtype", "decompositions", "linearize"]
+NAMES = ["index", "opt", "group", "gpudims", "reduce", "index dtype", "decompositions", "linearize"]
 
 
 def kernel() -> UOp:
@@ -35,8 +35,8 @@ def test_every_pass_is_traced_and_timed_by_name_in_order():
         run_passes(kernel().src[0], CODEGEN_PASSES, LowerContext(frozenset(Ops), None))
     finally:
         tracers.pop()
-    assert seen == [n for n in NAMES if n not in ("gpudims", "opt")]  # loop-style, no vector width: no launch
-    # dimensions, no opt pass
+    assert seen == [n for n in NAMES if n not in ("group", "gpudims", "opt")]  # loop-style, no vector width:
+    # no launch dimensions, no opt pass
     after = pass_stats()
     assert all(after[n][0] == before.get(n, (0, 0.0))[0] + 1 for n in seen)
 

@@ -33,9 +33,10 @@ __all__ = ["ARCH_ENV", "CUDAAllocator", "CUDABackend", "CUDAProgram", "CUDARende
 
 # every dtype but bfloat16: CUDA has 64-bit ints and doubles, float16 is bits computed in float
 DTYPES = frozenset({dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64})
-# CUDA's launch limits: 2^31-1 blocks along x, 65535 along y and z; 1024 threads a block (64 along z)
+# CUDA's launch limits: 2^31-1 blocks along x, 65535 along y and z; 1024 threads a block (64 along z); 48 KiB
+# of static shared memory a block, where a block splits a reduce (uopgrad.codegen.group)
 GRID = GridLimits(global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 64), local_prod_max=1024,
-                  local_size=128)
+                  local_size=128, local_memory=48 * 1024)
 
 
 class CUDABackend(CompiledBackend):

@@ -193,6 +193,14 @@ class OpenCLRenderer(CStyleRenderer):
             return f"__uopgrad_bits_half((ushort){x})"
         return f"as_{self.ctype(dst)}(({self.ctype(src)}){x})"
 
+    def render_local(self, name: str, dt: DType, size: int) -> str:
+        """A `__local` array of the work-group (float16 as its bits, as in buffers)."""
+        return f"__local {self.ctype(self.storage.get(dt.scalar(), dt.scalar()))} {name}[{size}];"
+
+    def render_barrier(self) -> str:
+        """A work-group barrier that also orders local memory."""
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
+
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:
         """The source, with cl_khr_fp64 enabled where the kernel uses double."""

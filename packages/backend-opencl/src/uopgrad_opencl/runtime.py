@@ -31,10 +31,14 @@ from uopgrad.codegen import GridLimits
 from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
 
-__all__ = ["DEVICE_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices", "device_position",
-           "open_device", "program_class", "repair_pocl_target_cpu", "select_device"]
+__all__ = ["DEVICE_ENV", "GROUP_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices",
+           "device_position", "open_device", "program_class", "repair_pocl_target_cpu",
+           "select_device", "split_reduces"]
 
 DEVICE_ENV = "UOPGRAD_CL_DEVICE"
+# "1" / "0": split big reduces over a work-group (uopgrad.codegen.group) or not; unset: on GPUs only, since a
+# CPU device runs a work-group as one loop on one core, where the split measured slower (spec/opt.md §4)
+GROUP_ENV = "UOPGRAD_CL_GROUP_REDUCE"
 
 
 # ---------------------------------------------------------------------- choosing a device
@@ -182,13 +186,21 @@ class CLDevice:
     def grid(self) -> GridLimits:
         """The launch limits: work-items per work-group from the device; work-groups up to 2^31-1 along
         each dimension (grid indices are int). A CPU device runs a work-group as one loop on one core, so
-        it gets large work-groups; a GPU 128 work-items along x."""
+        it gets large work-groups; a GPU 128 work-items along x. On a GPU (or where GROUP_ENV is "1") its
+        local memory lets a work-group split a reduce (uopgrad.codegen.group)."""
         sizes = list(self.device.max_work_item_sizes)[:3] + [1, 1, 1]
         most = int(self.device.max_work_group_size)
         is_cpu = bool(self.device.type & cl.device_type.CPU)
         return GridLimits(global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1),
                           local_max=(int(sizes[0]), int(sizes[1]), int(sizes[2])), local_prod_max=most,
-                          local_size=min(most, 1024 if is_cpu else 128))
+                          local_size=min(most, 1024 if is_cpu else 128),
+                          local_memory=int(self.device.local_mem_size) if split_reduces(is_cpu) else 0)
+
+
+def split_reduces(is_cpu: bool) -> bool:
+    """Whether work-groups split big reduces: GROUP_ENV when it is set, else on every device but a CPU."""
+    flag = os.environ.get(GROUP_ENV, "")
+    return flag == "1" if flag in ("0", "1") else not is_cpu
 
 
 @functools.cache

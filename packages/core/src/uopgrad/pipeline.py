@@ -23,6 +23,7 @@ from uopgrad._util import LRU
 from uopgrad.codegen import GridSpec, Program
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
+from uopgrad.codegen.group import group_reduces
 from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
 from uopgrad.codegen.linearize import linearize
 from uopgrad.codegen.opt import OPT, Choice, optimize
@@ -104,6 +105,11 @@ def pass_stats() -> dict[str, tuple[int, float]]:
     return {name: (int(n), secs) for name, (n, secs) in _times.items()}
 
 
+def _group(sink: UOp, ctx: LowerContext) -> UOp:
+    assert ctx.grid is not None  # `applies` runs this pass for grid-style backends only
+    return group_reduces(sink, ctx.grid)
+
+
 def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
     assert ctx.grid is not None  # `applies` runs this pass for grid-style backends only
     sink, ctx.global_size, ctx.local_size = add_gpudims(sink, ctx.grid)
@@ -115,6 +121,8 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
     Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops, ctx.choice),  # vectors, tiles
          applies=lambda ctx: ctx.grid is None and ctx.vector_width > 0),
+    Pass("group", _group,  # a big reduce split over a workgroup's threads (grid backends with local memory)
+         applies=lambda ctx: ctx.grid is not None and bool(getattr(ctx.grid, "local_memory", 0))),
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
     rewrite_pass("index dtype", pm_index_dtype, lambda sink, _ctx: index_dtype(sink)),  # index -> int32/64
@@ -172,7 +180,9 @@ def _slots(uops: tuple[UOp, ...], op: Ops) -> tuple[int, ...]:
     for u in uops:
         if u.op is op and u.src[0].op is Ops.INDEX:
             p = u.src[0].src[0]
-            found.add((p.src[0] if p.op is Ops.AFTER else p).arg)
+            p = p.src[0] if p.op is Ops.AFTER else p
+            if p.op is Ops.PARAM:  # a buffer slot, not local memory
+                found.add(p.arg)
     return tuple(sorted(found))
 
 

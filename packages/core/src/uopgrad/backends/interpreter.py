@@ -3,8 +3,10 @@ so codegen is tested end to end without a compiler.
 
 A program runs once over "lanes": one lane for a loop-style program, one per thread of the whole grid for a
 grid-style one (all threads in lockstep: a value is an array over the lanes, SPECIALs give each lane its
-indices). Loops step one iteration at a time; ALU ops are numerics.py's table, on those arrays. Values are
-never 0-d: numpy computes some ops on 0-d arrays by another code path than on arrays (float32 pow).
+indices). In lockstep every thread has done every earlier uop, so a BARRIER has nothing to wait for; local
+memory (DEFINE_LOCAL) is one array per workgroup, side by side, each lane indexing its workgroup's. Loops
+step one iteration at a time; ALU ops are numerics.py's table, on those arrays. Values are never 0-d: numpy
+computes some ops on 0-d arrays by another code path than on arrays (float32 pow).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from uopgrad.backend import Device
 from uopgrad.backends.evaluator import Evaluator, _Frame, _is_reference, register_loop_runner, storage
 from uopgrad.backends.numerics import REFERENCE_OPS, Array, bitcast, cast, finish, np_dtype, reference_alu
 from uopgrad.codegen import GridLimits, Program
+from uopgrad.dtype import PtrDType
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.pipeline import count_kernel, lower
@@ -33,9 +36,18 @@ def _lane_indices(prg: Program) -> tuple[int, dict[str, Array]]:
     sizes = [*prg.local_size, *prg.global_size]
     ids = np.arange(int(np.prod(sizes)), dtype=np.int64)
     out: dict[str, Array] = {}
-    for name, n in zip(["lidx0", "lidx1", "lidx2", "gidx0", "gidx1", "gidx2"], sizes):
+    for k, (name, n) in enumerate(zip(["lidx0", "lidx1", "lidx2", "gidx0", "gidx1", "gidx2"], sizes)):
+        if k == 3:
+            out[_GROUP] = ids  # each lane's workgroup, x fastest (for local memory)
         out[name], ids = ids % n, ids // n
     return int(np.prod(sizes)), out
+
+
+_GROUP = "group"  # not a SPECIAL's name (those are gidx<d>/lidx<d>)
+
+
+def _groups(special: Mapping[str, Array]) -> int:
+    return int(np.max(special[_GROUP])) + 1 if _GROUP in special else 1
 
 
 def _scalar(v: Array, what: UOp) -> int:
@@ -123,9 +135,11 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
     if op is Ops.SPECIAL:
         return special[u.arg].astype(np_dtype(u.dtype))
     if op is Ops.INDEX:
-        return (vals[s[0]], vals[s[1]])
+        return _index(u, vals[s[0]], vals[s[1]], special)
     if op is Ops.AFTER:
         return vals[s[0]]
+    if op in (Ops.DEFINE_LOCAL, Ops.BARRIER):
+        return _local(u, special)
     if op is Ops.DEFINE_REG:
         regs[pc] = vals[s[0]]
         return None
@@ -135,6 +149,24 @@ def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[
         x = np.asarray(vals[s[0]])
         return bitcast(x, u.src[0].dtype, u.dtype).reshape(x.shape)
     raise EvaluationError(f"REFERENCE can't run {u.op} in a linear program: {u.short()}")
+
+
+def _index(u: UOp, buf: Array, off: Array, special: Mapping[str, Array]) -> tuple[Array, Array]:
+    """(buffer, offsets) of an INDEX; into local memory, each lane's offsets are into its workgroup's copy."""
+    base = u.src[0].src[0] if u.src[0].op is Ops.AFTER else u.src[0]
+    if base.op is not Ops.DEFINE_LOCAL:
+        return buf, off
+    group = special.get(_GROUP, np.zeros((1,), dtype=np.int64))
+    return buf, np.asarray(off) + group * (buf.size // _groups(special))
+
+
+def _local(u: UOp, special: Mapping[str, Array]) -> Array | None:
+    """DEFINE_LOCAL: every workgroup's copy, side by side; BARRIER: nothing (in lockstep every lane is
+    there already)."""
+    if u.op is Ops.BARRIER:
+        return None
+    assert isinstance(u.dtype, PtrDType)  # pm_spec_program
+    return np.zeros(u.dtype.size * _groups(special), dtype=np_dtype(u.dtype.base))
 
 
 def _read(buf: UOp) -> Array:

@@ -107,7 +107,7 @@ def estimate(uops: Sequence[UOp], global_size: Sequence[int] | None = None,
         elif u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
             p = u.src[0].src[0]
             p = p.src[0] if p.op is Ops.AFTER else p
-            if isinstance(p.dtype, PtrDType):
+            if p.op is Ops.PARAM and isinstance(p.dtype, PtrDType):  # buffers, not local memory
                 key = (int(p.arg), u.op)
                 mem.setdefault(key, []).append((trips, p.dtype.base.itemsize))
                 caps[key] = p.dtype.size * p.dtype.base.itemsize if p.dtype.size >= 0 else 1 << 62

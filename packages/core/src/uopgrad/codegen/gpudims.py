@@ -45,10 +45,11 @@ def _local_size(n: int, grid: GridSpec) -> tuple[int, bool]:
 Plan = list[tuple[list[int], list[tuple[int, int, int]]]]
 
 
-def _plan(sizes: list[int], grid: GridSpec) -> Plan:
+def _plan(sizes: list[int], grid: GridSpec, grouped: bool = False) -> Plan:
     """Groups of output axes (innermost first, as positions in `sizes`) with their hardware dims as
     (dim, workgroups, local size). The first grouping (fewest merges, outer axes merged first) in which
-    every group fits its dimension wins; when none does, all axes are flattened and split over x, y, z."""
+    every group fits its dimension wins; when none does, all axes are flattened and split over x, y, z.
+    In a `grouped` kernel a workgroup's threads split the reduce, so every output is one workgroup."""
     order = list(range(len(sizes) - 1, -1, -1))  # innermost axis first: it becomes x
     for k in range(min(3, len(order)), 0, -1):
         for cuts in itertools.combinations(range(1, len(order)), k - 1):
@@ -57,12 +58,12 @@ def _plan(sizes: list[int], grid: GridSpec) -> Plan:
             for d in range(k):
                 axes = order[bounds[d]:bounds[d + 1]]
                 n = prod(sizes[a] for a in axes)
-                local = _local_size(n, grid)[0] if d == 0 else 1
+                local = _local_size(n, grid)[0] if d == 0 and not grouped else 1
                 plan.append((axes, [(d, -(-n // local), local)]))
             if all(hw[0][1] <= grid.global_max[hw[0][0]] for _, hw in plan):
                 return plan
     n = prod(sizes)
-    local = _local_size(n, grid)[0]
+    local = 1 if grouped else _local_size(n, grid)[0]
     c0 = min(-(-n // local), grid.global_max[0])
     c1 = min(-(-n // (local * c0)), grid.global_max[1])
     c2 = -(-n // (local * c0 * c1))
@@ -73,16 +74,18 @@ def _plan(sizes: list[int], grid: GridSpec) -> Plan:
 
 def add_gpudims(sink: UOp, grid: GridSpec) -> tuple[UOp, Dims, Dims]:
     """Map the output loops of `sink` onto SPECIALs; returns the new sink, global size and local size. A
-    kernel with several loop nests or a symbolic size keeps its loops and runs as a single thread."""
-    loops = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "loop"),
-                   key=lambda r: r.arg[0])
+    kernel with several loop nests or a symbolic size keeps its loops and runs as a single thread. A
+    kernel whose reduce is already split over `lidx0` threads (uopgrad.codegen.group) keeps them."""
+    nodes = sink.toposort()
+    lanes = next((int(u.src[0].arg) for u in nodes if u.op is Ops.SPECIAL and u.arg == "lidx0"), 1)
+    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "loop"), key=lambda r: r.arg[0])
     if not loops or len(sink.src) > 1 or any(r.src[0].op is not Ops.CONST for r in loops):
-        return sink, (1, 1, 1), (1, 1, 1)
+        return sink, (1, 1, 1), (lanes, 1, 1)
     sizes = [int(r.src[0].arg) for r in loops]
     global_size, local_size = [1, 1, 1], [1, 1, 1]
     mapping: dict[UOp, UOp] = {}
     valid: UOp | None = None
-    for axes, hw in _plan(sizes, grid):
+    for axes, hw in _plan(sizes, grid, lanes > 1):
         flat, stride, covered = UOp(Ops.CONST, dtypes.index, (), 0), 1, 1
         for d, count, local in hw:
             global_size[d], local_size[d] = count, local
@@ -105,6 +108,7 @@ def add_gpudims(sink: UOp, grid: GridSpec) -> tuple[UOp, Dims, Dims]:
         gate = graph_rewrite(valid, sym, name="codegen: grid gate")
         sink = graph_rewrite(sink, pm_grid_gate, ctx=gate, walk=True, name="codegen: grid gate")
     g, loc = global_size, local_size
+    loc[0] *= lanes
     return sink, (g[0], g[1], g[2]), (loc[0], loc[1], loc[2])
 
 

@@ -20,8 +20,8 @@ from uopgrad.uop import UOp
 __all__ = ["linearize"]
 
 Scope = UOp | None  # a RANGE (its loop body) or None (the kernel's top level)
-_PRIORITY = {Ops.PARAM: -20, Ops.DEFINE_VAR: -19, Ops.SPECIAL: -18, Ops.CONST: -17, Ops.DEFINE_REG: -16,
-             Ops.LOAD: -1, Ops.STORE: 1}
+_PRIORITY = {Ops.PARAM: -20, Ops.DEFINE_VAR: -19, Ops.SPECIAL: -18, Ops.CONST: -17, Ops.DEFINE_LOCAL: -16,
+             Ops.DEFINE_REG: -16, Ops.LOAD: -1, Ops.STORE: 1}
 
 
 def _deepest(ranges: frozenset[UOp]) -> Scope:

@@ -11,7 +11,7 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
   in every load and the policy allows reordering (ADD, integer MUL and MAX), the accumulator holds `amt`
   partial results in up to ACCS independent accumulators (no latency-bound chain of dependent ops),
   combined at the end lane-wise and then by a fixed pairwise lane tree. The order depends only on the
-  kernel, never on the thread count. A float MAX is unrolled too and then made exact (`_exact_max`): where
+  kernel, never on the thread count. A float MAX is unrolled too and then made exact (`exact_max`): where
   the lanes' result is a zero or a NaN, the output is reduced again in the sequential order.
 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
@@ -29,6 +29,7 @@ import itertools
 from dataclasses import dataclass
 
 from uopgrad.codegen.pack import VECTOR_DTYPES, Lanes, Packer, consecutive, lane_tree, lanes_for, split
+from uopgrad.codegen.reduce import exact_max, renumber
 from uopgrad.config import ContextVar
 from uopgrad.dtype import dtypes
 from uopgrad.ops import Ops
@@ -97,30 +98,8 @@ def _simplify(e: UOp) -> UOp:
 
 def _reorderable(red: UOp) -> bool:
     """Whether the policy (spec/opt.md) lets a reduce take lanes in any order and combine them: ADD, and
-    integer MUL and MAX (exact in any order). A float MAX may too, with `_exact_max` after it."""
+    integer MUL and MAX (exact in any order). A float MAX may too, with `exact_max` after it."""
     return red.arg in (Ops.ADD, Ops.MAX) or (red.arg is Ops.MUL and dtypes.is_int(red.dtype))
-
-
-def _exact_max(red: UOp, fast: UOp) -> UOp:
-    """A float MAX reduce in any order has the right value; its bits can differ only where that value is
-    a zero (which of 0.0 and -0.0 a tie keeps) or a NaN (which NaN comes first). There the reduce is done
-    again in its own order: loops over copies of its ranges, the outermost running zero times unless
-    needed (spec/opt.md §2)."""
-    zero = UOp(Ops.CONST, red.dtype, (), 0.0)
-    need = UOp(Ops.OR, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (fast, fast)),
-                                     UOp(Ops.CMPEQ, dtypes.bool, (fast, zero))))
-    # fresh copies of its ranges and of those of the reduces nested in it, numbered after all of them (the
-    # copies of its own outermost, the linearizer nests by number)
-    nested = sorted({r for u in red.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]},
-                    key=lambda r: r.arg[0])
-    base = max(r.arg[0] for r in (*red.src[1:], *nested)) + 0.25
-    sub: dict[UOp, UOp] = {}
-    for i, r in enumerate((*red.src[1:], *nested)):
-        bound = r.src[0] if i else UOp(Ops.WHERE, r.dtype, (need, r.src[0], UOp(Ops.CONST, r.dtype, (), 0)))
-        sub[r] = UOp(Ops.RANGE, r.dtype, (bound,), (base + 0.01 * i, "reduce"))
-    body = red.src[0].substitute(sub, walk=True)
-    again = UOp(Ops.REDUCE, red.dtype, (body, *(sub[r] for r in red.src[1:])), Ops.MAX)
-    return UOp(Ops.WHERE, red.dtype, (need, again, fast))
 
 
 def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
@@ -138,7 +117,7 @@ def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
     if not p.clean(v):
         return None
     fast = lane_tree(_accumulators(red, v, outer, ACCS.get(width, ACCS_DEFAULT)), red.arg, amt)
-    return _exact_max(red, fast) if red.arg is Ops.MAX and dtypes.is_float(red.dtype) else fast
+    return exact_max(red, fast) if red.arg is Ops.MAX and dtypes.is_float(red.dtype) else fast
 
 
 def _accumulators(red: UOp, v: UOp, outer: UOp, accs: int) -> UOp:
@@ -211,7 +190,7 @@ def _unflatten(ranges: list[UOp], store: UOp) -> tuple[list[UOp], UOp]:
         return ranges, store
     ci = UOp(Ops.CONST, r.dtype, (), c)
     outer = UOp(Ops.RANGE, r.dtype, (UOp(Ops.CONST, r.dtype, (), n // c),), r.arg)
-    inner = UOp(Ops.RANGE, r.dtype, (ci,), (r.arg[0] + 0.5, "loop"))  # numbered by `_renumber`
+    inner = UOp(Ops.RANGE, r.dtype, (ci,), (r.arg[0] + 0.5, "loop"))  # numbered by `renumber`
     sub = {r // ci: outer, r % ci: inner, r: outer * ci + inner}
     return [*ranges[:-1], outer, inner], _substitute_index(store, sub)
 
@@ -245,13 +224,6 @@ def _tile(ranges: list[UOp], stores: tuple[UOp, ...], axis: int,
     new = list(ranges)
     new[axis] = outer
     return new, tuple(out)
-
-
-def _renumber(sink: UOp) -> UOp:
-    """Number the kernel's ranges 0, 1, ... in their current order (the linearizer nests by number)."""
-    rs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda u: u.arg[0])
-    sub = {u: u.replace(arg=(i, u.arg[1])) for i, u in enumerate(rs)}
-    return sink.substitute({k: v for k, v in sub.items() if k.arg != v.arg}, walk=True)
 
 
 def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice) -> UOp:
@@ -308,4 +280,4 @@ def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
     if width <= 0:
         return sink
     nests = tuple(_optimize_nest(e, width, ops, choice or heuristic(width)) for e in sink.src)
-    return _renumber(sink.replace(src=nests))
+    return renumber(sink.replace(src=nests))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from uopgrad.codegen.estimate import Estimates, estimate
-from uopgrad.dtype import PtrDType, dtypes
+from uopgrad.dtype import AddrSpace, PtrDType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import UOp
@@ -23,7 +23,8 @@ __all__ = ["GridLimits", "GridSpec", "Program", "check", "pm_spec_kernel_ops", "
 
 class GridSpec(Protocol):
     """What codegen reads from a grid description (GridLimits or any object with these attributes; an optional
-    `local_size` attribute sets the threads per workgroup along x, 128 when absent)."""
+    `local_size` attribute sets the threads per workgroup along x, 128 when absent, and an optional
+    `local_memory` the bytes of local memory a workgroup has, 0 when absent: reduces are not grouped)."""
 
     @property
     def global_max(self) -> tuple[int, ...]:
@@ -42,12 +43,15 @@ class GridSpec(Protocol):
 class GridLimits:
     """What a grid-style backend can launch: at most `global_max[d]` workgroups and `local_max[d]` threads per
     workgroup along dimension d (x, y, z), at most `local_prod_max` threads per workgroup; `local_size` is the
-    number of threads per workgroup codegen aims for along x."""
+    number of threads per workgroup codegen aims for along x; `local_memory` the bytes of local (shared)
+    memory a workgroup has, 0 where the backend renders none (then no reduce is split over a workgroup,
+    uopgrad.codegen.group)."""
 
     global_max: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     local_max: tuple[int, int, int] = (1024, 1024, 64)
     local_prod_max: int = 1024
     local_size: int = 128
+    local_memory: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,7 +108,15 @@ def _range_ok(x: UOp) -> bool:
 
 def _index_ok(x: UOp, p: UOp, off: UOp) -> bool:
     base = p.src[0] if p.op is Ops.AFTER else p
-    return base.op is Ops.PARAM and _is_ptr(base) and x.dtype == base.dtype and _is_index(off)
+    return base.op in (Ops.PARAM, Ops.DEFINE_LOCAL) and _is_ptr(base) and x.dtype == base.dtype and \
+        _is_index(off)
+
+
+def _local_ok(x: UOp) -> bool:
+    """DEFINE_LOCAL: a sized pointer into local memory, numbered by its arg."""
+    dt = x.dtype
+    return isinstance(dt, PtrDType) and dt.addrspace is AddrSpace.LOCAL and dt.size > 0 and \
+        isinstance(x.arg, int)
 
 
 def _load_ok(x: UOp) -> bool:
@@ -134,9 +146,12 @@ pm_spec_kernel_ops = PatternMatcher([
     (UPat(Ops.END, dtypes.void, src=(UPat(Ops.RANGE),), allow_any_len=True), lambda: True),
     (UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
      lambda x, c: x.dtype == c.dtype and isinstance(x.arg, int)),
-    (UPat(Ops.INDEX, src=(UPat((Ops.PARAM, Ops.AFTER), name="p"), UPat.var("off")), name="x"), _index_ok),
-    (UPat(Ops.AFTER, src=(UPat(Ops.PARAM),), allow_any_len=True, name="x"),
+    (UPat(Ops.INDEX, src=(UPat((Ops.PARAM, Ops.AFTER, Ops.DEFINE_LOCAL), name="p"), UPat.var("off")),
+          name="x"), _index_ok),
+    (UPat(Ops.AFTER, src=(UPat((Ops.PARAM, Ops.DEFINE_LOCAL)),), allow_any_len=True, name="x"),
      lambda x: x.dtype == x.src[0].dtype),
+    (UPat(Ops.DEFINE_LOCAL, src=(), name="x"), _local_ok),  # local memory of a workgroup (codegen.group)
+    (UPat(Ops.BARRIER, dtypes.void, src=UPat(Ops.STORE)), lambda: True),  # after the stores it orders
     (UPat(Ops.LOAD, name="x"), _load_ok),
     (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
 ])

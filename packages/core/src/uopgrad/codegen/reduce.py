@@ -15,7 +15,7 @@ from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import UOp
 
-__all__ = ["identity_element", "pm_reduce", "reduce_context"]
+__all__ = ["exact_max", "identity_element", "pm_reduce", "reduce_context", "renumber"]
 
 
 def identity_element(op: Ops, dtype: DType) -> ConstType:
@@ -27,6 +27,36 @@ def identity_element(op: Ops, dtype: DType) -> ConstType:
     if op is Ops.MAX:
         return dtypes.as_const(dtypes.min(dtype), dtype)
     raise ValueError(f"{op} is not a reduce op")
+
+
+def exact_max(red: UOp, fast: UOp, only: UOp | None = None) -> UOp:
+    """A float MAX reduce in any order (`fast`) has the right value; its bits can differ only where that
+    value is a zero (which of 0.0 and -0.0 a tie keeps) or a NaN (which NaN comes first). There the reduce
+    is done again in its own order: loops over copies of its ranges, the outermost running zero times
+    unless needed (spec/opt.md §2) and, where `only` is given, unless `only` holds (a thread that stores)."""
+    zero = UOp(Ops.CONST, red.dtype, (), 0.0)
+    need = UOp(Ops.OR, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (fast, fast)),
+                                     UOp(Ops.CMPEQ, dtypes.bool, (fast, zero))))
+    run = need if only is None else UOp(Ops.AND, dtypes.bool, (need, only))
+    # fresh copies of its ranges and of those of the reduces nested in it, numbered after all of them (the
+    # copies of its own outermost, the linearizer nests by number)
+    nested = sorted({r for u in red.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]},
+                    key=lambda r: r.arg[0])
+    base = max(r.arg[0] for r in (*red.src[1:], *nested)) + 0.25
+    sub: dict[UOp, UOp] = {}
+    for i, r in enumerate((*red.src[1:], *nested)):
+        bound = r.src[0] if i else UOp(Ops.WHERE, r.dtype, (run, r.src[0], UOp(Ops.CONST, r.dtype, (), 0)))
+        sub[r] = UOp(Ops.RANGE, r.dtype, (bound,), (base + 0.01 * i, "reduce"))
+    body = red.src[0].substitute(sub, walk=True)
+    again = UOp(Ops.REDUCE, red.dtype, (body, *(sub[r] for r in red.src[1:])), Ops.MAX)
+    return UOp(Ops.WHERE, red.dtype, (need, again, fast))
+
+
+def renumber(sink: UOp) -> UOp:
+    """Number the kernel's ranges 0, 1, ... in their current order (the linearizer nests by number)."""
+    rs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda u: u.arg[0])
+    sub = {u: u.replace(arg=(i, u.arg[1])) for i, u in enumerate(rs)}
+    return sink.substitute({k: v for k, v in sub.items() if k.arg != v.arg}, walk=True)
 
 
 def reduce_context() -> itertools.count[int]:

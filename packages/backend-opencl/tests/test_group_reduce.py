@@ -1,0 +1,132 @@
+"""Reductions split over a work-group (uopgrad.codegen.group, spec/opt.md §4): full and per-row sums and
+maxes of odd and large sizes against numpy within the exactness policy (integer sums and float maxes bit
+for bit, float sums within the suite's bound), the local memory a big reduce uses, and the same bits on
+every run. The split is on by default on GPUs only (runtime.GROUP_ENV): here every test turns it on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from uopgrad import Device, Tensor
+from uopgrad_opencl import OpenCLRenderer
+from uopgrad_opencl.runtime import GROUP_ENV, split_reduces
+
+SIZES = [1, 7, 1023, 4096, 4096 * 1024 + 3]
+
+
+def floats(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def sequential_max(a: np.ndarray) -> np.ndarray:
+    """The bits of the unoptimised `acc = max(acc, x)` along the last axis: the first NaN wins, else the
+    last of the elements equal to the maximum (so the sign of a zero is that of the last zero)."""
+    out = np.empty(a.shape[:-1], dtype=a.dtype)
+    for i in np.ndindex(*a.shape[:-1]):
+        row = a[i]
+        nans = np.flatnonzero(np.isnan(row))
+        out[i] = row[nans[0]] if nans.size else row[np.flatnonzero(row == row.max())[-1]]
+    return out
+
+
+def tricky_rows(n: int) -> np.ndarray:
+    """Rows whose maximum is a tie of 0.0 and -0.0 (in both orders), rows with two NaNs of different
+    payloads and signs, and a plain row."""
+    rows = np.stack([-np.abs(floats(n, s)) for s in range(5)])
+    rows[0, n // 3], rows[0, (2 * n) // 3] = 0.0, -0.0
+    rows[1, n // 3], rows[1, (2 * n) // 3] = -0.0, 0.0
+    bits = rows.view(np.uint32)
+    bits[2, n // 2], bits[2, n - 1] = 0xFFC00001, 0x7FC00002
+    bits[3, 0], bits[3, n // 2] = 0x7FA00003, 0xFFC00004  # a signalling-payload NaN first
+    rows[4] = floats(n, 9)
+    return rows
+
+
+@pytest.fixture(autouse=True)
+def grouped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CL device's work-groups split big reduces, as on a GPU (a new grid: programs of their own)."""
+    renderer = Device["CL"].renderer  # type: ignore[attr-defined]
+    monkeypatch.setattr(renderer, "grid", dataclasses.replace(renderer.grid, local_memory=32768))
+
+
+def test_the_split_is_on_for_gpus_and_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GROUP_ENV, raising=False)
+    assert split_reduces(is_cpu=False) and not split_reduces(is_cpu=True)
+    monkeypatch.setenv(GROUP_ENV, "1")
+    assert split_reduces(is_cpu=True)
+    monkeypatch.setenv(GROUP_ENV, "0")
+    assert not split_reduces(is_cpu=False)
+
+
+@pytest.fixture
+def sources(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The OpenCL sources rendered while the test runs."""
+    seen: list[str] = []
+    real = OpenCLRenderer.render
+
+    def recording(self: OpenCLRenderer, program: object) -> str:
+        src = real(self, program)  # type: ignore[arg-type]
+        seen.append(src)
+        return src
+    monkeypatch.setattr(OpenCLRenderer, "render", recording)
+    return seen
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_float_sum_is_within_the_bound(n: int) -> None:
+    a = floats(n)
+    got = float(Tensor(a, device="CL").sum().numpy())
+    exact = float(a.astype(np.float64).sum())
+    assert abs(got - exact) <= 2 * n * np.finfo(np.float32).eps * float(np.abs(a).astype(np.float64).sum())
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_int_sum_is_exact(n: int) -> None:
+    a = np.random.default_rng(1).integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)  # sums wrap
+    got = Tensor(a, device="CL").sum().numpy()
+    assert got.dtype == np.int32 and got == a.sum(dtype=np.int32)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_float_max_is_bit_exact(n: int) -> None:
+    a = floats(n)
+    assert Tensor(a, device="CL").max().numpy().tobytes() == sequential_max(a[None])[0].tobytes()
+
+
+@pytest.mark.parametrize("n", [1023, 4096, 100003])
+def test_max_ties_of_zeros_and_nan_payloads_keep_the_sequential_bits(n: int) -> None:
+    rows = tricky_rows(n)
+    want = sequential_max(rows)
+    assert Tensor(rows, device="CL").max(axis=-1).numpy().tobytes() == want.tobytes()
+    for r in rows:  # and each row as a full reduce
+        assert Tensor(np.ascontiguousarray(r), device="CL").max().numpy().tobytes() == \
+            sequential_max(r[None]).tobytes()
+
+
+def test_per_row_sums_of_an_odd_width() -> None:
+    a = floats(33 * 3001).reshape(33, 3001)
+    got = Tensor(a, device="CL").sum(axis=-1).numpy()
+    exact = a.astype(np.float64).sum(axis=-1)
+    bound = 2 * 3001 * np.finfo(np.float32).eps * np.abs(a).astype(np.float64).sum(axis=-1)
+    assert np.all(np.abs(got - exact) <= bound)
+    ints = (np.arange(33 * 3001, dtype=np.int64) * 7919 % 65536 - 32768).astype(np.int32).reshape(33, 3001)
+    assert np.array_equal(Tensor(ints, device="CL").sum(axis=-1).numpy(), ints.sum(axis=-1, dtype=np.int32))
+
+
+def test_a_big_reduce_uses_local_memory_and_a_small_one_does_not(sources: list[str]) -> None:
+    big = floats(4096 * 1024 + 5)  # a size no other test lowers, so its kernel is rendered here
+    Tensor(big, device="CL").sum().numpy()
+    assert any("__local" in s and "barrier(CLK_LOCAL_MEM_FENCE)" in s for s in sources)
+    sources.clear()
+    Tensor(floats(9), device="CL").sum().numpy()
+    assert sources and not any("__local" in s for s in sources)
+
+
+def test_repeated_runs_give_the_same_bits() -> None:
+    a = floats(4096 * 1024 + 3, seed=4)
+    sums = {Tensor(a, device="CL").sum().numpy().tobytes() for _ in range(4)}
+    maxes = {Tensor(a, device="CL").max().numpy().tobytes() for _ in range(4)}
+    assert len(sums) == 1 and len(maxes) == 1
