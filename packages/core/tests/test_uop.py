@@ -112,6 +112,28 @@ def test_threads_building_and_dropping_the_same_nodes_keep_one_node_per_key():
         assert len({id(seen[i][rnd]) for i in range(4)}) == 1
 
 
+def test_a_stale_callback_keeps_the_newer_nodes_entry():
+    """A dead node's weakref callback that finds another node's entry under its key puts it back."""
+    import weakref
+
+    from uopgrad.uop import _UCACHE_LOCK, _drop_entry
+
+    key = (Ops.CONST, dtypes.int, (), 24_680, "test_stale_callback")
+    u = UOp(*key)
+    _drop_entry(UOpMetaClass.ucache, key, _UCACHE_LOCK, weakref.ref(u))  # not the cache's own ref
+    assert UOpMetaClass.ucache[key]() is u
+    assert UOp(*key) is u
+
+
+def test_equal_dtypes_built_apart_intern_one_node():
+    p1, p2 = dtypes.float.ptr(16), dtypes.float.ptr(16)
+    assert p1 is not p2 and p1 == p2 and hash(p1) == hash(p2)
+    assert p1 != dtypes.float.ptr(8) and p1 != dtypes.float and dtypes.float != p1
+    assert UOp(Ops.PARAM, p1, (), 0) is UOp(Ops.PARAM, p2, (), 0)
+    assert dtypes.is_int(dtypes.index) and dtypes.is_int(dtypes.uint8.vec(4)) and not dtypes.is_int(dtypes.bool)
+    assert dtypes.is_float(dtypes.half.vec(2)) and dtypes.is_unsigned(dtypes.uint16)
+
+
 def test_pickle_round_trip_interns():
     u = (var("x") + 1) * var("y")
     assert pickle.loads(pickle.dumps(u)) is u

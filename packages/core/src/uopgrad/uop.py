@@ -76,16 +76,25 @@ class UOpMetaClass(type):
         if type(src) is not tuple:
             src = tuple(src)
         key = (op, dtype, src, arg, tag)
-        if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
+        cache = UOpMetaClass.ucache
+        if (ref := cache.get(key)) is not None and (live := ref()) is not None:
             return live  # the hit needs no lock: one dict read is atomic
-        # a miss looks again under the lock, so two threads building the same node get one node
+        # a miss builds the node, then claims the key under the lock: two threads building the same node
+        # get one node (the loser's copy dies unused; its callback finds another ref under the key)
+        created: UOp = _new_node(cls)  # the fields set through their slots: no __init__ frame
+        _set_op(created, op)
+        _set_dtype(created, dtype)
+        _set_src(created, src)
+        _set_arg(created, arg)
+        _set_tag(created, tag)
+        _set_cache(created, {})
+        # the callback names no module globals: it may run while the interpreter tears modules down
+        new_ref = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
         with _UCACHE_LOCK:
-            if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
-                return live
-            created: UOp = super().__call__(op, dtype, src, arg, tag)
-            # the callback names no module globals: it may run while the interpreter tears modules down
-            cache = UOpMetaClass.ucache
-            cache[key] = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
+            if (old := cache.setdefault(key, new_ref)) is not new_ref:
+                if (live := old()) is not None:
+                    return live
+                cache[key] = new_ref  # a dead node whose callback has not run yet
         if metadata is not None:
             all_metadata[created] = metadata
         return created
@@ -99,9 +108,9 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
                 lock: threading.RLock, ref: weakref.ReferenceType[UOp]) -> None:
     """Weakref callback: forget a dead node unless a newer node took its key. Names no module globals
     (it may run at interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
-    with lock:
-        if cache.get(key) is ref:
-            del cache[key]
+    with lock:  # one lookup in the common case: pop, and put back a newer node's entry
+        if (cur := cache.pop(key, None)) is not None and cur is not ref:
+            cache[key] = cur
 
 
 _CALLS = GroupOp.Call
@@ -123,6 +132,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:
+        # the fields a node has; UOpMetaClass builds nodes through the slot setters below instead
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
@@ -666,6 +676,11 @@ def _dot_escape(text: str) -> str:
     """A DOT string body: quotes and backslashes escaped, except the \\n line breaks made above."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
+
+# the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
+_new_node: Callable[[type], Any] = object.__new__
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_cache = (
+    cast(Any, UOp.__dict__[f]).__set__ for f in ("op", "dtype", "src", "arg", "tag", "_cache"))
 
 _simplifier: Callable[[UOp], UOp] | None = None
 
