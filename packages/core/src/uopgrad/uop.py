@@ -114,6 +114,7 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
 
 
 _CALLS = GroupOp.Call
+_NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
 _unique_counter = iter(range(1 << 62))
 DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
@@ -263,25 +264,35 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """The fact `name` of this node, computed by `compute` for every node under it that lacks it (one
         iterative post-order pass); a ShapeError is kept as an Err and raised where the fact is needed."""
         c = self._cache
-        if name not in c:
-            for u in self.toposort(gate=lambda x: name not in x._cache):
-                try:
-                    u._cache[name] = compute(u)
-                except ShapeError as e:
-                    u._cache[name] = Err(e)
+        if (ret := c.get(name, _NO_FACT)) is not _NO_FACT:
+            return cast("T | Err", ret)
+        nodes: Iterable[UOp] = (self,)  # a node built on known sources (the common case) needs no walk
+        for s in self.src:
+            if name not in s._cache:
+                nodes = self.toposort(gate=lambda x: name not in x._cache)
+                break
+        for u in nodes:
+            try:
+                u._cache[name] = compute(u)
+            except ShapeError as e:
+                u._cache[name] = Err(e)
         return cast("T | Err", c[name])
 
     def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
         """`_fact` for facts whose rules never fail."""
         ret = self._fact(name, compute)
-        if isinstance(ret, Err):
+        if type(ret) is Err:
             raise ret.exc
-        return ret
+        return cast(T, ret)
 
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
-        return self._ok("shape", infer_shape)
+        if (ret := self._cache.get("shape", _NO_FACT)) is _NO_FACT:  # the cached fact without two calls
+            ret = self._fact("shape", infer_shape)
+        if type(ret) is Err:
+            raise ret.exc
+        return cast("tuple[sint, ...] | None", ret)
 
     @property
     def shape(self) -> tuple[sint, ...]:
