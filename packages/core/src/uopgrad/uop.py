@@ -160,8 +160,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"replace() got unknown field(s) {sorted(bad)}")
         new = (fields.get("op", self.op), fields.get("dtype", self.dtype), tuple(fields.get("src", self.src)),
                fields.get("arg", self.arg), fields.get("tag", self.tag))
-        if new[0] is self.op and new[1] == self.dtype and len(new[2]) == len(self.src) and \
-                all(a is b for a, b in zip(new[2], self.src)) and new[3] is self.arg and new[4] is self.tag:
+        # tuple == on UOps is element-wise identity (UOp has no __eq__)
+        if new[0] is self.op and new[1] == self.dtype and new[2] == self.src and new[3] is self.arg and \
+                new[4] is self.tag:
             return self
         return UOp(*new)
 
@@ -200,17 +201,22 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Sources before consumers, left to right (iterative DFS post-order), as an ordered set.
         `gate(node)` False drops the node and stops the walk there; `enter_calls=False` skips call bodies."""
         visited: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        # a node is pushed, then pushed again under its sources: met again once they are done (a DAG: nothing
+        # under a node leads back to it), it is finished. Sources are pushed without a test (a visited one
+        # is skipped when popped): one C-level extend per node, no tuples
+        expanded: set[UOp] = set()
+        stack: list[UOp] = [self]
+        pop, push, extend, expand = stack.pop, stack.append, stack.extend, expanded.add
         while stack:
-            node, expanded = stack.pop()
+            node = pop()
             if node in visited:
                 continue
-            if expanded:
+            if node in expanded:
                 visited[node] = None
             elif gate is None or gate(node):
-                stack.append((node, True))
-                srcs = node.src[1:] if not enter_calls and node.op in _CALLS else node.src
-                stack.extend([(s, False) for s in reversed(srcs) if s not in visited])  # a visited one: no-op
+                expand(node)
+                push(node)
+                extend(reversed(node.src[1:] if not enter_calls and node.op in _CALLS else node.src))
         return visited
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
