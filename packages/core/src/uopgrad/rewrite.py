@@ -8,8 +8,9 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -304,7 +305,7 @@ class PatternMatcher:
                 continue
             if required:  # the early reject: a set test, computed once per node and only when asked
                 if src_ops is None:
-                    src_ops = {s.op for s in uop.src}
+                    src_ops = set(map(_op_of, uop.src))
                 if not required <= src_ops:
                     continue
             if det is not None:  # a compiled matcher: one binding, or no match
@@ -335,6 +336,7 @@ def _first_result(pat: UPat, fxn: Callable[..., Any], has_ctx: bool, uop: UOp, c
 
 
 _track_stats = TRACK_MATCH_STATS.get
+_op_of = operator.attrgetter("op")
 _Fast = tuple["Det | None", UPat, Callable[..., Any], bool, frozenset[Ops], int]
 
 
@@ -378,6 +380,9 @@ class _RewriteContext:
         replace, bcache, ctx, enter_calls = self.replace, self.bpm_cache, self.ctx, self.enter_calls
         pm_rewrite = None if self.pm is None else self.pm.rewrite
         bpm_rewrite = None if self.bpm is None else self.bpm.rewrite
+        # the ops each matcher has rules for: a node of another op is not rewritten, so it is not asked
+        pm_ops: Container[Ops] = () if self.pm is None else self.pm._fast
+        bpm_ops: Container[Ops] = () if self.bpm is None else self.bpm._fast
         stack: list[_Entry] = [(root, 0, root)]
         on_stack = {root}
         waitlist: dict[UOp, list[_Entry]] = {}
@@ -392,6 +397,8 @@ class _RewriteContext:
                         seen: set[UOp] | None = None
                         try:
                             while True:
+                                if new_n.op not in bpm_ops:
+                                    break
                                 if (test_n := bcache.get(new_n, _MISSING)) is _MISSING:
                                     test_n = bcache[new_n] = bpm_rewrite(new_n, ctx)
                                 if test_n is None:
@@ -440,7 +447,7 @@ class _RewriteContext:
                     if new_src != src:  # element-wise identity: UOps compare by identity
                         cand = new_n.__class__(new_n.op, new_n.dtype, cast("tuple[UOp, ...]", new_src),
                                                new_n.arg, new_n.tag)
-                    elif pm_rewrite is None or (cand := pm_rewrite(new_n, ctx)) is None:
+                    elif new_n.op not in pm_ops or (cand := cast(Any, pm_rewrite)(new_n, ctx)) is None:
                         replace[n] = new_n
                         if n in waitlist:
                             stack.extend(waitlist.pop(n))
