@@ -270,8 +270,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """The fact `name` of this node, computed by `compute` for every node under it that lacks it (one
         iterative post-order pass); a ShapeError is kept as an Err and raised where the fact is needed."""
         c = self._cache
-        if (ret := c.get(name, _NO_FACT)) is not _NO_FACT:
-            return cast("T | Err", ret)
+        ret: T | Err = c.get(name, _NO_FACT)  # (the cache holds Any: annotated, not cast, in the hot path)
+        if ret is not _NO_FACT:
+            return ret
         nodes: Iterable[UOp] = (self,)  # a node built on known sources (the common case) needs no walk
         for s in self.src:
             if name not in s._cache:
@@ -282,23 +283,25 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
                 u._cache[name] = compute(u)
             except ShapeError as e:
                 u._cache[name] = Err(e)
-        return cast("T | Err", c[name])
+        ret = c[name]
+        return ret
 
     def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
         """`_fact` for facts whose rules never fail."""
         ret = self._fact(name, compute)
         if type(ret) is Err:
             raise ret.exc
-        return cast(T, ret)
+        return ret  # type: ignore[return-value]  # not an Err: a T (mypy does not narrow a TypeVar union)
 
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
-        if (ret := self._cache.get("shape", _NO_FACT)) is _NO_FACT:  # the cached fact without two calls
+        ret: tuple[sint, ...] | None | Err = self._cache.get("shape", _NO_FACT)  # the cached fact, one call
+        if ret is _NO_FACT:
             ret = self._fact("shape", infer_shape)
         if type(ret) is Err:
             raise ret.exc
-        return cast("tuple[sint, ...] | None", ret)
+        return ret  # type: ignore[return-value]  # not an Err (mypy does not narrow on type() is)
 
     @property
     def shape(self) -> tuple[sint, ...]:
