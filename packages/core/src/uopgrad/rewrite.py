@@ -489,7 +489,7 @@ class _RewriteContext:
                 stack.extend([(x, False) for x in reversed(n.src) if x not in replace])
             else:
                 src = tuple([replace.get(x, x) for x in n.src])
-                new_n = n if all(a is b for a, b in zip(src, n.src)) else _rebuilt(n, src)
+                new_n = n if src == n.src else _rebuilt(n, src)  # tuple == on UOps: element-wise identity
                 if pm_rewrite is not None and (r := pm_rewrite(new_n, self.ctx)) is not None:
                     new_n = r
                 replace[n] = new_n
