@@ -161,6 +161,21 @@ def test_nested_permutations_with_a_shared_name():
     assert not hit(pat, (k(1) + k(2)) + k(3))
 
 
+def test_plain_variables_fit_last_with_the_same_result():
+    # compiled matchers try a plain variable's source after the others: the answer and bindings stay
+    pat = UPat(Ops.ADD, src=(UPat.var("x"), UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))))
+    assert hit(pat, a + a * 2)
+    assert not hit(pat, a + b * 2)
+    assert not hit(pat, a + (a + 2))
+    [m] = pat.match(a + a * 2, {})
+    assert m == {"x": a, "c": k(2, dtypes.index)}
+    assert PatternMatcher([(pat, lambda **kw: kw)]).rewrite(a + a * 2) == m
+    plus0 = UPat.var("x") + 0  # both orders of a permutation, the variable first in one of them
+    assert PatternMatcher([(plus0, lambda x: x)]).rewrite(a + 0) is a
+    assert PatternMatcher([(plus0, lambda x: x)]).rewrite(k(0, dtypes.index) + b) is b
+    assert not hit(plus0, a + 1)
+
+
 def test_src_none_does_not_inspect_sources():
     assert hit(UPat(Ops.ADD), a + b)
     assert hit(UPat(Ops.SINK), UOp(Ops.SINK))

@@ -112,6 +112,29 @@ def test_threads_building_and_dropping_the_same_nodes_keep_one_node_per_key():
         assert len({id(seen[i][rnd]) for i in range(4)}) == 1
 
 
+def test_a_stale_callback_keeps_the_newer_nodes_entry():
+    """A dead node's weakref callback that finds another node's entry under its key puts it back."""
+    import weakref
+
+    from uopgrad.uop import _UCACHE_LOCK, _drop_entry
+
+    key = (Ops.CONST, dtypes.int, (), 24_680, "test_stale_callback")
+    u = UOp(*key)
+    _drop_entry(UOpMetaClass.ucache, key, _UCACHE_LOCK, weakref.ref(u))  # not the cache's own ref
+    assert UOpMetaClass.ucache[key]() is u
+    assert UOp(*key) is u
+
+
+def test_equal_dtypes_built_apart_intern_one_node():
+    p1, p2 = dtypes.float.ptr(16), dtypes.float.ptr(16)
+    assert p1 is not p2 and p1 == p2 and hash(p1) == hash(p2)
+    assert p1 != dtypes.float.ptr(8) and p1 != dtypes.float and dtypes.float != p1
+    assert UOp(Ops.PARAM, p1, (), 0) is UOp(Ops.PARAM, p2, (), 0)
+    assert dtypes.is_int(dtypes.index) and dtypes.is_int(dtypes.uint8.vec(4))
+    assert not dtypes.is_int(dtypes.bool)
+    assert dtypes.is_float(dtypes.half.vec(2)) and dtypes.is_unsigned(dtypes.uint16)
+
+
 def test_pickle_round_trip_interns():
     u = (var("x") + 1) * var("y")
     assert pickle.loads(pickle.dumps(u)) is u
@@ -344,6 +367,35 @@ def test_elementwise_shape_mismatch_raises_runtime_error():
     consumer = UOp(Ops.NEG, dtypes.float, (bad,))
     with pytest.raises(RuntimeError):
         consumer.shape
+
+
+def test_a_fact_is_computed_once_per_node_sources_first():
+    """A node asked for a fact computes it for every node under it that lacks it, in toposort order; a node
+    built later on sources that have it computes only itself (a cached fact is never recomputed)."""
+    calls: list[UOp] = []
+
+    def count(u: UOp) -> int:
+        assert all("test_count" in s._cache for s in u.src)  # sources first
+        calls.append(u)
+        return len(calls)
+
+    x = UOp.variable("fact_x", 0, 10)
+    y = (x + 1) * 2
+    assert y._fact("test_count", count) == len(calls) == len(y.toposort())
+    assert calls == list(y.toposort())
+    calls.clear()
+    z = y + 3
+    assert z._fact("test_count", count) == 2 and calls == list(z.toposort())[-2:]  # the new const, then z
+    calls.clear()
+    assert (z * 4)._fact("test_count", count) == 2 and len(calls) == 2  # a fresh count: 4, then the MUL
+    calls.clear()
+    v = UOp(Ops.NEG, dtypes.index, (z,))
+    assert v._fact("test_count", count) == 1 and calls == [v]  # built on a source that has it: v alone
+    calls.clear()
+    w = z - y
+    w._fact("test_count", count)
+    assert y._fact("test_count", count) == len(y.toposort())  # cached, not recomputed
+    assert len(calls) == len([u for u in w.toposort() if u not in z.toposort()])
 
 
 def test_binary_sugar_broadcasts_and_promotes():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from uopgrad.errors import ConfigError
 
@@ -36,6 +36,7 @@ class ContextVar:
         self.key = env or name
         initial: int = getenv(self.key, default)
         self._var = contextvars.ContextVar(f"uopgrad.{self.key}", default=initial)
+        self.get: Callable[[], int] = self._var.get  # the value, as a builtin call (for hot loops)
         ContextVar._registry[name] = ContextVar._registry[self.key] = self
 
     @property

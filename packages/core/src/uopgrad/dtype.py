@@ -6,7 +6,7 @@ import math
 import struct
 from dataclasses import dataclass, fields
 from enum import Enum, auto
-from typing import Final, cast
+from typing import ClassVar, Final, cast
 
 import ml_dtypes
 import numpy as np
@@ -41,13 +41,26 @@ class DType:
     count: int = 1
     _scalar: DType | None = None
 
+    # set once in __post_init__ (not fields): the field values, and their hash
+    _values: ClassVar[tuple[object, ...]]
+    _hash: ClassVar[int]
+
     def __post_init__(self) -> None:
-        # dtypes are dictionary keys on every node (interning): hash the fields once
+        # dtypes are dictionary keys on every node (interning) and compared everywhere: hash the fields once
         values = tuple(getattr(self, f.name) for f in fields(self))
+        object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_hash", hash((type(self).__name__, *values)))
 
     def __hash__(self) -> int:
-        return cast(int, self.__dict__["_hash"])  # set in __post_init__
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        # the dataclass equality (same class, equal fields), with the common case (the same object) first
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values == other._values
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
@@ -86,7 +99,7 @@ class DType:
         return dtypes.as_const(value, self)
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)  # DType's __eq__ and __hash__, over these fields too
 class PtrDType(DType):
     """A pointer dtype: the element type `_base`, an element count (-1 unknown) and an address space."""
 
@@ -171,17 +184,17 @@ class dtypes:
     @staticmethod
     def is_float(x: DType) -> builtins.bool:
         """True for floating-point dtypes (and vectors of them)."""
-        return x.scalar() in dtypes.floats
+        return x.scalar() in _FLOATS
 
     @staticmethod
     def is_int(x: DType) -> builtins.bool:
         """True for integer dtypes, including the abstract `index`."""
-        return x.scalar() in dtypes.ints or x.scalar() == dtypes.index
+        return x.scalar() in _INTS_INDEX
 
     @staticmethod
     def is_unsigned(x: DType) -> builtins.bool:
         """True for unsigned integer dtypes."""
-        return x.scalar() in dtypes.uints
+        return x.scalar() in _UINTS
 
     @staticmethod
     def is_bool(x: DType) -> builtins.bool:
@@ -293,6 +306,12 @@ class dtypes:
             if dt.fmt is not None and np.dtype(dt.fmt) == npdtype:
                 return dt
         raise TypeError(f"numpy dtype {npdtype} is not supported")
+
+
+# the predicates' sets: one hash and an identity hit instead of an equality test per member
+_FLOATS: frozenset[DType] = frozenset(dtypes.floats)
+_UINTS: frozenset[DType] = frozenset(dtypes.uints)
+_INTS_INDEX: frozenset[DType] = frozenset((*dtypes.ints, dtypes.index))
 
 
 # promotion lattice: each dtype lists the dtypes it promotes to directly (as in tinygrad and JAX)

@@ -58,7 +58,9 @@ def _symbolic(x: object) -> TypeGuard[UOp]:
 
 
 def _is(a: sint, b: sint) -> bool:
-    return a is b if _symbolic(a) or _symbolic(b) else a == b
+    if a is b:  # the same object: the same size (sizes are ints and UOps, never NaN)
+        return True
+    return False if _symbolic(a) or _symbolic(b) else a == b
 
 
 def _shape_of(u: UOp) -> Shape | None:
@@ -109,10 +111,14 @@ def _gettuple(u: UOp) -> Shape | None:
 def _elementwise(u: UOp) -> Shape | None:
     shapes = [_shape_of(s) for s in u.src]
     first = shapes[0]
-    if first is None or any(s is None or len(s) != len(first) or
-                            not all(_is(a, b) for a, b in zip(s, first)) for s in shapes):
-        raise ShapeError(f"shape mismatch in {u.op}: source shapes {shapes}: {u.short()}")
-    return first
+    if first is not None:
+        for s in shapes:  # the same tuple (shapes are shared between nodes) needs no look at its sizes
+            if s is not first and (s is None or len(s) != len(first) or
+                                   not all(_is(a, b) for a, b in zip(s, first))):
+                break
+        else:
+            return first
+    raise ShapeError(f"shape mismatch in {u.op}: source shapes {shapes}: {u.short()}")
 
 
 def _movement(u: UOp) -> Shape:

@@ -319,6 +319,8 @@ def _same(a: sint, b: sint) -> bool:
 
 def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     """numpy's broadcasting rule: align on the right; a dimension of 1 stretches."""
+    if shapes and all(s == shapes[0] for s in shapes):  # equal shapes (UOp sizes by identity): common
+        return tuple(shapes[0])
     n = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
     out: list[sint] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Collection, Iterable
+from typing import cast
 
 from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
@@ -64,55 +65,54 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 
 _EMPTY: frozenset[UOp] = frozenset()
-Memo = weakref.WeakKeyDictionary[UOp, frozenset[UOp]]
-# node -> the BUFFERs it reads itself (a BUFFER is never a key: its value would keep it alive), and
-# node -> the effects of the AFTERs under it; both not entering realized values or call bodies
-_read_sets: Memo = weakref.WeakKeyDictionary()
-_effect_sets: Memo = weakref.WeakKeyDictionary()
+# the derived-fact names (in UOp._cache, so an answer dies with its node) of: node -> the BUFFERs it reads
+# itself, and node -> the effects of the AFTERs under it; both not entering realized values or call bodies.
+# A BUFFER never holds its own answer (it is itself), so no node's answer refers back to the node.
+_READS, _EFFECTS = "reads", "effects"
 
 
 def _own_effects(u: UOp) -> tuple[UOp, ...]:
     return u.src[1:] if u.op is Ops.AFTER else ()
 
 
-def _gather(u: UOp, memo: Memo, own: Callable[[UOp], tuple[UOp, ...]], leaf: Ops | None) -> frozenset[UOp]:
-    """The union over the graph under `u` of `own(node)` (a `leaf` node is itself), remembered per node:
-    asking again, or about a graph grown from one asked about before, walks only the new nodes."""
-    def value(n: UOp) -> frozenset[UOp]:
-        return frozenset((n,)) if n.op is leaf else memo[n]
-
+def _gather(u: UOp, memo: str, own: Callable[[UOp], tuple[UOp, ...]], leaf: Ops | None) -> frozenset[UOp]:
+    """The union over the graph under `u` of `own(node)` (a `leaf` node is itself), remembered per node in
+    its fact `memo`: asking again, or about a graph grown from one asked about before, walks only the new
+    nodes."""
     if u.op is leaf:
         return frozenset((u,))
-    if (r := memo.get(u)) is not None:
-        return r
+    if (r := u._cache.get(memo)) is not None:
+        return cast("frozenset[UOp]", r)
     stack: list[tuple[UOp, bool]] = [(u, False)]
+    calls = GroupOp.Call
     while stack:
         node, expanded = stack.pop()
-        if node.op is leaf or node in memo:
+        cache = node._cache
+        if memo in cache or node.op is leaf:
             continue
         if is_realized_after(node):
-            memo[node] = _EMPTY
+            cache[memo] = _EMPTY
             continue
-        srcs = node.src[1:] if node.op in GroupOp.Call else node.src
+        srcs = node.src[1:] if node.op in calls else node.src
         if not expanded:
             stack.append((node, True))
-            stack.extend((s, False) for s in srcs)
+            stack.extend([(s, False) for s in srcs if memo not in s._cache])
             continue
-        parts = {value(s) for s in srcs}
+        parts = {frozenset((s,)) if s.op is leaf else s._cache[memo] for s in srcs}
         if mine := own(node):
             parts.add(frozenset(mine))
-        memo[node] = _EMPTY if not parts else parts.pop() if len(parts) == 1 else frozenset().union(*parts)
-    return memo[u]
+        cache[memo] = _EMPTY if not parts else parts.pop() if len(parts) == 1 else frozenset().union(*parts)
+    return cast("frozenset[UOp]", u._cache[memo])
 
 
 def reads(u: UOp) -> frozenset[UOp]:
     """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
-    return _gather(u, _read_sets, lambda _n: (), Ops.BUFFER)
+    return _gather(u, _READS, lambda _n: (), Ops.BUFFER)
 
 
 def effects(u: UOp) -> frozenset[UOp]:
     """`effects_under([u])`, remembered per node."""
-    return _gather(u, _effect_sets, _own_effects, None)
+    return _gather(u, _EFFECTS, _own_effects, None)
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from uopgrad.config import DEBUG, TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
@@ -38,7 +39,7 @@ class UPat(MathMixin):
     or None (sources not inspected). A `name` binds the matched UOp; a repeated name demands the same node."""
 
     __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings",
-                 "_required_ops", "_alts", "_det")
+                 "_required_ops", "_alts", "_det", "_bare")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -67,6 +68,8 @@ class UPat(MathMixin):
             self._orderings = None
         first: Iterable[UPat] = (src,) if isinstance(src, UPat) else (src or ())
         self._required_ops = frozenset(next(iter(p.op)) for p in first if p.op is not None and len(p.op) == 1)
+        # a plain variable: fits any node (it only binds its name)
+        self._bare = self.op is None and self.dtype is None and arg is None and src is None and any_of is None
         self._alts = _compile(self)
         self._det = self._alts[0] if self._alts is not None and len(self._alts) == 1 else None
 
@@ -191,7 +194,8 @@ def _compile(p: UPat) -> tuple[Det, ...] | None:
     if any(c._det is None for ordering in o for c in ordering):
         return None
     return tuple(_node(ops, dts, arg, name, any_len, None,
-                       tuple(c._det for c in ordering if c._det is not None)) for ordering in o)
+                       tuple(c._det for c in ordering if c._det is not None),
+                       tuple(i for i, c in enumerate(ordering) if c._bare)) for ordering in o)
 
 
 def _named(d: Det, name: str) -> Det:
@@ -199,9 +203,17 @@ def _named(d: Det, name: str) -> Det:
 
 
 def _node(ops: frozenset[Ops] | None, dts: frozenset[DType] | None, arg: Any, name: str | None,
-          any_len: bool, rep: Det | None, kids: tuple[Det, ...] | None) -> Det:
-    """The matcher of one node pattern: its own checks, then `rep` on every source or `kids` in order."""
+          any_len: bool, rep: Det | None, kids: tuple[Det, ...] | None, bare: tuple[int, ...] = ()) -> Det:
+    """The matcher of one node pattern: its own checks, then `rep` on every source or `kids` in order,
+    except that the `bare` kids (plain variables: they only bind) go last, so a source that can't fit is
+    rejected before anything is bound (all kids must fit, so the order changes no result)."""
     n = -1 if kids is None else len(kids)
+    if kids is not None and bare:
+        order = [i for i in range(n) if i not in bare] + list(bare)
+        kids, pos = tuple(kids[i] for i in order), tuple(order)
+    else:
+        pos = tuple(range(max(n, 0)))
+    p0, p1 = (pos[0], pos[1]) if n == 2 else (0, 1)
 
     def det(u: UOp, st: Bindings) -> bool:
         if (ops is not None and u.op not in ops) or \
@@ -220,9 +232,9 @@ def _node(ops: frozenset[Ops] | None, dts: frozenset[DType] | None, arg: Any, na
         if len(src) != n and (not any_len or len(src) < n):
             return False
         if n == 2:
-            return kids[0](src[0], st) and kids[1](src[1], st)
-        for k, s in zip(kids, src):
-            if not k(s, st):
+            return kids[0](src[p0], st) and kids[1](src[p1], st)
+        for k, i in zip(kids, pos):
+            if not k(src[i], st):
                 return False
         return True
     return det
@@ -265,10 +277,12 @@ class PatternMatcher:
             rule = _Rule(pat, fxn, "ctx" in params, required, i)
             for op in _ops_of(pat):
                 self.pdict[op].append(rule)
-        # per op, the rules as flat tuples (compiled matcher first): what `rewrite` loops over
-        self._fast: dict[Ops, tuple[tuple[tuple[Det, ...] | None, UPat, Callable[..., Any], bool,
-                                          frozenset[Ops], int], ...]] = {
-            op: tuple((r.pat._alts, r.pat, r.fxn, r.has_ctx, r.required, r.index) for r in rules)
+        # per op, the rules as flat tuples, one per compiled matcher (a compiled pattern with several ways
+        # to fit gives one entry per way, in order; an uncompiled one a single entry with no matcher): what
+        # `rewrite` loops over
+        self._fast: dict[Ops, tuple[_Fast, ...]] = {
+            op: tuple((d, r.pat, r.fxn, r.has_ctx, r.required, r.index)
+                      for r in rules for d in (r.pat._alts if r.pat._alts is not None else (None,)))
             for op, rules in self.pdict.items()}
         self.stats = _Stats([0] * len(self.patterns))
         _all_stats[id(self)] = (self, self.stats)
@@ -285,31 +299,45 @@ class PatternMatcher:
         if rules is None:
             return None
         src_ops: set[Ops] | None = None
-        for alts, pat, fxn, has_ctx, required, index in rules:
+        skip = -1  # a rule that returned `uop` itself: its remaining ways are not tried
+        for det, pat, fxn, has_ctx, required, index in rules:
+            if index == skip:
+                continue
             if required:  # the early reject: a set test, computed once per node and only when asked
                 if src_ops is None:
-                    src_ops = {s.op for s in uop.src}
+                    src_ops = set(map(_op_of, uop.src))
                 if not required <= src_ops:
                     continue
-            # a compiled pattern tries one matcher per binding, lazily, with no list of dicts
-            candidates = _compiled_bindings(alts, uop) if alts is not None else pat.match(uop, {})
-            for bindings in candidates:
-                ret = fxn(ctx=ctx, **bindings) if has_ctx else fxn(**bindings)
-                if ret is None:
+            if det is not None:  # a compiled matcher: one binding, or no match
+                st: Bindings = {}
+                if not det(uop, st):
                     continue
-                if ret is uop:
-                    break  # this rule decided "no rewrite": try the next rule
-                if TRACK_MATCH_STATS:
-                    self.stats.hits[index] += 1
-                return ret
+                ret = fxn(ctx=ctx, **st) if has_ctx else fxn(**st)
+            else:
+                ret = _first_result(pat, fxn, has_ctx, uop, ctx)
+            if ret is None:
+                continue
+            if ret is uop:
+                skip = index  # this rule decided "no rewrite": try the next rule
+                continue
+            if _track_stats():
+                self.stats.hits[index] += 1
+            return ret
         return None
 
 
-def _compiled_bindings(alts: tuple[Any, ...], uop: UOp) -> Iterator[Bindings]:
-    for d in alts:
-        st: Bindings = {}
-        if d(uop, st):
-            yield st
+def _first_result(pat: UPat, fxn: Callable[..., Any], has_ctx: bool, uop: UOp, ctx: Any) -> Any:
+    """An uncompiled rule on `uop`: the first binding's result that is not None (`uop` itself ends it)."""
+    for bindings in pat.match(uop, {}):
+        ret = fxn(ctx=ctx, **bindings) if has_ctx else fxn(**bindings)
+        if ret is not None:
+            return ret
+    return None
+
+
+_track_stats = TRACK_MATCH_STATS.get
+_op_of = operator.attrgetter("op")
+_Fast = tuple["Det | None", UPat, Callable[..., Any], bool, frozenset[Ops], int]
 
 
 def match_stats() -> list[tuple[PatternMatcher, list[int]]]:
@@ -352,13 +380,15 @@ class _RewriteContext:
         replace, bcache, ctx, enter_calls = self.replace, self.bpm_cache, self.ctx, self.enter_calls
         pm_rewrite = None if self.pm is None else self.pm.rewrite
         bpm_rewrite = None if self.bpm is None else self.bpm.rewrite
+        # the ops each matcher has rules for: a node of another op is not rewritten, so it is not asked
+        pm_ops: Container[Ops] = () if self.pm is None else self.pm._fast
+        bpm_ops: Container[Ops] = () if self.bpm is None else self.bpm._fast
         stack: list[_Entry] = [(root, 0, root)]
         on_stack = {root}
         waitlist: dict[UOp, list[_Entry]] = {}
-        push, pop, calls = stack.append, stack.pop, GroupOp.Call
+        push, pop, calls, rget = stack.append, stack.pop, GroupOp.Call, replace.get
+        # the stack grows without bound only through candidates: its limit is checked where one is pushed
         while stack:
-            if len(stack) > STACK_LIMIT:
-                raise RewriteError(f"graph_rewrite stack is over {STACK_LIMIT} entries: a rule loops")
             n, stage, new_n = pop()
             # an entry that would be pushed and popped at once is handled here: the inner loop falls through
             while n not in replace:
@@ -367,6 +397,8 @@ class _RewriteContext:
                         seen: set[UOp] | None = None
                         try:
                             while True:
+                                if new_n.op not in bpm_ops:
+                                    break
                                 if (test_n := bcache.get(new_n, _MISSING)) is _MISSING:
                                     test_n = bcache[new_n] = bpm_rewrite(new_n, ctx)
                                 if test_n is None:
@@ -407,16 +439,21 @@ class _RewriteContext:
                     stage = 1
                 if stage == 1:
                     src = new_n.src
-                    try:
-                        new_src = tuple([replace[x] for x in src])
-                    except KeyError:  # wait for the first source without a result
-                        missing = next(x for x in src if x not in replace)
+                    new_src = tuple(map(rget, src))  # results are UOps: None marks a source without one
+                    if None in new_src:  # wait for the first source without a result
+                        missing = src[new_src.index(None)]
                         waitlist.setdefault(missing, []).append((n, 1, new_n))
                         break
                     if new_src != src:  # element-wise identity: UOps compare by identity
-                        cand = _rebuilt(new_n, new_src)
-                    elif pm_rewrite is None or (cand := pm_rewrite(new_n, ctx)) is None:
+                        cand = new_n.__class__(new_n.op, new_n.dtype, cast("tuple[UOp, ...]", new_src),
+                                               new_n.arg, new_n.tag)
+                    elif new_n.op not in pm_ops or (cand := cast(Any, pm_rewrite)(new_n, ctx)) is None:
                         replace[n] = new_n
+                        if n in waitlist:
+                            stack.extend(waitlist.pop(n))
+                        break
+                    if (linked := replace.get(cand)) is not None:  # a known candidate: link it at once
+                        replace[n] = linked
                         if n in waitlist:
                             stack.extend(waitlist.pop(n))
                         break
@@ -452,7 +489,7 @@ class _RewriteContext:
                 stack.extend([(x, False) for x in reversed(n.src) if x not in replace])
             else:
                 src = tuple([replace.get(x, x) for x in n.src])
-                new_n = n if all(a is b for a, b in zip(src, n.src)) else _rebuilt(n, src)
+                new_n = n if src == n.src else _rebuilt(n, src)  # tuple == on UOps: element-wise identity
                 if pm_rewrite is not None and (r := pm_rewrite(new_n, self.ctx)) is not None:
                     new_n = r
                 replace[n] = new_n

@@ -76,16 +76,25 @@ class UOpMetaClass(type):
         if type(src) is not tuple:
             src = tuple(src)
         key = (op, dtype, src, arg, tag)
-        if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
+        cache = UOpMetaClass.ucache
+        if (ref := cache.get(key)) is not None and (live := ref()) is not None:
             return live  # the hit needs no lock: one dict read is atomic
-        # a miss looks again under the lock, so two threads building the same node get one node
+        # a miss builds the node, then claims the key under the lock: two threads building the same node
+        # get one node (the loser's copy dies unused; its callback finds another ref under the key)
+        created: UOp = _new_node(cls)  # the fields set through their slots: no __init__ frame
+        _set_op(created, op)
+        _set_dtype(created, dtype)
+        _set_src(created, src)
+        _set_arg(created, arg)
+        _set_tag(created, tag)
+        _set_cache(created, {})
+        # the callback names no module globals: it may run while the interpreter tears modules down
+        new_ref = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
         with _UCACHE_LOCK:
-            if (ref := UOpMetaClass.ucache.get(key)) is not None and (live := ref()) is not None:
-                return live
-            created: UOp = super().__call__(op, dtype, src, arg, tag)
-            # the callback names no module globals: it may run while the interpreter tears modules down
-            cache = UOpMetaClass.ucache
-            cache[key] = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
+            if (old := cache.setdefault(key, new_ref)) is not new_ref:
+                if (live := old()) is not None:
+                    return live
+                cache[key] = new_ref  # a dead node whose callback has not run yet
         if metadata is not None:
             all_metadata[created] = metadata
         return created
@@ -99,12 +108,13 @@ def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: t
                 lock: threading.RLock, ref: weakref.ReferenceType[UOp]) -> None:
     """Weakref callback: forget a dead node unless a newer node took its key. Names no module globals
     (it may run at interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
-    with lock:
-        if cache.get(key) is ref:
-            del cache[key]
+    with lock:  # one lookup in the common case: pop, and put back a newer node's entry
+        if (cur := cache.pop(key, None)) is not None and cur is not ref:
+            cache[key] = cur
 
 
 _CALLS = GroupOp.Call
+_NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
 _unique_counter = iter(range(1 << 62))
 DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
@@ -123,6 +133,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:
+        # the fields a node has; UOpMetaClass builds nodes through the slot setters below instead
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "src", src)
@@ -149,8 +160,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise TypeError(f"replace() got unknown field(s) {sorted(bad)}")
         new = (fields.get("op", self.op), fields.get("dtype", self.dtype), tuple(fields.get("src", self.src)),
                fields.get("arg", self.arg), fields.get("tag", self.tag))
-        if new[0] is self.op and new[1] == self.dtype and len(new[2]) == len(self.src) and \
-                all(a is b for a, b in zip(new[2], self.src)) and new[3] is self.arg and new[4] is self.tag:
+        # tuple == on UOps is element-wise identity (UOp has no __eq__)
+        if new[0] is self.op and new[1] == self.dtype and new[2] == self.src and new[3] is self.arg and \
+                new[4] is self.tag:
             return self
         return UOp(*new)
 
@@ -189,17 +201,22 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Sources before consumers, left to right (iterative DFS post-order), as an ordered set.
         `gate(node)` False drops the node and stops the walk there; `enter_calls=False` skips call bodies."""
         visited: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        # a node is pushed, then pushed again under its sources: met again once they are done (a DAG: nothing
+        # under a node leads back to it), it is finished. Sources are pushed without a test (a visited one
+        # is skipped when popped): one C-level extend per node, no tuples
+        expanded: set[UOp] = set()
+        stack: list[UOp] = [self]
+        pop, push, extend, expand = stack.pop, stack.append, stack.extend, expanded.add
         while stack:
-            node, expanded = stack.pop()
+            node = pop()
             if node in visited:
                 continue
-            if expanded:
+            if node in expanded:
                 visited[node] = None
             elif gate is None or gate(node):
-                stack.append((node, True))
-                srcs = node.src[1:] if not enter_calls and node.op in _CALLS else node.src
-                stack.extend([(s, False) for s in reversed(srcs) if s not in visited])  # a visited one: no-op
+                expand(node)
+                push(node)
+                extend(reversed(node.src[1:] if not enter_calls and node.op in _CALLS else node.src))
         return visited
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
@@ -253,25 +270,38 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """The fact `name` of this node, computed by `compute` for every node under it that lacks it (one
         iterative post-order pass); a ShapeError is kept as an Err and raised where the fact is needed."""
         c = self._cache
-        if name not in c:
-            for u in self.toposort(gate=lambda x: name not in x._cache):
-                try:
-                    u._cache[name] = compute(u)
-                except ShapeError as e:
-                    u._cache[name] = Err(e)
-        return cast("T | Err", c[name])
+        ret: T | Err = c.get(name, _NO_FACT)  # (the cache holds Any: annotated, not cast, in the hot path)
+        if ret is not _NO_FACT:
+            return ret
+        nodes: Iterable[UOp] = (self,)  # a node built on known sources (the common case) needs no walk
+        for s in self.src:
+            if name not in s._cache:
+                nodes = self.toposort(gate=lambda x: name not in x._cache)
+                break
+        for u in nodes:
+            try:
+                u._cache[name] = compute(u)
+            except ShapeError as e:
+                u._cache[name] = Err(e)
+        ret = c[name]
+        return ret
 
     def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
         """`_fact` for facts whose rules never fail."""
         ret = self._fact(name, compute)
-        if isinstance(ret, Err):
+        if type(ret) is Err:
             raise ret.exc
-        return ret
+        return ret  # type: ignore[return-value]  # not an Err: a T (mypy does not narrow a TypeVar union)
 
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
-        return self._ok("shape", infer_shape)
+        ret: tuple[sint, ...] | None | Err = self._cache.get("shape", _NO_FACT)  # the cached fact, one call
+        if ret is _NO_FACT:
+            ret = self._fact("shape", infer_shape)
+        if type(ret) is Err:
+            raise ret.exc
+        return ret  # type: ignore[return-value]  # not an Err (mypy does not narrow on type() is)
 
     @property
     def shape(self) -> tuple[sint, ...]:
@@ -666,6 +696,11 @@ def _dot_escape(text: str) -> str:
     """A DOT string body: quotes and backslashes escaped, except the \\n line breaks made above."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
+
+# the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
+_new_node: Callable[[type], Any] = object.__new__
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_cache = (
+    cast(Any, UOp.__dict__[f]).__set__ for f in ("op", "dtype", "src", "arg", "tag", "_cache"))
 
 _simplifier: Callable[[UOp], UOp] | None = None
 
