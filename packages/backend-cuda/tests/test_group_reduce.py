@@ -9,37 +9,16 @@ import numpy as np
 import pytest
 
 from uopgrad import Tensor
+from uopgrad_conformance.kit.grouped import floats, recorded_sources, sequential_max, tricky_rows
 from uopgrad_cuda import CUDARenderer
 
 SIZES = [1, 7, 1023, 65536 + 3]
 
 
-def floats(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
-
-
-def sequential_max(rows: np.ndarray) -> np.ndarray:
-    """The bits of the unoptimised `acc = max(acc, x)` along each row: the first NaN wins, else the last
-    of the elements equal to the maximum."""
-    out = []
-    for row in rows:
-        nans = np.flatnonzero(np.isnan(row))
-        out.append(row[nans[0]] if nans.size else row[np.flatnonzero(row == row.max())[-1]])
-    return np.array(out, dtype=rows.dtype)
-
-
 @pytest.fixture
 def sources(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The CUDA sources rendered while the test runs."""
-    seen: list[str] = []
-    real = CUDARenderer.render
-
-    def recording(self: CUDARenderer, program: object) -> str:
-        src = real(self, program)  # type: ignore[arg-type]
-        seen.append(src)
-        return src
-    monkeypatch.setattr(CUDARenderer, "render", recording)
-    return seen
+    return recorded_sources(monkeypatch, CUDARenderer)
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -54,13 +33,7 @@ def test_sums_and_maxes_keep_the_policy(n: int) -> None:
 
 
 def test_max_ties_of_zeros_and_nan_payloads_keep_the_sequential_bits() -> None:
-    n = 3001
-    rows = np.stack([-np.abs(floats(n, s)) for s in range(4)])
-    rows[0, 1000], rows[0, 2000] = 0.0, -0.0
-    rows[1, 1000], rows[1, 2000] = -0.0, 0.0
-    bits = rows.view(np.uint32)
-    bits[2, 1500], bits[2, n - 1] = 0xFFC00001, 0x7FC00002
-    bits[3, 0], bits[3, 1500] = 0x7FA00003, 0xFFC00004
+    rows = tricky_rows(3001)
     assert Tensor(rows, device="CUDA").max(axis=-1).numpy().tobytes() == sequential_max(rows).tobytes()
 
 

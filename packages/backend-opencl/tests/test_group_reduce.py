@@ -11,38 +11,11 @@ import numpy as np
 import pytest
 
 from uopgrad import Device, Tensor
+from uopgrad_conformance.kit.grouped import floats, recorded_sources, sequential_max, tricky_rows
 from uopgrad_opencl import OpenCLRenderer
 from uopgrad_opencl.runtime import GROUP_ENV, split_reduces
 
 SIZES = [1, 7, 1023, 4096, 4096 * 1024 + 3]
-
-
-def floats(n: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
-
-
-def sequential_max(a: np.ndarray) -> np.ndarray:
-    """The bits of the unoptimised `acc = max(acc, x)` along the last axis: the first NaN wins, else the
-    last of the elements equal to the maximum (so the sign of a zero is that of the last zero)."""
-    out = np.empty(a.shape[:-1], dtype=a.dtype)
-    for i in np.ndindex(*a.shape[:-1]):
-        row = a[i]
-        nans = np.flatnonzero(np.isnan(row))
-        out[i] = row[nans[0]] if nans.size else row[np.flatnonzero(row == row.max())[-1]]
-    return out
-
-
-def tricky_rows(n: int) -> np.ndarray:
-    """Rows whose maximum is a tie of 0.0 and -0.0 (in both orders), rows with two NaNs of different
-    payloads and signs, and a plain row."""
-    rows = np.stack([-np.abs(floats(n, s)) for s in range(5)])
-    rows[0, n // 3], rows[0, (2 * n) // 3] = 0.0, -0.0
-    rows[1, n // 3], rows[1, (2 * n) // 3] = -0.0, 0.0
-    bits = rows.view(np.uint32)
-    bits[2, n // 2], bits[2, n - 1] = 0xFFC00001, 0x7FC00002
-    bits[3, 0], bits[3, n // 2] = 0x7FA00003, 0xFFC00004  # a signalling-payload NaN first
-    rows[4] = floats(n, 9)
-    return rows
 
 
 @pytest.fixture(autouse=True)
@@ -64,15 +37,7 @@ def test_the_split_is_on_for_gpus_and_where_asked(monkeypatch: pytest.MonkeyPatc
 @pytest.fixture
 def sources(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The OpenCL sources rendered while the test runs."""
-    seen: list[str] = []
-    real = OpenCLRenderer.render
-
-    def recording(self: OpenCLRenderer, program: object) -> str:
-        src = real(self, program)  # type: ignore[arg-type]
-        seen.append(src)
-        return src
-    monkeypatch.setattr(OpenCLRenderer, "render", recording)
-    return seen
+    return recorded_sources(monkeypatch, OpenCLRenderer)
 
 
 @pytest.mark.parametrize("n", SIZES)
