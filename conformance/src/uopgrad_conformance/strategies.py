@@ -338,7 +338,8 @@ def programs(draw: st.DrawFn, dt: DType, max_steps: int = 5, kinds: Sequence[str
 
 def fixed_programs(dt: DType, realized: bool = False) -> list[Program]:
     """Programs whose values have shapes (1,) and (1, 1): broadcasting, a reduce, a matmul, a permute
-    (the shapes a generator rarely keeps, and where a loop of one iteration or a dropped axis shows).
+    (the shapes a generator rarely keeps, and where a loop of one iteration or a dropped axis shows), and
+    for floats one that cancels.
     `realized`: the same programs with an intermediate realized and the outputs read before the gradient."""
     un, bi = ("square", "mul") if dtypes.is_float(dt) else ("double", "mul")
     sq = (UNARY if dtypes.is_float(dt) else INT_UNARY)[un][0]
@@ -357,4 +358,12 @@ def fixed_programs(dt: DType, realized: bool = False) -> list[Program]:
         Step("", (1, 1), dt, seed=5), Step("t4 @ t5", (1, 1), dt),
         Step("t6.max(1, keepdim=True)", (1, 1), dt),
         Step("t7.flip((0, 1)).pad(((0, 1), (1, 0)))", (2, 2), dt))
-    return [Program(dt, one, (6,), realized), Program(dt, two, (8,), realized)]
+    progs = [Program(dt, one, (6,), realized), Program(dt, two, (8,), realized)]
+    if smooth:
+        # tanh near 0 is 2·sigmoid(2y) − 1: terms of size 1 cancel to 1.8e-5 (seed 11506 gives x = 0.00358),
+        # where a correct float32 backend lands 0.6% off and REFERENCE, by luck, within 0.02%: the bound
+        # must come from the rounding error the program is prone to, not from one run's
+        cancel = (Step("", (1,), dt, seed=11506), Step(UNARY["log2_1p"][0].format(a="t0"), (1,), dt),
+                  Step(UNARY["tanh"][0].format(a="t1"), (1,), dt))
+        progs.append(Program(dt, cancel, (2,), realized))
+    return progs

@@ -424,6 +424,31 @@ def test_unknown_device_lists_the_installed_backends():
         Tensor([1.0]).to("nope:1")
 
 
+def test_rounding_noise_scatters_float_results_within_an_ulp_and_only_while_set():
+    """Monte Carlo arithmetic (conformance's estimate of a program's rounding error): under
+    `rounding_noise`, float results move by about an ulp per rounding, differently per seed; integer
+    results and runs outside the context are untouched."""
+    from uopgrad.backends.evaluator import rounding_noise
+    x = np.linspace(0.5, 2.0, 64, dtype=np.float32)
+
+    def run() -> tuple[np.ndarray, np.ndarray]:
+        f = Tensor(x, device=DEV)
+        i = Tensor(np.arange(64, dtype=np.int32), device=DEV)
+        return (f * 3 + 1).numpy(), (i * 3 + 1).numpy()
+
+    plain_f, plain_i = run()
+    with rounding_noise(np.random.default_rng(0)):
+        noisy_f, noisy_i = run()
+    with rounding_noise(np.random.default_rng(1)):
+        other_f, _ = run()
+    again_f, _ = run()
+    np.testing.assert_array_equal(noisy_i, plain_i)
+    np.testing.assert_array_equal(again_f, plain_f)  # the context is gone again
+    assert not np.array_equal(noisy_f, plain_f) and not np.array_equal(noisy_f, other_f)
+    ulps = np.abs(noisy_f.view(np.int32).astype(np.int64) - plain_f.view(np.int32).astype(np.int64))
+    assert ulps.max() <= 4  # two roundings (MUL, ADD), each scaled by 1 ± ulp and rounded again
+
+
 def test_default_device_from_the_environment(monkeypatch):
     reg = DeviceRegistry()
     monkeypatch.setenv("UOPGRAD_DEVICE", "reference:2")

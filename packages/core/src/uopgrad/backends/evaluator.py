@@ -8,7 +8,9 @@ writes, and the written buffers are committed to the storage map when the run en
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -16,12 +18,12 @@ import numpy as np
 from uopgrad.backend import Device
 from uopgrad.backends.numerics import Array, bitcast, cast, finish, movement, np_dtype, reduce, reference_alu
 from uopgrad.codegen.index import is_explicit
-from uopgrad.dtype import PtrDType
+from uopgrad.dtype import DType, PtrDType, dtypes
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import Invalid, UOp
 
-__all__ = ["Evaluator", "Value", "evaluate", "register_loop_runner", "run", "storage"]
+__all__ = ["Evaluator", "Value", "evaluate", "register_loop_runner", "rounding_noise", "run", "storage"]
 
 # what a node evaluates to: an array, a tuple (TUPLE, FUNCTION) or None (effects, DEVICE, ...)
 Value: TypeAlias = "np.ndarray | tuple[Value, ...] | None"
@@ -39,6 +41,33 @@ _VIEWS = GroupOp.Movement
 # values) -> (the arrays after the kernel, the slots it wrote). The interpreter registers it: it sits above.
 LoopRunner: TypeAlias = Callable[[UOp, list[Array], dict[str, int]], tuple[list[Array], tuple[int, ...]]]
 _loop_runner: LoopRunner | None = None
+
+
+# Monte Carlo arithmetic: while `rounding_noise` holds a generator, every float result of an ALU op or a
+# cast, and every term of an ADD or MUL reduce, is scaled by 1 + δ with δ uniform within ±1 ulp of its
+# dtype. Runs under it scatter the way the program's own rounding error does, so their spread estimates that
+# error where a single exact-by-luck run would not (conformance's program bounds use it).
+_noise: ContextVar[np.random.Generator | None] = ContextVar("rounding_noise", default=None)
+_ULP: dict[DType, float] = {dtypes.float16: 2.0 ** -10, dtypes.bfloat16: 2.0 ** -7,
+                            dtypes.float32: 2.0 ** -23, dtypes.float64: 2.0 ** -52}
+
+
+@contextmanager
+def rounding_noise(rng: np.random.Generator) -> Iterator[None]:
+    """REFERENCE evaluates with random relative perturbations of its float roundings (see `_noise`)."""
+    token = _noise.set(rng)
+    try:
+        yield
+    finally:
+        _noise.reset(token)
+
+
+def _perturb(a: Array, dt: DType) -> Array:
+    rng, ulp = _noise.get(), _ULP.get(dt.base.scalar())
+    if rng is None or ulp is None:
+        return a
+    with np.errstate(all="ignore"):
+        return finish(a.astype(np.float64) * (1.0 + rng.uniform(-ulp, ulp, np.shape(a))), dt)
 
 
 def register_loop_runner(fn: LoopRunner) -> None:
@@ -137,7 +166,7 @@ class Evaluator:
         except (TypeError, ValueError, KeyError) as e:
             raise EvaluationError(f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): "
                                f"{u.short()}") from e
-        return finish(out, u.dtype)
+        return _perturb(finish(out, u.dtype), u.dtype)
 
     # -------------------------------------------------------------- leaves
     def _const(self, u: UOp, frame: _Frame) -> Array:
@@ -195,10 +224,12 @@ class Evaluator:
     def _reduce(self, u: UOp, frame: _Frame) -> Array:
         a = _arr(frame.memo[u.src[0]])
         self.ops += a.size  # one accumulation per element reduced
+        if u.arg[0] is not Ops.MAX:  # each term carries the error of the accumulation it takes part in
+            a = _perturb(a, u.dtype)
         return reduce(a, u.arg[0], u.arg[1], u.dtype)
 
     def _cast(self, u: UOp, frame: _Frame) -> Array:
-        return cast(_arr(frame.memo[u.src[0]]), u.dtype)
+        return _perturb(cast(_arr(frame.memo[u.src[0]]), u.dtype), u.dtype)
 
     def _bitcast(self, u: UOp, frame: _Frame) -> Array:
         return bitcast(_arr(frame.memo[u.src[0]]), u.src[0].dtype, u.dtype)

@@ -8,12 +8,13 @@ tools import from REFERENCE.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 
 import numpy as np
 
 from uopgrad import debug
 from uopgrad.backend import Backend, Capabilities, GlobalCounters
-from uopgrad.backends.evaluator import Evaluator, Value, evaluate, run, storage
+from uopgrad.backends.evaluator import Evaluator, Value, evaluate, rounding_noise, run, storage
 from uopgrad.backends.interpreter import run_program, run_schedule
 from uopgrad.backends.numerics import (
     REFERENCE_OPS,
@@ -60,6 +61,12 @@ class ReferenceBackend(Backend):
         if buf.dtype.base.scalar() == dtypes.bfloat16:
             return float32_to_bf16_bits(out).view(dtypes.to_numpy(dtypes.bfloat16))
         return out
+
+    @staticmethod
+    def rounding_noise(rng: np.random.Generator) -> AbstractContextManager[None]:
+        """While open, every float rounding of REFERENCE is scaled by 1 ± up to an ulp (Monte Carlo
+        arithmetic): the spread of runs estimates a program's own rounding error (conformance uses it)."""
+        return rounding_noise(rng)
 
     def realize(self, sink: UOp) -> None:
         """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
