@@ -116,8 +116,9 @@ def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
     v = p.pack(Lanes(red.src[0], r, exprs).all(red.src[0]))
     if not p.clean(v):
         return None
-    fast = lane_tree(_accumulators(red, v, outer, ACCS.get(width, ACCS_DEFAULT)), red.arg, amt)
-    return exact_max(red, fast) if red.arg is Ops.MAX and dtypes.is_float(red.dtype) else fast
+    float_max = red.arg is Ops.MAX and dtypes.is_float(red.dtype)
+    fast = lane_tree(_accumulators(red, v, outer, ACCS.get(width, ACCS_DEFAULT)), red.arg, amt, float_max)
+    return exact_max(red, fast) if float_max else fast
 
 
 def _accumulators(red: UOp, v: UOp, outer: UOp, accs: int) -> UOp:

@@ -202,8 +202,16 @@ def _reduce(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
 PACK = (_same, _load, _reduce, _alu)
 
 
-def lane_tree(v: UOp, op: Ops, amt: int) -> UOp:
-    """The lanes of vector `v` combined pairwise, adjacent lanes first: a fixed order."""
+def lane_tree(v: UOp, op: Ops, amt: int, vector: bool = False) -> UOp:
+    """The lanes of vector `v` combined pairwise, adjacent lanes first: a fixed order. With `vector`, the
+    levels down to two lanes are vector ops on the even and the odd lanes: the same pairs, so the same bits,
+    but no scalar op per pair (a float MAX is a select, which compilers turn into a mispredicted branch)."""
+    while vector and amt > 2:
+        amt //= 2
+        lanes = [tuple(UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(first, 2 * amt, 2))
+                 for first in (0, 1)]
+        v = UOp(op, v.dtype.scalar().vec(amt), tuple(UOp(Ops.STACK, v.dtype.scalar().vec(amt), ls)
+                                                      for ls in lanes))
     xs = [UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(amt)]
     while len(xs) > 1:
         xs = [UOp(op, xs[0].dtype, (a, b)) for a, b in zip(xs[::2], xs[1::2])]
