@@ -63,8 +63,7 @@ def rounding_noise(rng: np.random.Generator) -> Iterator[None]:
 
 
 def _perturb(a: Array, dt: DType) -> Array:
-    rng, ulp = _noise.get(), _ULP.get(dt.base.scalar())
-    if rng is None or ulp is None:
+    if (rng := _noise.get()) is None or (ulp := _ULP.get(dt.base.scalar())) is None:
         return a
     with np.errstate(all="ignore"):
         return finish(a.astype(np.float64) * (1.0 + rng.uniform(-ulp, ulp, np.shape(a))), dt)
