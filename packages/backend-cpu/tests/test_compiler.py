@@ -3,7 +3,6 @@ could hold."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import hashlib
 import os
@@ -216,18 +215,6 @@ def test_large_output_loops_run_in_parallel_and_agree(cpu):
 def test_cache_dir_default(monkeypatch):
     monkeypatch.delenv("UOPGRAD_CACHE_DIR")
     assert compile_cache_dir() == Path.home() / ".cache" / "uopgrad"
-
-
-def test_openmp_threads_follow_the_free_cores(monkeypatch):
-    # dynamic mode unless $OMP_DYNAMIC says otherwise (see runtime._load_aware_threads)
-    src = "#include <omp.h>\nint dynamic_mode(void) { return omp_get_dynamic(); }\n"
-    compiler = CCompiler()
-    if "-fopenmp" not in compiler.flags:
-        pytest.skip("the C compiler has no OpenMP")
-    monkeypatch.delenv("OMP_DYNAMIC", raising=False)
-    prg = CPUProgram("dynamic_mode", compiler.compile_cached(src))
-    prg._fn.restype = ctypes.c_int
-    assert prg._fn() == 1
 
 
 def test_only_sources_that_use_openmp_link_its_runtime():

@@ -3,14 +3,14 @@
 A buffer handle is a 64-byte aligned `numpy.uint8` array, so copies in and out are `memcpy`s and
 `as_buffer` is a zero-copy view; the memory is garbage collected when the allocator lets a handle go. A
 kernel's shared object is written to a private temporary file, loaded with `ctypes.CDLL` and unlinked;
-ctypes releases the GIL while the kernel runs.
+ctypes releases the GIL while the kernel runs. Before a parallel kernel runs, team.py sizes its OpenMP
+team by the cores other processes leave free.
 """
 from __future__ import annotations
 
 import _ctypes
 import ctypes
 import functools
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from uopgrad.backend import HostAllocator, Program, load_library
+from uopgrad_cpu.team import Team
 
 __all__ = ["CPUAllocator", "CPUProgram"]
 
@@ -25,32 +26,35 @@ class CPUAllocator(HostAllocator):
     """Host memory: core's shared host allocator, as it is."""
 
 
-def _load_aware_threads(dll: ctypes.CDLL) -> None:
-    """Let OpenMP size each parallel loop by the cores the machine has free (libgomp's dynamic mode takes
-    the load average off the core count). On a busy machine a thread that waits for a core stalls every
-    other thread at the loop's closing barrier: measured on a loaded 2-core machine, a sum over 4096x1024
-    took 8 ms with 2 fixed threads and 2.4 ms in dynamic mode. $OMP_DYNAMIC, when set, decides instead."""
-    if "OMP_DYNAMIC" not in os.environ and hasattr(dll, "omp_set_dynamic"):
-        dll.omp_set_dynamic(1)
-
-
 # The first kernel library that brought in an OpenMP runtime, kept loaded for the life of the process.
 # Without it, unloading the last kernel that links libgomp unloads libgomp too, while its pool threads are
 # still parked in its code: the next time one of them runs, the process dies with SIGSEGV (an intermittent
 # crash, measured at 5 of 5 runs of 200 load/launch/dlclose cycles of a parallel kernel).
 _OPENMP_PIN: list[ctypes.CDLL] = []
+_TEAM: list[Team] = []
 _PIN_LOCK = threading.Lock()
 
 
 def _pin_openmp(dll: ctypes.CDLL) -> bool:
-    """Keep `dll` loaded for good if it is the first to bring in an OpenMP runtime (True: it is pinned)."""
+    """Keep `dll` loaded for good if it is the first to bring in an OpenMP runtime (True: it is pinned);
+    the team sizing of every parallel kernel then goes through it (team.py)."""
     if _OPENMP_PIN or not hasattr(dll, "omp_get_max_threads"):
         return False
     with _PIN_LOCK:
         if _OPENMP_PIN:
             return False
+        _TEAM.append(Team(dll))
         _OPENMP_PIN.append(dll)
         return True
+
+
+def _call(fn: Callable[..., None], *args: object) -> None:
+    fn(*args)
+
+
+def _fit_and_call(fn: Callable[..., None], *args: object) -> None:
+    _TEAM[0].fit()
+    fn(*args)
 
 
 def _dlclose(handle: int) -> None:
@@ -65,7 +69,7 @@ class CPUProgram(Program):
         self._dll = load_library(lib, f"uopgrad-{name}-")
         self._fn = getattr(self._dll, name)
         self._fn.restype = None
-        _load_aware_threads(self._dll)
+        self._parallel = hasattr(self._dll, "omp_get_max_threads")  # it links the OpenMP runtime
         if _pin_openmp(self._dll):
             return
         # unload the shared object with its last reference (core keeps a bounded number of kernels, so a
@@ -83,12 +87,16 @@ class CPUProgram(Program):
     def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
                  local_size: Sequence[int] | None = None) -> None:
         """Run the kernel on `bufs` (numpy arrays) with the variable values `vals`."""
+        if self._parallel:
+            _TEAM[0].fit()
         self._fn(*self._args(bufs, vals))
 
     def bind(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
              local_size: Sequence[int] | None = None) -> Callable[[], None]:
-        """The ctypes call with its arguments converted once: a replay costs the foreign call only. The
-        partial holds this program, so its shared object stays loaded while the launch is kept."""
-        launch = functools.partial(self._fn, *self._args(bufs, vals))
+        """The ctypes call with its arguments converted once: a replay costs the foreign call only (and, for
+        a parallel kernel, the team sizing). The partial holds this program, so its shared object stays
+        loaded while the launch is kept."""
+        call = _fit_and_call if self._parallel else _call
+        launch = functools.partial(call, self._fn, *self._args(bufs, vals))
         launch.program = self  # type: ignore[attr-defined]  # (partial objects take attributes)
         return launch
