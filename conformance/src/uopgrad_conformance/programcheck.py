@@ -6,11 +6,11 @@ Bounds scale with the rounding error the computation itself is prone to, not onl
 result: a value may differ from REFERENCE's by `rtol·max|REFERENCE|` plus 8 times REFERENCE's own error
 (its result in the program's dtype against the same program in float64), so cancellation in a sum of
 large terms widens the bound exactly where the terms are large (docs/conformance.md). One run's error can
-be small by luck (tanh(1e-5) is 2·sigmoid(2e-5) − 1, whose terms round at the scale of 1, yet REFERENCE
-may land within 0.2% of the exact value): before a program fails, REFERENCE runs it again under Monte
-Carlo arithmetic (`ReferenceBackend.rounding_noise`), and the largest error of those runs counts as its
-own error too. A compiled backend
-runs each program twice (the second time with another thread count) and must give the same bits."""
+be small by luck (tanh(1.8e-5) is 2·sigmoid(3.7e-5) − 1, whose terms round at the scale of 1, yet
+REFERENCE may land within 0.02% of the exact value): before a program fails, REFERENCE runs it again under
+Monte Carlo arithmetic (`ReferenceBackend.rounding_noise`), and the largest error of those runs counts as
+its own error too. A compiled backend runs each program twice (the second time with another thread count)
+and must give the same bits."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
