@@ -55,11 +55,17 @@ def env(monkeypatch):
     return monkeypatch
 
 
-def test_a_busy_process_on_an_idle_machine_keeps_every_core(env):
-    clock, omp = Clock(env), FakeOmp(4)
-    env.setattr(team_mod.os, "cpu_count", lambda: 4)
+def machine(env: pytest.MonkeyPatch, cores: int) -> tuple[Clock, FakeOmp, Team]:
+    """A machine of `cores` cores, its OpenMP runtime, and a Team that has had its first look."""
+    clock, omp = Clock(env), FakeOmp(cores)
+    env.setattr(team_mod.os, "cpu_count", lambda: cores)
     t = Team(omp)
     t.fit()
+    return clock, omp, t
+
+
+def test_a_busy_process_on_an_idle_machine_keeps_every_core(env):
+    clock, omp, t = machine(env, 4)
     for _ in range(5):  # this process alone keeps all 4 cores busy: libgomp's load average would say 4
         clock.run(0.5, others=0.0, own=4.0)
         t.fit()
@@ -68,10 +74,7 @@ def test_a_busy_process_on_an_idle_machine_keeps_every_core(env):
 
 @pytest.mark.parametrize(("others", "team"), [(1.0, 3), (2.6, 1), (3.4, 1), (7.0, 1), (0.4, 4)])
 def test_the_team_is_the_cores_other_processes_leave_free(env, others, team):
-    clock, omp = Clock(env), FakeOmp(4)
-    env.setattr(team_mod.os, "cpu_count", lambda: 4)
-    t = Team(omp)
-    t.fit()
+    clock, omp, t = machine(env, 4)
     clock.run(0.5, others=others, own=1.0)
     t.fit()
     assert omp.omp_get_max_threads() == team
@@ -81,10 +84,7 @@ def test_the_team_is_the_cores_other_processes_leave_free(env, others, team):
 
 
 def test_the_load_is_looked_at_once_an_interval(env):
-    clock, omp = Clock(env), FakeOmp(4)
-    env.setattr(team_mod.os, "cpu_count", lambda: 4)
-    t = Team(omp)
-    t.fit()
+    clock, omp, t = machine(env, 4)
     clock.run(team_mod.INTERVAL / 4, others=4.0, own=0.0)
     t.fit()
     assert omp.omp_get_max_threads() == 4  # too soon to look again
@@ -95,10 +95,7 @@ def test_the_load_is_looked_at_once_an_interval(env):
 
 def test_a_size_set_by_someone_else_is_left_alone(env):
     # conformance's determinism rerun forces procs + 1 threads through the OpenMP runtime
-    clock, omp = Clock(env), FakeOmp(2)
-    env.setattr(team_mod.os, "cpu_count", lambda: 2)
-    t = Team(omp)
-    t.fit()
+    clock, omp, t = machine(env, 2)
     omp.omp_set_num_threads(3)
     clock.run(0.5, others=2.0, own=0.0)
     t.fit()
@@ -109,10 +106,7 @@ def test_a_size_set_by_someone_else_is_left_alone(env):
 
 
 def test_each_launching_thread_is_sized(env):
-    clock, omp = Clock(env), FakeOmp(4)
-    env.setattr(team_mod.os, "cpu_count", lambda: 4)
-    t = Team(omp)
-    t.fit()
+    clock, omp, t = machine(env, 4)
     clock.run(0.5, others=2.0, own=0.0)
     seen = []
     th = threading.Thread(target=lambda: (t.fit(), seen.append(omp.omp_get_max_threads())))
