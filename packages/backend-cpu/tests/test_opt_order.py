@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uopgrad import Tensor
+from uopgrad import Ops, Tensor
 from uopgrad.backend import Device
 from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT
 
@@ -38,3 +38,24 @@ def test_a_row_sum_takes_the_documented_order_bit_for_bit():
     got = Tensor(x, device="CPU").sum(axis=1).numpy()
     want = np.array([documented_order(r) for r in x], np.float32)
     assert got.tobytes() == want.tobytes()
+
+
+# the three matmuls of a linear layer's step: forward, the input's gradient, the weight's gradient
+STEP_MATMULS = {"x @ w": lambda x, g, w: x @ w, "g @ w.T": lambda x, g, w: g @ w.T,
+                "x.T @ g": lambda x, g, w: x.T @ g}
+
+
+@pytest.mark.parametrize("shape", list(STEP_MATMULS))
+def test_the_small_matmuls_of_a_training_step_run_on_every_core_and_keep_their_values(shape):
+    # a 64x256 @ 256x256 matmul tiles into a nest of only 16k loop iterations, each of 16-lane vector ops:
+    # the parallel decision counts lane-operations, so these kernels are split over the cores (counting
+    # iterations kept the backward of a training step's layers serial). Each output's reduce stays inside
+    # one iteration of the parallel loop, so the values do not depend on the thread count
+    rng = np.random.default_rng(1)
+    x, g = (rng.standard_normal((64, 256)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal((256, 256)).astype(np.float32)
+    out = STEP_MATMULS[shape](*(Tensor(v, device="CPU") for v in (x, g, w)))
+    items = out.linear_with_vars()[0].src
+    kernels = [Device["CPU"].kernel(it) for it in items if it.src[0].op is Ops.SINK]
+    assert len(kernels) == 1 and "#pragma omp parallel for" in kernels[0].src
+    np.testing.assert_allclose(out.numpy(), STEP_MATMULS[shape](x, g, w), rtol=1e-4, atol=1e-4)
