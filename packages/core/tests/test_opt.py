@@ -9,13 +9,14 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, COLS, DOT_TILE, NARROW_ROWS, ROWS, split
+from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, DOT_TILE, NARROW_ROWS, ROWS, columns, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
 from uopgrad.schedule import schedule
 
 pytestmark = pytest.mark.usefixtures("reference_default")
+COLS = columns(64)  # the vectors of a tile's row with AVX-512: one cache line
 
 
 def program(out: Tensor, width: int = 64) -> Program:
@@ -85,11 +86,20 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
 
 
 def test_narrower_vectors_get_a_tile_of_fewer_rows():
-    # 16 vector registers (AVX2): 4 x 2 accumulators leave room for the loads, 8 x 2 would spill
+    # 16 vector registers (AVX2): 4 rows of one cache line (2 vectors) leave room for the loads
     prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=32)
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
-    assert len(accs) == NARROW_ROWS * COLS < ROWS * COLS
+    assert NARROW_ROWS < ROWS and len(accs) == NARROW_ROWS * columns(32) == 8
     assert all(a.dtype == dtypes.float32.vec(8) for a in accs)
+
+
+@pytest.mark.parametrize("width", [16, 32, 64])
+def test_a_tile_row_reads_one_cache_line_of_the_right_operand_per_reduce_step(width):
+    # the right operand's panel lies one of its rows apart per step: more than a line per step overflowed
+    # the cache sets those rows share (spec/opt.md)
+    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=width)
+    loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(loads) == columns(width) and sum(u.dtype.itemsize for u in loads) == 64
 
 
 def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():

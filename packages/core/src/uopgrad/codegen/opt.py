@@ -18,10 +18,11 @@ The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT
 is cheap: unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product matmul),
 else upcast a stride-1 output axis of a reducing nest (a flat output range first split in two where it is
 read as r // c and r % c) into a register tile of up to ROWS rows (NARROW_ROWS for vectors narrower
-than 64 bytes, whose register file may be half as large; the axis outside the lanes) by COLS
-vectors (the lanes' own axis), the column loop outside the row loop; nests without a reduce are left to
-the C compiler's own loop vectoriser. A transformation that would leave a gather (lanes loaded one by
-one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's pick (uopgrad.search).
+than 64 bytes, whose register file may be half as large; the axis outside the lanes) by one cache line
+of vectors (`columns`, the lanes' own axis), the column loop outside the row loop; nests without a
+reduce are left to the C compiler's own loop vectoriser. A transformation that would leave a gather
+(lanes loaded one by one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's
+pick (uopgrad.search).
 """
 from __future__ import annotations
 
@@ -37,20 +38,30 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["ACCS", "ACCS_DEFAULT", "NARROW_ROWS", "OPT", "VECTOR_DTYPES", "Choice", "choices", "heuristic",
-           "optimize", "split"]
+__all__ = ["ACCS", "ACCS_DEFAULT", "LINE", "NARROW_ROWS", "OPT", "ROWS", "VECTOR_DTYPES", "Choice", "choices",
+           "columns", "heuristic", "optimize", "split"]
 
 # OPT=0 turns the pass off (the unoptimised kernel of spec/opt.md); 1, the default, is the heuristic
 OPT = ContextVar("OPT", 1)
 
-# a register tile of the upcast path: ROWS rows of COLS vectors (MR x NR/lanes), accumulators taking half
-# the register file and the rest left to the loads. 64-byte vectors (AVX-512) come with 32 registers: 8 x 2
-# (16 accumulators, one load of the right operand's cache line per k for 8 rows) measured best at 512^3.
-# Narrower ones may have 16 (AVX2, SSE): NARROW_ROWS x 2, as 8 x 2 spills (512^3 float32 with AVX-512
-# turned off, 16 ymm registers: 3.6 ms with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
+# a register tile of the upcast path: ROWS rows of one cache line of columns (MR x 64 bytes), the columns'
+# panel of the right operand read one line per reduce step. The rows share that line's load; 64-byte vectors
+# (AVX-512) come with 32 registers: 8 rows of one vector (8 accumulators, 8 broadcasts) leave room. Two
+# lines per step (8 x 2 vectors) measured slower at 512^3 on a Zen 4 (2 cores, 32 KB L1d, 1 MB L2): 2.30
+# against 1.93 ms, as the panel's lines lie 2 KB apart (one row of the operand), all in a few cache sets,
+# and twice as many of them no longer stay in L2. Narrower vectors may have 16 registers (AVX2, SSE):
+# NARROW_ROWS rows there, as 8 x 2 spills (512^3 float32 with AVX-512 turned off, 16 ymm registers: 3.6 ms
+# with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
 ROWS = 8
 NARROW_ROWS = 4
-COLS = 2
+LINE = 64  # bytes of the right operand's panel per reduce step: one cache line
+
+
+def columns(width: int) -> int:
+    """The vectors of a register tile's row: one cache line's worth (2 with AVX2, 1 with AVX-512)."""
+    return max(1, LINE // width) if width > 0 else 1
+
+
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
 # independent vector accumulators of an unrolled reduce, by vector width (bytes): one accumulator is a
@@ -71,7 +82,7 @@ class Choice:
     default is the heuristic; BEAM searches the others (uopgrad.search)."""
 
     rows: int = ROWS
-    cols: int = COLS
+    cols: int = 1
     swap: bool = True
     dot_rows: int = DOT_TILE
     dot_cols: int = DOT_TILE
@@ -79,7 +90,7 @@ class Choice:
 
 def heuristic(width: int) -> Choice:
     """The heuristic's tile shape for vectors of `width` bytes (the register file it implies)."""
-    return Choice() if width >= 64 else Choice(rows=NARROW_ROWS)
+    return Choice(rows=ROWS if width >= 64 else NARROW_ROWS, cols=columns(width))
 
 
 def choices(width: int = 64) -> list[Choice]:
