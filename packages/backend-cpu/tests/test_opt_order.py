@@ -59,3 +59,19 @@ def test_the_small_matmuls_of_a_training_step_run_on_every_core_and_keep_their_v
     kernels = [Device["CPU"].kernel(it) for it in items if it.src[0].op is Ops.SINK]
     assert len(kernels) == 1 and "#pragma omp parallel for" in kernels[0].src
     np.testing.assert_allclose(out.numpy(), STEP_MATMULS[shape](x, g, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_long_elementwise_chain_over_few_elements_stays_serial():
+    # 600 ops on 1k elements are microseconds of vector code: OpenMP would pay a fork and join, and it
+    # tripled the compile time of such kernels (the split backward of a long chain has dozens of them)
+    x = Tensor(np.linspace(-1, 1, 1024, dtype=np.float32), device="CPU")
+    y = x
+    for _ in range(300):
+        y = y * 1.001 + 0.5
+    items = y.linear_with_vars()[0].src
+    kernels = [Device["CPU"].kernel(it) for it in items if it.src[0].op is Ops.SINK]
+    assert len(kernels) == 1 and "#pragma" not in kernels[0].src
+    want = np.linspace(-1, 1, 1024, dtype=np.float32)
+    for _ in range(300):
+        want = want * np.float32(1.001) + np.float32(0.5)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)

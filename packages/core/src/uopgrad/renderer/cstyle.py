@@ -261,12 +261,12 @@ class CStyleRenderer(Renderer):
     half_via_float = True
     # "#pragma omp parallel for" (or similar) put on the outermost loop of a large loop nest; None: never
     parallel_pragma: str | None = None
-    # lane-operations (ALU ops, loads, stores; each times its lanes and the trips of the loops around it) of
-    # the whole nest below which a loop runs serially: some 20k elements of a plain elementwise kernel,
-    # where two threads' fork and join (a few us) start to pay. Counting loop iterations instead kept
-    # vectorised kernels serial: a 64x256 @ 256x256 matmul's tiled nest has 16k iterations of 16-lane ops
-    # (0.25 ms on one core)
-    parallel_min_work = 1 << 16
+    # element iterations of the whole nest (its loop iterations, times the lanes of its widest vector) below
+    # which a loop runs serially. Loop iterations alone kept vectorised kernels serial: a 64x256 @ 256x256
+    # matmul's tiled nest has 16k iterations of 16-lane ops (0.25 ms on one core). ALU ops are not
+    # counted: a long elementwise chain over 1k elements is a few microseconds of vector code, and OpenMP
+    # tripled its compile time (measured: 0.07 -> 0.25 s per kernel of a split 2001-op backward)
+    parallel_min_work = 1 << 15
     # words a kernel or variable name may not be (a dialect adds its own keywords and built-in names)
     keywords: ClassVar[frozenset[str]] = _C_KEYWORDS
     # op -> handler(renderer, state, uop) for ops a dialect adds (vector forms: uopgrad.renderer.vector)
@@ -581,7 +581,7 @@ def _bound(r: UOp) -> int:
 def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
     """Whether the iterations of `loop`, an outermost RANGE, may run on several threads: it is an output
     loop, every register it updates lives inside it, every buffer store's index depends on it (so two
-    iterations never write one element), and the nest does at least `min_work` lane-operations."""
+    iterations never write one element), and the nest does at least `min_work` element iterations."""
     if not (isinstance(loop.arg, tuple) and loop.arg[-1] == "loop"):
         return False
     start = uops.index(loop)
@@ -590,20 +590,16 @@ def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
         return False
     body = uops[start + 1:end]
     inside = set(body)
-    trips = [_bound(loop)]  # the trip count of the whole nest at each depth
-    work = 0
+    work, lanes = _bound(loop), 1
     for u in body:
         if u.op is Ops.RANGE:
-            trips.append(trips[-1] * _bound(u))
-        elif u.op is Ops.END and len(trips) > 1:
-            trips.pop()
+            work *= _bound(u)
         elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_REG and u.src[0] not in inside:
             return False
         elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and loop not in u.src[0].src[1].toposort():
             return False
-        if u.op in GroupOp.ALU or (u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX):
-            work += trips[-1] * (u.src[-1].dtype.count if u.op is Ops.STORE else u.dtype.count)
-    return work >= min_work
+        lanes = max(lanes, u.dtype.count)
+    return work * lanes >= min_work
 
 
 _Handler = Callable[[CStyleRenderer, _State, UOp], None]
