@@ -7,12 +7,12 @@ gradients from `compute_gradient` (docs/semantics.md §3.1).
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias, cast
 
 import numpy as np
 
+from uopgrad import tensor_registry as registry
 from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
@@ -50,6 +50,9 @@ from uopgrad.tensor_multi import (
 )
 from uopgrad.tensor_nn import NNMixin, grad_enabled
 from uopgrad.tensor_reduce import ReduceMixin
+from uopgrad.tensor_registry import is_realized as _is_realized
+from uopgrad.tensor_registry import plain_buffer as _plain_buffer
+from uopgrad.tensor_registry import storage_chain as _storage_chain
 from uopgrad.tensor_shape import ShapeMixin
 from uopgrad.uop import UOp, sint
 
@@ -58,9 +61,6 @@ __all__ = ["Tensor"]
 TensorData: TypeAlias = "Tensor | UOp | ConstType | np.generic | np.ndarray | Sequence[Any]"
 GradFxn = Callable[..., tuple[UOp | None, ...]]
 
-# every live Tensor, in creation order (backward() looks for the ones that require grad; assign and
-# realize update the tensors that alias what they change)
-_all_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _next_id = itertools.count()
 
 
@@ -74,13 +74,6 @@ def _requires_grad(ts: Iterable[Tensor]) -> bool | None:
     return True if any(f is True for f in flags) else None if any(f is None for f in flags) else False
 
 
-def _plain_buffer(u: UOp) -> UOp | None:
-    """The BUFFER under a chain of RESHAPEs, or None."""
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    return u if u.op is Ops.BUFFER else None
-
-
 def _buffer_view(u: UOp) -> bool:
     """A chain of RESHAPE/SHRINK/PERMUTE/FLIP over a BUFFER: a view that can be written through."""
     while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
@@ -88,26 +81,8 @@ def _buffer_view(u: UOp) -> bool:
     return u.op is Ops.BUFFER
 
 
-def _is_realized(u: UOp) -> bool:
-    if is_realized_after(u) or _plain_buffer(u) is not None:
-        return True
-    # the view realize() makes for a symbolic shape: RESHAPE(SHRINK(BUFFER))
-    s = u.src[0] if u.op is Ops.RESHAPE else u
-    return s.op is Ops.SHRINK and s.src[0].op is Ops.BUFFER and not all_int(u.shape)
-
-
 def _unrealized(u: UOp) -> bool:
     return not is_realized_after(u)
-
-
-def _storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
-    """The nodes from `u` down through movement ops and AFTERs (realized ones too), and the node holding the
-    storage."""
-    chain = [u]
-    while u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER):
-        u = realized_view(u) if is_realized_after(u) else u.src[0]
-        chain.append(u)
-    return chain, u
 
 
 def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
@@ -134,7 +109,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
     tuple, a numpy array, a UOp or another Tensor."""
 
-    __slots__ = ("__weakref__", "_id", "grad", "requires_grad", "uop")
+    __slots__ = ("__weakref__", "_id", "_uop", "grad", "requires_grad")
 
     def __init__(self, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
                  dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None:
@@ -169,11 +144,21 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             uop = Tensor._from_numpy(arr, dt or dtypes.from_numpy(arr.dtype), dev)
         else:
             raise TypeError(f"can't make a Tensor from {type(data).__name__}")
-        self.uop: UOp = replicate(uop, devs)  # on a device tuple: on every device of it
+        self._id = next(_next_id)
+        registry.register(self)
+        self.uop = replicate(uop, devs)  # on a device tuple: on every device of it
         self.requires_grad: bool | None = requires_grad
         self.grad: Tensor | None = None
-        self._id = next(_next_id)
-        _all_tensors[self._id] = self
+
+    @property
+    def uop(self) -> UOp:
+        """The graph of this tensor's value (it changes when the tensor is realized or assigned)."""
+        return self._uop
+
+    @uop.setter
+    def uop(self, u: UOp) -> None:
+        self._uop = u
+        registry.moved(self, u)  # indexed where a realize or an assign will look for it
 
     @staticmethod
     def _from_numpy(arr: np.ndarray, dt: DType, device: str | None) -> UOp:
@@ -298,7 +283,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         a view of that buffer on the way down to it sees the write too (they alias the same storage)."""
         chain, base = _storage_chain(store.src[0])
         aliases = set(chain) if base.op is Ops.BUFFER else set()
-        for t in list(_all_tensors.values()):
+        for t in registry.views_of(base) if aliases else ():
             if t is not self and (t.uop in aliases or realized_view(t.uop) in aliases):
                 t.uop = t.uop.after(store)
         self.uop = self.uop.after(store)
@@ -379,7 +364,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         for u in fresh:
             becomes[u] = realized(becomes[u], settle(u, ran))
         overwritten(written)
-        for t in list(_all_tensors.values()):
+        for t in registry.pending():
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
             elif ran and not _is_realized(t.uop):
@@ -393,7 +378,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         if not written:
             return []
         seen, out = set(todo), []
-        for t in list(_all_tensors.values()):
+        for t in registry.pending():
             u = t.uop
             if u in seen or _is_realized(u) or _storage_chain(u)[1].op is Ops.BUFFER:
                 continue
@@ -407,7 +392,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         """Compute the unrealized values of live tensors that read one of the `written` buffers (before a
         captured step writes into them, uopgrad.jit)."""
         if readers := set(Tensor._readers_of_overwritten([], set(written))):
-            Tensor._realize([t for t in list(_all_tensors.values()) if t.uop in readers])
+            Tensor._realize([t for t in registry.pending() if t.uop in readers])
 
     def linear_with_vars(self, *lst: Tensor) -> tuple[UOp, dict[str, int]]:
         """The schedule of these tensors' graphs, without running it: LINEAR(*items), the kernel, copy and
@@ -463,7 +448,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         """Accumulate d(self)/d(t) into `t.grad` for every live tensor `t` that requires grad and that self
         depends on; an existing `.grad` keeps its identity (it is assigned to)."""
         in_graph = self.uop.toposort()
-        targets = [t for t in list(_all_tensors.values()) if t.requires_grad is True and t.uop in in_graph]
+        targets = [t for t in registry.all_tensors() if t.requires_grad is True and t.uop in in_graph]
         for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
             if g.shape != t.shape:
                 raise AssertionError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
