@@ -2,6 +2,7 @@
 rest (threads on first use, 64-bit arguments, kernel symbols, the disk cache, unloading kernels)."""
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import threading
@@ -53,6 +54,37 @@ def test_realize_refuses_a_sneaky_constant():
     graph = out.store(UOp(Ops.CONST, dtypes.int32, (), Sneaky(918273645)).reshape((1,))).sink()
     with pytest.raises(VerifyError, match="CONST"):
         Device["REFERENCE"].realize(graph)
+
+
+def test_a_sneaky_constant_is_refused_also_after_the_same_graph_with_a_plain_int_ran():
+    # realize verifies a graph only when its structure is new to the schedule cache: the constant's type is
+    # part of that structure, so the look-alike is verified (and refused), not taken for the graph that ran
+    def graph(value: int) -> UOp:
+        out = UOp.new_buffer("REFERENCE", 1, dtypes.int32)
+        return out.store(UOp(Ops.CONST, dtypes.int32, (), value).reshape((1,))).sink()
+
+    Device["REFERENCE"].realize(graph(918273645))
+    gc.collect()  # the plain node is gone: interning would hand it back for an equal int subclass value
+    sneaky = graph(Sneaky(918273645))
+    assert any(type(u.arg) is Sneaky for u in sneaky.toposort())
+    with pytest.raises(VerifyError, match="CONST"):
+        Device["REFERENCE"].realize(sneaky)
+
+
+def test_a_repeated_step_is_verified_once_and_a_new_malformed_graph_still_is(monkeypatch):
+    import uopgrad.schedule as schedule_module
+    calls: list[int] = []
+    real = schedule_module.verify_new
+    monkeypatch.setattr(schedule_module, "verify_new", lambda sink: (calls.append(1), real(sink))[1])
+    w = Tensor(np.ones((3, 3), np.float32), device="REFERENCE").realize()
+    for step in range(4):  # the same graph each step, on new data
+        x = Tensor(np.full((2, 3), step, np.float32), device="REFERENCE")
+        assert (x @ w).sum().item() == 18.0 * step
+    assert len(calls) <= 2  # the first step's graph (the weights' first use may be another structure)
+    a = Tensor([1.0, 2.0], device="REFERENCE").realize().uop
+    out = UOp.new_buffer("REFERENCE", 2, dtypes.float32)
+    with pytest.raises(VerifyError, match="invalid ADD node"):
+        Device["REFERENCE"].realize(out.store(UOp(Ops.ADD, dtypes.float32, (a, a, a))).sink())
 
 
 # ---------------------------------------------------------------------- 5: device usage is per thread

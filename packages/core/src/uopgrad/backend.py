@@ -45,7 +45,6 @@ from uopgrad.renderer import Renderer
 from uopgrad.schedule import schedule
 from uopgrad.search import best_choice
 from uopgrad.uop import UOp
-from uopgrad.verify import verify_new
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
            "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
@@ -438,8 +437,7 @@ class CompiledBackend(Backend):
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
         then the driver runs every item in order, each on the device its buffers live on."""
         with debug.realizing(self.name, sink):
-            verify_new(sink)  # a malformed graph gets VerifyError naming the node, never a kernel
-            sched = schedule(sink)
+            sched = schedule(sink, check=True)  # a malformed graph gets VerifyError naming the node
             debug.schedule_made(sched.items, self.name)
             self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
             run_schedule(sched.items, sched.var_vals, self._device)

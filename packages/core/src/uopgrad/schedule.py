@@ -20,7 +20,7 @@ from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, Invalid, UOp, sint
-from uopgrad.verify import verify
+from uopgrad.verify import verify, verify_new
 
 __all__ = ["Schedule", "clear_schedule_cache", "pm_early", "pm_kernelize", "schedule", "schedule_cache_info"]
 
@@ -547,8 +547,8 @@ def _structure(sink: UOp) -> _Structure:
         if op is Ops.BUFFER:
             buffers.append(u)
             part: tuple[Any, ...] = (op, u.dtype, u.arg, u.src[1].arg)
-        elif op is Ops.UNIQUE:
-            part = (op,)
+        elif op is Ops.UNIQUE:  # which one is identity; that it is a valid one (a count) is structure
+            part = (op, type(u.arg) is int and u.arg >= 0)
         elif op is Ops.BIND:
             binds[u.src[0]] = u
             part = (op, u.dtype, index[u.src[0]])
@@ -556,7 +556,7 @@ def _structure(sink: UOp) -> _Structure:
             arg = u.arg
             if isinstance(arg, CallInfo):  # the gradient function and metadata do not change the schedule
                 arg = (arg.name, arg.precompile, arg.precompile_backward)
-            part = (op, u.dtype, type(arg), arg, u.tag, tuple(map(index.__getitem__, u.src)))
+            part = (op, u.dtype, type(u.arg), arg, u.tag, tuple(map(index.__getitem__, u.src)))
         index[u] = len(parts)
         parts.append(part)
     return _Structure(tuple(parts), buffers, binds)
@@ -611,14 +611,25 @@ def _template(sink: UOp, inputs: list[UOp]) -> _Template:
         tuple(mapping[b] for b in inputs), tuple(mapping[b] for b in fresh))
 
 
-def schedule(sink: UOp) -> Schedule:
+def schedule(sink: UOp, check: bool = False) -> Schedule:
     """Schedule the tensor graph under `sink` (a SINK of values, STOREs and AFTERs) into kernel CALLs over
-    BUFFERs. Graphs of the same structure (buffers and bound values aside) share one cached schedule."""
+    BUFFERs. Graphs of the same structure (buffers and bound values aside) share one cached schedule.
+
+    `check` verifies the graph first (`verify_new`, VerifyError naming a malformed node): on a cache miss
+    only, as a graph of a cached structure has every field the rules look at equal to one that passed
+    them (a training step's graph, the same each step, is checked once, not on every step)."""
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
-    graph = _structure(sink)
+    try:
+        graph = _structure(sink)
+    except Exception:
+        if check:  # a graph too malformed to key: the verifier names the node
+            verify_new(sink)
+        raise
     key = (*graph.key, ("KERNEL_OPS", int(KERNEL_OPS)))  # the budget changes the cuts
     if (tmpl := _cache.get(key)) is None:
+        if check:
+            verify_new(sink)
         _stats["misses"] += 1
         tmpl = _cache[key] = _template(sink, graph.buffers)
     else:
