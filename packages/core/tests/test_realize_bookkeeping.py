@@ -10,7 +10,8 @@ from conftest import rnd
 
 from uopgrad import Tensor, UOp
 from uopgrad.ops import Ops
-from uopgrad.realized import buffers_read, effects, is_realized_after, reads
+from uopgrad.realized import buffers_read, effects, is_realized_after, reads, realized_view, strip_realized
+from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.schedule import clear_schedule_cache, schedule, schedule_cache_info
 
 
@@ -58,6 +59,36 @@ def test_the_memo_keeps_no_buffer_alive() -> None:
     del t, u, buf
     gc.collect()
     assert ref() is None
+
+
+# strip_realized by definition: one bottom-up walk, a realized value becomes its view (not entered), call
+# bodies are kept
+_strip_by_rule = PatternMatcher([(UPat(Ops.AFTER, name="x"),
+                                  lambda x: realized_view(x) if is_realized_after(x) else None)])
+
+
+def test_the_remembered_strip_equals_a_fresh_walk() -> None:
+    for u in graphs():
+        want = graph_rewrite(u, _strip_by_rule, bottom_up=True, walk=True)
+        assert strip_realized(u) is want
+        assert strip_realized(u) is want  # remembered, the same node
+        assert not any(is_realized_after(n) for n in want.toposort(enter_calls=False))
+
+
+def test_the_strip_memo_frees_a_buffer_by_reference_counting_alone() -> None:
+    # no cycle through the memo: a dropped graph's buffer goes at once, not at the next collection
+    t = (rnd(5, seed=6) + 1).realize()
+    u = (t * 2).uop
+    stripped = strip_realized(u)
+    assert stripped is not u and strip_realized(stripped) is stripped
+    (buf,) = reads(stripped)
+    ref = weakref.ref(buf)
+    gc.disable()
+    try:
+        del t, u, stripped, buf
+        assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_the_schedule_key_tells_constants_and_sharing_apart() -> None:

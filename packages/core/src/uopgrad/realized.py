@@ -23,7 +23,6 @@ from typing import cast
 
 from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import CallInfo, UOp
 
 __all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
@@ -169,16 +168,43 @@ def realized_effect(after: UOp) -> UOp:
     return realized(storage, effect.src[1] if effect.src[0] is after.src[0] else storage.detach())
 
 
-# bottom-up walk: a realized AFTER becomes its view, and what computed it is never entered
-pm_strip = PatternMatcher([
-    (UPat(Ops.AFTER, src=(UPat(Ops.DETACH), UPat(Ops.CALL)), name="x"),
-     lambda x: realized_view(x) if is_realized_after(x) else None),
-])
+# the derived fact (in UOp._cache) of: node -> the node with every realized value read from its buffer, or
+# _SAME where nothing under it is realized (never the node itself: a node whose cache held it could only be
+# freed by the cycle collector, and with it its buffer)
+_STRIPPED = "stripped"
+_SAME: UOp = cast("UOp", object())
 
 
 def strip_realized(u: UOp) -> UOp:
-    """`u` with every realized value read from its buffer: the graph a backend runs."""
-    return graph_rewrite(u, pm_strip, bottom_up=True, walk=True, name="strip realized")
+    """`u` with every realized value read from its buffer: the graph a backend runs. A realized AFTER
+    becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
+    per node, like `reads`: a training step's graph, built on the realized weights and data each time,
+    walks only its new nodes (a walk of the whole graph was a sixth of a small realize)."""
+    if (r := u._cache.get(_STRIPPED)) is not None:
+        return u if r is _SAME else cast("UOp", r)
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    calls = GroupOp.Call
+    while stack:
+        node, expanded = stack.pop()
+        cache = node._cache
+        if _STRIPPED in cache:
+            continue
+        if is_realized_after(node):
+            cache[_STRIPPED] = realized_view(node)
+            continue
+        srcs = node.src[1:] if node.op in calls else node.src  # a call's body (src 0) is kept
+        if not expanded:
+            stack.append((node, True))
+            stack.extend([(x, False) for x in srcs if _STRIPPED not in x._cache])
+            continue
+        new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]
+        if all(a is b for a, b in zip(new, srcs)):
+            cache[_STRIPPED] = _SAME
+        else:
+            src = (node.src[0], *new) if node.op in calls else tuple(new)
+            cache[_STRIPPED] = UOp(node.op, node.dtype, src, node.arg, node.tag)
+    r = u._cache[_STRIPPED]
+    return u if r is _SAME else cast("UOp", r)
 
 
 def _not_realized(u: UOp) -> bool:
