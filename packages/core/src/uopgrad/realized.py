@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Collection, Iterable
 from typing import cast
 
+from uopgrad._util import LRU
 from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
@@ -41,9 +42,24 @@ def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
     return (g, None, None)
 
 
+def _param_key(u: UOp) -> tuple[object, ...] | None:
+    """What `u.param_like(k)` is made of (None for a BIND, whose PARAM carries its variable)."""
+    return None if u.op is Ops.BIND else (u.dtype, u._shape, u.device, u.axis)
+
+
+# the bodies made so far, by what their PARAMs are made of: every realize of an output of one shape, dtype
+# and device stands for the same body (built anew, it was an eighth of a small realize)
+_bodies: LRU[tuple[object, ...], UOp] = LRU(1024)
+
+
 def _store_body(value: UOp, view: UOp) -> UOp:
     """SINK(STORE(PARAM 1, PARAM 0)): the work the realized CALL stands for (it has run already)."""
-    return view.param_like(1).store(value.param_like(0)).sink()
+    kv, kw = _param_key(value), _param_key(view)
+    if kv is None or kw is None:
+        return view.param_like(1).store(value.param_like(0)).sink()
+    if (body := _bodies.get((kv, kw))) is None:
+        body = _bodies[(kv, kw)] = view.param_like(1).store(value.param_like(0)).sink()
+    return body
 
 
 def realized(view: UOp, value: UOp) -> UOp:
