@@ -578,8 +578,9 @@ class _Template:
         outputs = {}
         for s, view in zip(sink.src, self.outputs):
             if view is not None:
-                binds = {b: graph.binds[b.src[0]] for b in view.toposort() if b.op is Ops.BIND}
-                outputs[s] = view.substitute({**mapping, **binds})  # symbolic sizes: this graph's values
+                nodes = view.toposort()
+                binds = {b: graph.binds[b.src[0]] for b in nodes if b.op is Ops.BIND}
+                outputs[s] = _rebuilt(nodes, {**mapping, **binds})  # symbolic sizes: this graph's values
         return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
 
 
@@ -591,6 +592,18 @@ _stats = {"hits": 0, "misses": 0}
 def _rebind(item: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """A schedule item with its buffer arguments replaced (kernel bodies hold no buffers)."""
     return item.replace(src=(item.src[0], *(mapping.get(b, b) for b in item.src[1:])))
+
+
+def _rebuilt(nodes: dict[UOp, None], mapping: dict[UOp, UOp]) -> UOp:
+    """The last of `nodes` (a toposort: a view, a few movement ops over a buffer) with `mapping` applied:
+    `substitute` without a rewrite engine's setup, which cost more than these few nodes."""
+    new: dict[UOp, UOp] = {}
+    for u in nodes:
+        if (m := mapping.get(u)) is None:
+            src = tuple(new[x] for x in u.src)
+            m = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg, u.tag)
+        new[u] = m
+    return new[next(reversed(nodes))]
 
 
 def _placeholder(b: UOp, n: int) -> UOp:
