@@ -276,7 +276,12 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         nodes: Iterable[UOp] = (self,)  # a node built on known sources (the common case) needs no walk
         for s in self.src:
             if name not in s._cache:
-                nodes = self.toposort(gate=lambda x: name not in x._cache)
+                # new sources on known ones (a fresh constant, a shape vector): they first, still no walk
+                fresh = [x for x in dict.fromkeys(self.src) if name not in x._cache]
+                if all(name in y._cache for x in fresh for y in x.src):
+                    nodes = (*fresh, self)
+                else:
+                    nodes = self.toposort(gate=lambda x: name not in x._cache)
                 break
         for u in nodes:
             try:
@@ -373,7 +378,9 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise ValueError("a unique constant needs a device")
         ret = UOp(Ops.CONST, dtype, src, dtypes.as_const(b, dtype))
         if shape is not None and len(shape):
-            ret = ret.reshape((1,) * len(shape)).expand(shape)
+            if all(isinstance(d, UOp) or (type(d) is int and d >= 0) for d in shape):
+                return _broadcast_to(ret, (), tuple(shape))
+            ret = ret.reshape((1,) * len(shape)).expand(shape)  # the mixin resolves (and checks) the sizes
         return ret
 
     def const_like(self, b: ConstType) -> UOp:
@@ -730,8 +737,17 @@ def _broadcast(srcs: Sequence[UOp]) -> tuple[UOp, ...]:
         out = broadcast_shape(*shapes)  # type: ignore[arg-type]
     except MovementError:
         return tuple(srcs)  # mismatches are reported by shape inference, with the node
-    return tuple(s if s._shape == out else s.reshape((1,) * (len(out) - len(s.shape)) + s.shape).expand(out)
-                 for s in srcs)
+    return tuple(s if sh == out else _broadcast_to(s, cast("tuple[sint, ...]", sh), out)
+                 for s, sh in zip(srcs, shapes))
+
+
+def _broadcast_to(u: UOp, shape: tuple[sint, ...], out: tuple[sint, ...]) -> UOp:
+    """`u.reshape((1,)*k + shape).expand(out)` for a `shape` that broadcasts to `out`, built directly: the
+    movement mixin's argument checks cost more than the two nodes, and every constant of a graph is one."""
+    full = (1,) * (len(out) - len(shape)) + shape
+    if full != shape:
+        u = UOp(Ops.RESHAPE, u.dtype, (u, shape_vec(full)))
+    return u if full == out else UOp(Ops.EXPAND, u.dtype, (u, shape_vec(out)))
 
 
 # ---------------------------------------------------------------------- shape vectors
