@@ -174,8 +174,14 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
     def _wrap(uop: UOp, *parents: Tensor) -> Tensor:
         rg = _requires_grad(parents)
         if rg is not False and not grad_enabled():  # inside no_grad: no gradient flows back through it
-            return Tensor(uop.detach(), requires_grad=False)
-        return Tensor(uop, requires_grad=rg)
+            uop, rg = uop.detach(), False
+        # what __init__ does with a UOp and no device or dtype, without its argument checks (every op's
+        # result comes through here)
+        t = object.__new__(Tensor)
+        t._id = next(_next_id)
+        registry.register(t)
+        t.uop, t.requires_grad, t.grad = uop, rg, None
+        return t
 
     def __repr__(self) -> str:
         return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device!r}>"
@@ -194,12 +200,12 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
     @property
     def shape(self) -> tuple[sint, ...]:
         """The shape (ints, or UOps for symbolic sizes)."""
-        return self.uop.shape
+        return self._uop.shape
 
     @property
     def dtype(self) -> DType:
         """The element type."""
-        return self.uop.dtype
+        return self._uop.dtype
 
     @property
     def device(self) -> str | tuple[str, ...]:

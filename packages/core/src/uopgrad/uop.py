@@ -311,6 +311,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @property
     def shape(self) -> tuple[sint, ...]:
         """The shape; ShapeError (a RuntimeError) if this node has none."""
+        if type(s := self._cache.get("shape")) is tuple:  # known (the common case): one lookup
+            return s
         if (s := self._shape) is None:
             raise ShapeError(f"{self.op} has no shape: {self.short()}")
         return s
