@@ -8,9 +8,10 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import keyword
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,7 +40,7 @@ class UPat(MathMixin):
     or None (sources not inspected). A `name` binds the matched UOp; a repeated name demands the same node."""
 
     __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings",
-                 "_required_ops", "_alts", "_det", "_bare")
+                 "_required_ops", "_alts", "_det", "_bare", "_made")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -72,6 +73,7 @@ class UPat(MathMixin):
         self._bare = self.op is None and self.dtype is None and arg is None and src is None and any_of is None
         self._alts = _compile(self)
         self._det = self._alts[0] if self._alts is not None and len(self._alts) == 1 else None
+        self._made: dict[bool, _Maker] = {}  # by has_ctx: what builds this pattern's rule function for a fxn
 
     @staticmethod
     @functools.cache
@@ -247,15 +249,6 @@ def _ops_of(p: UPat) -> Iterable[Ops]:
 
 
 @dataclass
-class _Rule:
-    pat: UPat
-    fxn: Callable[..., Any]
-    has_ctx: bool
-    required: frozenset[Ops]
-    index: int
-
-
-@dataclass
 class _Stats:
     """Per-rule hit counts of one PatternMatcher (collected when TRACK_MATCH_STATS is set)."""
 
@@ -263,6 +256,10 @@ class _Stats:
 
 
 _all_stats: dict[int, tuple[PatternMatcher, _Stats]] = {}
+# a rule as one function (uop, ctx): None when no way fits (or every fitting way's result is None), else the
+# first fitting way's result, `uop` itself included (the matcher then tries the next rule)
+RuleFn = Callable[["UOp", Any], Any]
+_Maker = Callable[[Callable[..., Any]], RuleFn]
 
 
 class PatternMatcher:
@@ -270,21 +267,16 @@ class PatternMatcher:
 
     def __init__(self, patterns: Sequence[RewriteRule]) -> None:
         self.patterns = list(patterns)
-        self.pdict: dict[Ops, list[_Rule]] = defaultdict(list)
+        rules: dict[Ops, list[tuple[RuleFn, int]]] = defaultdict(list)
         for i, (pat, fxn) in enumerate(self.patterns):
-            params = inspect.signature(fxn).parameters
-            required = pat._required_ops if pat.any_of is None else frozenset()
-            rule = _Rule(pat, fxn, "ctx" in params, required, i)
+            rule = _rule_fn(pat, fxn, "ctx" in inspect.signature(fxn).parameters)
             for op in _ops_of(pat):
-                self.pdict[op].append(rule)
-        # per op, the rules as flat tuples, one per compiled matcher (a compiled pattern with several ways
-        # to fit gives one entry per way, in order; an uncompiled one a single entry with no matcher): what
-        # `rewrite` loops over
-        self._fast: dict[Ops, tuple[_Fast, ...]] = {
-            op: tuple((d, r.pat, r.fxn, r.has_ctx, r.required, r.index)
-                      for r in rules for d in (r.pat._alts if r.pat._alts is not None else (None,)))
-            for op, rules in self.pdict.items()}
+                rules[op].append((rule, i))
         self.stats = _Stats([0] * len(self.patterns))
+        # per op value (a list index: an Ops hash is a Python call), the op's rules folded into one function
+        self._by_value: list[RuleFn | None] = list(_NO_RULES)
+        for op, op_rules in rules.items():
+            self._by_value[op.value] = _op_fn(tuple(op_rules), self.stats.hits)
         _all_stats[id(self)] = (self, self.stats)
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
@@ -295,35 +287,56 @@ class PatternMatcher:
 
     def rewrite(self, uop: UOp, ctx: Any = None) -> Any:
         """The first rule's result that is neither None nor `uop` itself, else None."""
-        rules = self._fast.get(uop.op)
-        if rules is None:
-            return None
-        src_ops: set[Ops] | None = None
-        skip = -1  # a rule that returned `uop` itself: its remaining ways are not tried
-        for det, pat, fxn, has_ctx, required, index in rules:
-            if index == skip:
-                continue
-            if required:  # the early reject: a set test, computed once per node and only when asked
-                if src_ops is None:
-                    src_ops = set(map(_op_of, uop.src))
-                if not required <= src_ops:
-                    continue
-            if det is not None:  # a compiled matcher: one binding, or no match
+        fn = self._by_value[uop.op._value_]
+        return None if fn is None else fn(uop, ctx)
+
+
+def _op_fn(rules: tuple[tuple[RuleFn, int], ...], hits: list[int]) -> RuleFn:
+    """One op's rules in order: the first result that is neither None nor the node itself. Generated and
+    unrolled (no loop, no tuple unpacking per rule); the code depends only on the number of rules."""
+    if (make := _op_makers.get(len(rules))) is None:
+        lines = [f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
+                 "    def op_rules(uop, ctx):"]
+        for i in range(len(rules)):
+            lines += [f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
+                      "            if track():", f"                hits[i{i}] += 1", "            return ret"]
+        lines += ["        return None", "    return op_rules"]
+        namespace: dict[str, Any] = {}
+        exec(compile("\n".join(lines), f"<{len(rules)} rules>", "exec"), namespace)
+        make = _op_makers[len(rules)] = namespace["make"]
+    return cast(RuleFn, make(hits, _track_stats, *itertools.chain.from_iterable(rules)))
+
+
+_op_makers: dict[int, Callable[..., RuleFn]] = {}
+
+
+def _rule_fn(pat: UPat, fxn: Callable[..., Any], has_ctx: bool) -> RuleFn:
+    """The rule as a function; its code is made once per pattern (and has_ctx), then bound to `fxn`."""
+    if (make := pat._made.get(has_ctx)) is None:
+        make = pat._made[has_ctx] = _generated(pat, has_ctx) or _generic(pat, has_ctx)
+    return make(fxn)
+
+
+def _generic(pat: UPat, has_ctx: bool) -> _Maker:
+    """The rule through the pattern's matcher closures (or `match`): a binding dict per way."""
+    # the early reject: a source op the pattern demands (a repeated source pattern fits no sources, but its
+    # op is demanded all the same)
+    required = pat._required_ops if pat.any_of is None else frozenset()
+    alts = pat._alts
+
+    def make(fxn: Callable[..., Any]) -> RuleFn:
+        def rule(uop: UOp, ctx: Any) -> Any:
+            if required and not required <= set(map(_op_of, uop.src)):
+                return None
+            if alts is None:
+                return _first_result(pat, fxn, has_ctx, uop, ctx)
+            for det in alts:
                 st: Bindings = {}
-                if not det(uop, st):
-                    continue
-                ret = fxn(ctx=ctx, **st) if has_ctx else fxn(**st)
-            else:
-                ret = _first_result(pat, fxn, has_ctx, uop, ctx)
-            if ret is None:
-                continue
-            if ret is uop:
-                skip = index  # this rule decided "no rewrite": try the next rule
-                continue
-            if _track_stats():
-                self.stats.hits[index] += 1
-            return ret
-        return None
+                if det(uop, st) and (ret := fxn(ctx=ctx, **st) if has_ctx else fxn(**st)) is not None:
+                    return ret
+            return None
+        return rule
+    return make
 
 
 def _first_result(pat: UPat, fxn: Callable[..., Any], has_ctx: bool, uop: UOp, ctx: Any) -> Any:
@@ -335,9 +348,115 @@ def _first_result(pat: UPat, fxn: Callable[..., Any], has_ctx: bool, uop: UOp, c
     return None
 
 
+class _Code:
+    """The constants and fresh local names of one generated rule."""
+
+    def __init__(self) -> None:
+        self.consts: dict[str, Any] = {}
+        self.n = 0
+
+    def const(self, v: Any) -> str:
+        name = f"_k{len(self.consts)}"
+        self.consts[name] = v
+        return name
+
+    def local(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+
+_Way = tuple[list[str], dict[str, str]]  # a way's conditions, and the names it binds (name -> expression)
+
+
+def _generated(pat: UPat, has_ctx: bool) -> _Maker | None:
+    """The rule as generated Python (as tinygrad does): per way one `if` of inline tests, then the call of
+    fxn with its names as keywords; no dicts, no closures per source. None where the pattern needs a loop
+    (a repeated source pattern), a name is no identifier, or `_compile` would not compile it either."""
+    code = _Code()
+    ways = None if pat._alts is None else _ways(pat, "uop", code, {}, top=True)
+    if ways is None or pat._alts is None or len(ways) != len(pat._alts):
+        return None
+    if any(not n.isidentifier() or keyword.iskeyword(n) for _, b in ways for n in b):
+        return None
+    lines = ["def make(f):", "    def rule(uop, ctx):"]
+    for conds, bound in ways:
+        args = ", ".join((["ctx=ctx"] if has_ctx else []) + [f"{n}={e}" for n, e in bound.items()])
+        lines += [f"        if {' and '.join(conds) or 'True'}:", f"            ret = f({args})",
+                  "            if ret is not None:", "                return ret"]
+    lines += ["        return None", "    return rule"]
+    namespace: dict[str, Any] = dict(code.consts)
+    exec(compile("\n".join(lines), f"<rule {pat!r:.200}>", "exec"), namespace)
+    return cast(_Maker, namespace["make"])
+
+
+def _bind(name: str, e: str, bound: dict[str, str]) -> list[str]:
+    """Bind `name` to the node `e`: the first binding takes it, a later one must be the same node."""
+    if name in bound:
+        return [f"{e} is {bound[name]}"]
+    bound[name] = e
+    return []
+
+
+def _ways(p: UPat, e: str, code: _Code, bound: dict[str, str], top: bool = False) -> list[_Way] | None:
+    """Per way `p` can fit the node `e`, in `match`'s order: its tests, in `_node`'s order, and the names
+    bound. None for a repeated source pattern, or a source pattern with other than one way. The `top`
+    node's op is not tested: the matcher asks the rule only for the ops of its pattern."""
+    if p.any_of is not None:
+        out: list[_Way] = []
+        for a in p.any_of:
+            if (sub := _ways(a, e, code, bound)) is None:
+                return None
+            out += [(c + _bind(p.name, e, b) if p.name is not None else c, b) for c, b in sub]
+        return out
+    conds: list[str] = []
+    bound = dict(bound)
+    if p.op is not None and not top:
+        conds.append(_op_test(p.op, e, code))
+    if p.name is not None:
+        conds += _bind(p.name, e, bound)
+    if p.dtype is not None:
+        d, k = code.local("d"), code.const(p.dtype)
+        conds.append(f"(({d} := {e}.dtype) in {k} or {d}.scalar() in {k})")
+    if p.arg is not None:
+        conds.append(f"{code.const(p.arg)} == {e}.arg")
+    if p._orderings is None:
+        return [(conds, bound)]
+    if isinstance(p._orderings, UPat):
+        return None
+    out = []
+    for ordering in p._orderings:
+        if (way := _ordered_way(p, ordering, e, code, conds, bound)) is None:
+            return None
+        out.append(way)
+    return out
+
+
+def _ordered_way(p: UPat, ordering: Sequence[UPat], e: str, code: _Code, conds: list[str],
+                 bound: dict[str, str]) -> _Way | None:
+    """The way `p` fits `e` with its sources in `ordering`: after `conds`, the length, then each source."""
+    s, n = code.local("s"), len(ordering)
+    wc, wb = conds + [f"len({s} := {e}.src) {'>=' if p.allow_any_len else '=='} {n}"], bound
+    # the plain variables (they only bind) go last, as in `_node`
+    for i in sorted(range(n), key=lambda i: ordering[i]._bare):
+        if (sub := _ways(ordering[i], f"{s}[{i}]", code, wb)) is None or len(sub) != 1:
+            return None
+        wc, wb = wc + sub[0][0], sub[0][1]
+    return wc, wb
+
+
+def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
+    """`e.op in ops`, as identity tests for a few ops (an Ops hash is a Python call)."""
+    if len(ops) > 3:
+        return f"{e}.op in {code.const(ops)}"
+    ks = [code.const(op) for op in sorted(ops, key=lambda op: -op.value)]
+    if len(ks) == 1:
+        return f"{e}.op is {ks[0]}"
+    o = code.local("o")
+    return "(" + " or ".join([f"({o} := {e}.op) is {ks[0]}"] + [f"{o} is {k}" for k in ks[1:]]) + ")"
+
+
 _track_stats = TRACK_MATCH_STATS.get
 _op_of = operator.attrgetter("op")
-_Fast = tuple["Det | None", UPat, Callable[..., Any], bool, frozenset[Ops], int]
 
 
 def match_stats() -> list[tuple[PatternMatcher, list[int]]]:
@@ -378,29 +497,27 @@ class _RewriteContext:
         node or applies the top-down matcher and rewrites the candidate from scratch; stage 2 links the
         node to its candidate's result. One loop with the stages inlined: this is the engine's hot path."""
         replace, bcache, ctx, enter_calls = self.replace, self.bpm_cache, self.ctx, self.enter_calls
-        pm_rewrite = None if self.pm is None else self.pm.rewrite
-        bpm_rewrite = None if self.bpm is None else self.bpm.rewrite
-        # the ops each matcher has rules for: a node of another op is not rewritten, so it is not asked
-        pm_ops: Container[Ops] = () if self.pm is None else self.pm._fast
-        bpm_ops: Container[Ops] = () if self.bpm is None else self.bpm._fast
+        # per op value, each matcher's rules for the op (None: a node of the op is not rewritten, not asked)
+        pm_fns = _NO_RULES if self.pm is None else self.pm._by_value
+        bpm_fns = None if self.bpm is None else self.bpm._by_value
         stack: list[_Entry] = [(root, 0, root)]
         on_stack = {root}
         waitlist: dict[UOp, list[_Entry]] = {}
-        push, pop, calls, rget = stack.append, stack.pop, GroupOp.Call, replace.get
+        push, pop, is_call, rget = stack.append, stack.pop, _IS_CALL, replace.get
         # the stack grows without bound only through candidates: its limit is checked where one is pushed
         while stack:
             n, stage, new_n = pop()
             # an entry that would be pushed and popped at once is handled here: the inner loop falls through
             while n not in replace:
                 if stage == 0:
-                    if bpm_rewrite is not None:
+                    if bpm_fns is not None:
                         seen: set[UOp] | None = None
                         try:
                             while True:
-                                if new_n.op not in bpm_ops:
+                                if (bfn := bpm_fns[new_n.op._value_]) is None:
                                     break
                                 if (test_n := bcache.get(new_n, _MISSING)) is _MISSING:
-                                    test_n = bcache[new_n] = bpm_rewrite(new_n, ctx)
+                                    test_n = bcache[new_n] = bfn(new_n, ctx)
                                 if test_n is None:
                                     break
                                 if seen is None:
@@ -415,7 +532,8 @@ class _RewriteContext:
                             if n in waitlist:
                                 stack.extend(waitlist.pop(n))
                             break
-                    if not enter_calls and new_n.op in calls:  # pin the body; resume what already waits on it
+                    # a call: pin its body, and resume what already waits on it
+                    if not enter_calls and is_call[new_n.op._value_]:
                         push((n, 1, new_n))
                         body = new_n.src[0]
                         replace[body] = body
@@ -426,16 +544,17 @@ class _RewriteContext:
                                 push((x, 0, x))
                                 on_stack.add(x)
                         break
-                    pushed = False
-                    for x in reversed(new_n.src):  # a source with a result needs no visit
+                    # a source with a result needs no visit; the first one to visit is visited at once
+                    # (it would be pushed last and popped next), the others pushed after the node
+                    first: UOp | None = None
+                    for x in reversed(new_n.src):
                         if x not in replace and x not in on_stack:
-                            if not pushed:
-                                push((n, 1, new_n))
-                                pushed = True
-                            push((x, 0, x))
+                            push((n, 1, new_n) if first is None else (first, 0, first))
+                            first = x
                             on_stack.add(x)
-                    if pushed:
-                        break
+                    if first is not None:
+                        n, new_n = first, first
+                        continue
                     stage = 1
                 if stage == 1:
                     src = new_n.src
@@ -445,9 +564,9 @@ class _RewriteContext:
                         waitlist.setdefault(missing, []).append((n, 1, new_n))
                         break
                     if new_src != src:  # element-wise identity: UOps compare by identity
-                        cand = new_n.__class__(new_n.op, new_n.dtype, cast("tuple[UOp, ...]", new_src),
+                        cand = new_n.__class__(new_n.op, new_n.dtype, new_src,  # type: ignore[arg-type]
                                                new_n.arg, new_n.tag)
-                    elif new_n.op not in pm_ops or (cand := cast(Any, pm_rewrite)(new_n, ctx)) is None:
+                    elif (fn := pm_fns[new_n.op._value_]) is None or (cand := fn(new_n, ctx)) is None:
                         replace[n] = new_n
                         if n in waitlist:
                             stack.extend(waitlist.pop(n))
@@ -497,6 +616,8 @@ class _RewriteContext:
 
 
 _MISSING: Any = object()
+_NO_RULES: list[RuleFn | None] = [None] * (max(o.value for o in Ops) + 1)
+_IS_CALL = tuple(any(o.value == i for o in GroupOp.Call) for i in range(len(_NO_RULES)))  # by op value
 
 
 def _rebuilt(n: UOp, src: tuple[UOp, ...]) -> UOp:

@@ -5,7 +5,6 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 """
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -88,13 +87,16 @@ class UOpMetaClass(type):
         _set_arg(created, arg)
         _set_tag(created, tag)
         _set_cache(created, {})
-        # the callback names no module globals: it may run while the interpreter tears modules down
-        new_ref = weakref.ref(created, functools.partial(_drop_entry, cache, key, _UCACHE_LOCK))
-        with _UCACHE_LOCK:
+        new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
+        new_ref.key = key
+        _lock_acquire()  # not `with`: the bound methods are cheaper, the finally as safe
+        try:
             if (old := cache.setdefault(key, new_ref)) is not new_ref:
                 if (live := old()) is not None:
                     return live
                 cache[key] = new_ref  # a dead node whose callback has not run yet
+        finally:
+            _lock_release()
         if metadata is not None:
             all_metadata[created] = metadata
         return created
@@ -102,18 +104,37 @@ class UOpMetaClass(type):
 
 # Reentrant: a weakref callback (garbage collection) may run in the thread that already holds it.
 _UCACHE_LOCK = threading.RLock()
+_lock_acquire, _lock_release = _UCACHE_LOCK.acquire, _UCACHE_LOCK.release
+
+
+class _KeyRef(weakref.ref["UOp"]):
+    """The cache's weak reference to a node, carrying the node's key for its callback."""
+
+    __slots__ = ("key",)
+    key: tuple[Any, ...]
 
 
 def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: tuple[Any, ...],
                 lock: threading.RLock, ref: weakref.ReferenceType[UOp]) -> None:
-    """Weakref callback: forget a dead node unless a newer node took its key. Names no module globals
-    (it may run at interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
-    with lock:  # one lookup in the common case: pop, and put back a newer node's entry
+    """Forget a dead node unless a newer node took its key. Names no module globals (it may run at
+    interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
+    lock.acquire()  # one lookup in the common case: pop, and put back a newer node's entry
+    try:
         if (cur := cache.pop(key, None)) is not None and cur is not ref:
             cache[key] = cur
+    finally:
+        lock.release()
+
+
+def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
+                lock: threading.RLock = _UCACHE_LOCK, drop: Callable[..., None] = _drop_entry) -> None:
+    """Weakref callback of a cached node: `_drop_entry` under the key its ref carries (the defaults bind
+    what it needs, so it names no module globals)."""
+    drop(cache, ref.key, lock, ref)
 
 
 _CALLS = GroupOp.Call
+_DONE: Any = object()  # toposort's stack marker: the node below it has all its sources visited
 _NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
 _unique_counter = iter(range(1 << 62))
 DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
@@ -201,22 +222,32 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """Sources before consumers, left to right (iterative DFS post-order), as an ordered set.
         `gate(node)` False drops the node and stops the walk there; `enter_calls=False` skips call bodies."""
         visited: dict[UOp, None] = {}
-        # a node is pushed, then pushed again under its sources: met again once they are done (a DAG: nothing
-        # under a node leads back to it), it is finished. Sources are pushed without a test (a visited one
-        # is skipped when popped): one C-level extend per node, no tuples
-        expanded: set[UOp] = set()
-        stack: list[UOp] = [self]
-        pop, push, extend, expand = stack.pop, stack.append, stack.extend, expanded.add
+        # A node being expanded sits on the stack under the _DONE marker and its sources: popping the
+        # marker finishes the node below it (a DAG: nothing under a node leads back to it). The first source
+        # is walked at once, the others pushed without a test (a visited one is skipped when popped): no
+        # tuples, no second set, one C-level extend per node
+        stack: list[Any] = [self]
+        pop, push, extend, done = stack.pop, stack.append, stack.extend, _DONE
+        plain = gate is None and enter_calls
         while stack:
             node = pop()
-            if node in visited:
+            if node is done:
+                visited[pop()] = None
                 continue
-            if node in expanded:
-                visited[node] = None
-            elif gate is None or gate(node):
-                expand(node)
+            while node not in visited:
+                if plain:
+                    src = node.src
+                elif gate is not None and not gate(node):
+                    break
+                else:
+                    src = node.src[1:] if not enter_calls and node.op in _CALLS else node.src
+                if not src:
+                    visited[node] = None
+                    break
                 push(node)
-                extend(reversed(node.src[1:] if not enter_calls and node.op in _CALLS else node.src))
+                push(done)
+                extend(src[:0:-1])  # the sources after the first, the last one lowest
+                node = src[0]
         return visited
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
