@@ -73,7 +73,7 @@ def test_a_short_reduce_gets_as_many_accumulators_as_divide_its_steps():
 
 
 def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
-    prg = program(ones(32, 32) @ ones(64, 64)[:32, :64])
+    prg = program(ones(16, 32) @ ones(64, 64)[:32, :64])  # 2 row tiles, 4 column tiles: the order shows
     assert vectors(prg) == {16}
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
     assert len(accs) == ROWS * COLS and all(a.dtype == dtypes.float32.vec(16) for a in accs)
@@ -82,7 +82,7 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
     assert len(loads) == COLS  # the right operand's row is loaded once for all the rows of the tile
     # the loop over column tiles is outside the loop over row tiles
     loops = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "loop"]
-    assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 32 // ROWS]
+    assert [u.src[0].arg for u in loops] == [64 // (16 * COLS), 16 // ROWS]
 
 
 def test_narrower_vectors_get_a_tile_of_fewer_rows():

@@ -259,9 +259,10 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: 
     if res is None:
         return effect
     vstore, outer = res
-    ranges, stores = _tile([*ranges[:-1], outer], (vstore,), -2, choice.rows)
+    flat = [*ranges[:-1], outer]
+    ranges, stores = _tile(flat, (vstore,), -2, choice.rows)
     tiled, stores = _tile(ranges, stores, -1, choice.cols)
-    if choice.swap and tiled is not ranges and len(tiled) >= 2:
+    if choice.swap and tiled is not flat and len(tiled) >= 2:  # a tile of rows, columns or both
         # columns outside rows: the column's panel of the right operand is reused by every row tile
         swapped = _swap_last(tiled)
         stores = tuple(st.substitute(dict(zip(tiled[-2:], swapped[-1:-3:-1])), walk=True) for st in stores)
