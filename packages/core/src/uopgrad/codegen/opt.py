@@ -47,9 +47,10 @@ OPT = ContextVar("OPT", 1)
 # a register tile of the upcast path: ROWS rows of one cache line of columns (MR x 64 bytes), the columns'
 # panel of the right operand read one line per reduce step. The rows share that line's load; 64-byte vectors
 # (AVX-512) come with 32 registers: 8 rows of one vector (8 accumulators, 8 broadcasts) leave room. Two
-# lines per step (8 x 2 vectors) measured slower at 512^3 on a Zen 4 (2 cores, 32 KB L1d, 1 MB L2): 2.30
-# against 1.93 ms, as the panel's lines lie 2 KB apart (one row of the operand), all in a few cache sets,
-# and twice as many of them no longer stay in L2. Narrower vectors may have 16 registers (AVX2, SSE):
+# lines per step (8 x 2 vectors) measured slower at 512^3 on a Zen 4 (2 cores, 32 KB L1d, 1 MB L2), the
+# kernel alone, columns outside rows: 1.77 against 1.29 ms (numpy: 1.32). Blocking the reduce so that the
+# panel fits L1 or L2 did not help 8 x 2, so it is not the panel's size. Narrower vectors may have 16
+# registers (AVX2, SSE):
 # NARROW_ROWS rows there, as 8 x 2 spills (512^3 float32 with AVX-512 turned off, 16 ymm registers: 3.6 ms
 # with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
 ROWS = 8
