@@ -10,10 +10,6 @@ __all__ = ["GroupOp", "Ops"]
 class Ops(Enum):
     """Every op a UOp can have. The order is the reference's: values auto-increment in declaration order."""
 
-    # members are singletons compared by identity, so their hash may be the identity's, computed in C: Enum's
-    # own hashes the name in Python, and every interned node's key holds an op
-    __hash__ = object.__hash__
-
     DEFINE_VAR = auto(); BIND = auto(); SPECIAL = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()
     NOOP = auto(); REWRITE_ERROR = auto(); PARAM = auto(); FUNCTION = auto(); CALL = auto(); PATCH = auto()
     PROGRAM = auto(); LINEAR = auto(); SOURCE = auto(); BINARY = auto(); SINK = auto(); AFTER = auto()
