@@ -268,10 +268,13 @@ class PatternMatcher:
     def __init__(self, patterns: Sequence[RewriteRule]) -> None:
         self.patterns = list(patterns)
         rules: dict[Ops, list[tuple[RuleFn, int]]] = defaultdict(list)
+        # op -> its rules, (pattern, fxn) in order: what the table holds for each op (tinygrad's name)
+        self.pdict: dict[Ops, list[RewriteRule]] = defaultdict(list)
         for i, (pat, fxn) in enumerate(self.patterns):
             rule = _rule_fn(pat, fxn, "ctx" in inspect.signature(fxn).parameters)
             for op in _ops_of(pat):
                 rules[op].append((rule, i))
+                self.pdict[op].append((pat, fxn))
         self.stats = _Stats([0] * len(self.patterns))
         # per op value (a list index: an Ops hash is a Python call), the op's rules folded into one function
         self._by_value: list[RuleFn | None] = list(_NO_RULES)
