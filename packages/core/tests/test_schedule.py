@@ -242,6 +242,32 @@ def test_a_plain_read_runs_before_a_later_write():
     np.testing.assert_array_equal(evaluate(old)[0], [0, 10, 20, 30])
 
 
+def test_a_shared_value_stored_whole_into_an_untouched_buffer_is_computed_into_it():
+    # what realize makes of a gradient that is kept (stored into its own output buffer) and read by an update
+    a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    g = a @ b
+    out = UOp.new_buffer(DEV, 8, g.dtype)
+    update = g * 2 + 1
+    s = schedule(out.store(g.reshape(8).uop).sink(update.uop))
+    assert len(s.items) == 2  # the reduce into `out` and the update: no copy of the reduce into `out`
+    run_schedule(s, lower_kernels=False)
+    want = np.arange(6, dtype=np.float32).reshape(2, 3) @ np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(evaluate(s.outputs[update.uop])[0], want * 2 + 1)
+    np.testing.assert_array_equal(evaluate(s.outputs[out.store(g.reshape(8).uop)])[0], want.reshape(8))
+
+
+def test_a_shared_value_stored_into_a_buffer_read_elsewhere_keeps_its_own_buffer():
+    a = Tensor(np.arange(4, dtype=np.float32)).realize()
+    g = (Tensor(np.ones((4, 4), np.float32)) @ a.reshape(4, 1)).reshape(4)
+    before = Tensor(a.uop) + g                          # reads a as it was, and g
+    s = schedule(a.uop.store(g.uop).sink(before.uop))
+    assert len(s.items) == 3  # g, before, then g copied into a (a is read: g can't be computed into it)
+    run_schedule(s, lower_kernels=False)
+    np.testing.assert_array_equal(evaluate(s.outputs[before.uop])[0], [6, 7, 8, 9])
+    np.testing.assert_array_equal(evaluate(a.uop)[0], [6, 6, 6, 6])
+
+
 # ---------------------------------------------------------------------- copies, custom kernels, variables
 def test_copy_is_an_item_of_its_own():
     a = rnd(4)

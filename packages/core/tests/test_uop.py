@@ -203,6 +203,19 @@ def test_const_canonicalisation_signed_zero_and_nan():
     assert nan == nan
 
 
+@pytest.mark.parametrize("first", [0.0, -0.0])
+def test_broadcast_constants_built_again_are_the_same_nodes_and_keep_the_sign_of_zero(first: float):
+    other = -0.0 if first == 0.0 and math.copysign(1, first) > 0 else 0.0
+    a = UOp.const(dtypes.float, first, "CPU", (2, 3))
+    assert UOp.const(dtypes.float, first, "CPU", (2, 3)) is a
+    b = UOp.const(dtypes.float, other, "CPU", (2, 3))
+    assert math.copysign(1, a.base.arg) == math.copysign(1, first)
+    assert math.copysign(1, b.base.arg) == math.copysign(1, other)
+    assert UOp.const(dtypes.int, True, "CPU", (2,)).base.arg == 1 and \
+        type(UOp.const(dtypes.int, True, "CPU", (2,)).base.arg) is int
+    assert type(UOp.const(dtypes.bool, 1, "CPU", (2,)).base.arg) is bool
+
+
 def test_const_canonicalisation_ints_and_bools():
     assert type(UOp.const(dtypes.int, 3.7).arg) is int and UOp.const(dtypes.int, 3.7).arg == 3
     assert UOp.const(dtypes.int8, 200).arg == -56  # wraps like the stored value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from uopgrad._util import LRU, all_int, dedup, prod
 from uopgrad.config import KERNEL_OPS, VERIFY
@@ -437,21 +437,62 @@ class _Scheduler:
 
     def build(self) -> tuple[list[UOp], list[UOp | None]]:
         """Allocate the realized nodes, make every item (sources first), and order them."""
-        for u in self.realize_points():
-            self.allocate(u)
+        points = self.realize_points()
+        into = self._stored_whole(points)
+        for u in points:
+            if u in into:
+                buf = cast("tuple[UOp, list[UOp]]", _buffer_of(into[u].src[0]))[0]
+                self.fresh.add(buf)  # its kernel is its producer: every reader waits for it
+                self.views[u] = buf.reshape(u.shape)
+            else:
+                self.allocate(u)
+        made: dict[UOp, int] = {}  # realized node -> the kernel computing it
         for u in self.nodes:
             if u.op is Ops.FUNCTION and u.arg.precompile:
                 self.precompiled(u)
             elif u.op is Ops.CALL:
                 self.custom_kernel(u)
             elif u.op is Ops.STORE:
-                self.effects[u] = self.kernel(u.src[0], u.src[1], None)
+                v = u.src[1]
+                while v not in made and v.op is Ops.RESHAPE:
+                    v = v.src[0]
+                self.effects[u] = made[v] if into.get(v) is u else self.kernel(u.src[0], u.src[1], None)
             elif u.op is Ops.COPY and u in self.views:
                 self.copy(u)
             elif u in self.views and not _precompiled_output(u) and \
                     not _uninitialised(u.src[0] if u.op is Ops.CONTIGUOUS else u):
-                self.kernel(self.views[u], u.src[0] if u.op is Ops.CONTIGUOUS else u, u)
+                made[u] = self.kernel(self.views[u], u.src[0] if u.op is Ops.CONTIGUOUS else u, u)
         return self.order(), self.outputs()
+
+    def _stored_whole(self, points: dict[UOp, None]) -> dict[UOp, UOp]:
+        """Realized values that a STORE then copies, whole, into a buffer that nothing else in the graph
+        touches (a realize output that a second reader made a shared reduce): computed into that buffer
+        directly, the STORE is their kernel and the copy is not made. Value -> STORE."""
+        uses: dict[UOp, int] = defaultdict(int)
+        for u in self.nodes:
+            for x in u.src:
+                uses[x] += 1
+        into: dict[UOp, UOp] = {}
+        for st in self.nodes:
+            if st.op is not Ops.STORE:
+                continue
+            v = st.src[1]
+            while v not in points and v.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is free
+                v = v.src[0]
+            if v not in points or v in into or v.op in (Ops.COPY, Ops.CONTIGUOUS) or _precompiled_output(v) \
+                    or _uninitialised(v):
+                continue
+            t = st.src[0]
+            if (found := _buffer_of(t)) is None or found[1] or not _concrete_shape(v):
+                continue
+            buf, chain = found[0], t
+            if not isinstance(buf.arg, int) or prod(v.shape) != buf.arg or uses[buf] != 1:
+                continue
+            while chain is not buf and uses[chain] == 1 + (chain is t):
+                chain = chain.src[0]
+            if chain is buf:
+                into[v] = st
+        return into
 
     def outputs(self) -> list[UOp | None]:
         """For each source of the SINK (by position): the view of the buffer that holds its value."""

@@ -5,6 +5,7 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -137,6 +138,11 @@ _CALLS = GroupOp.Call
 _DONE: Any = object()  # toposort's stack marker: the node below it has all its sources visited
 _NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
 _unique_counter = iter(range(1 << 62))
+# UOp.const by its arguments (a graph's constants are few and rebuilt on every step, and a broadcast constant
+# is four nodes); exact builtin values only, so a subclass's own __eq__ never picks an entry
+_consts: dict[tuple[Any, ...], UOp] = {}
+_CONSTS_MAX = 4096
+_CONST_KINDS = (int, float, bool)
 DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
 
@@ -403,6 +409,22 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def const(dtype: DType, b: ConstType, device: str | tuple[str, ...] | None = None,
               shape: tuple[sint, ...] | None = None, unique: bool = False) -> UOp:
         """A (canonicalised) constant, on `device`, broadcast to `shape` by reshape + expand."""
+        key = None
+        if not unique and (kind := type(b)) in _CONST_KINDS and (shape is None or type(shape) is tuple):
+            # the sign tells 0.0 from -0.0, which compare equal
+            key = (dtype, kind, b, math.copysign(1.0, b) if kind is float else 0, device, shape)
+            if (hit := _consts.get(key)) is not None:
+                return hit
+        ret = UOp._const(dtype, b, device, shape, unique)
+        if key is not None:
+            if len(_consts) >= _CONSTS_MAX:
+                _consts.clear()
+            _consts[key] = ret
+        return ret
+
+    @staticmethod
+    def _const(dtype: DType, b: ConstType, device: str | tuple[str, ...] | None,
+               shape: tuple[sint, ...] | None, unique: bool) -> UOp:
         src: tuple[UOp, ...] = ()
         if device is not None:
             dev = UOp(Ops.DEVICE, arg=device)
