@@ -102,8 +102,15 @@ def test_a_tile_row_reads_one_cache_line_of_the_right_operand_per_reduce_step(wi
     assert len(loads) == columns(width) and sum(u.dtype.itemsize for u in loads) == 64
 
 
-def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators():
-    prg = program(ones(32, 64) @ ones(32, 64).T)  # both operands stride-1 along the reduce: unrolled
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators(flat: bool):
+    out = ones(32, 64) @ ones(32, 64).T  # both operands stride-1 along the reduce: unrolled
+    if flat:  # stored into a flat buffer, as realize does: one output range, read as r // 32 and r % 32,
+        # split back into rows and columns before the tile is made
+        st = UOp.new_buffer("REFERENCE", 32 * 32, dtypes.float32).store(out.uop.reshape((32 * 32,)))
+        prg = lower(schedule(st.sink()).kernels[-1], REFERENCE_OPS, None, 64)
+    else:
+        prg = program(out)
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]  # 64 = 4 steps of 16 lanes: 4 accumulators
     assert len(accs) == DOT_TILE * DOT_TILE * ACCS[64]
     assert all(a.dtype == dtypes.float32.vec(16) for a in accs)

@@ -26,11 +26,13 @@ class LRU(Generic[H, V]):
 
     def get(self, key: H) -> V | None:
         """The value of `key` (now the most recently used), or None."""
-        with self._lock:
-            if key not in self._data:
-                return None
-            self._data.move_to_end(key)
-            return self._data[key]
+        data = self._data
+        try:  # no lock: one lookup and one move are each atomic; an entry evicted in between is a miss
+            value = data[key]
+            data.move_to_end(key)
+        except KeyError:
+            return None
+        return value
 
     def __setitem__(self, key: H, value: V) -> None:
         with self._lock:

@@ -44,7 +44,10 @@ def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
 
 def _param_key(u: UOp) -> tuple[object, ...] | None:
     """What `u.param_like(k)` is made of (None for a BIND, whose PARAM carries its variable)."""
-    return None if u.op is Ops.BIND else (u.dtype, u._shape, u.device, u.axis)
+    if u.op is Ops.BIND:
+        return None
+    device = u.device  # a single device has no sharding axis (the axis is the dearer fact)
+    return (u.dtype, u._shape, device, u.axis if isinstance(device, tuple) else None)
 
 
 # the bodies made so far, by what their PARAMs are made of: every realize of an output of one shape, dtype
@@ -99,19 +102,19 @@ def _gather(u: UOp, memo: str, own: Callable[[UOp], tuple[UOp, ...]], leaf: Ops 
     if (r := u._cache.get(memo)) is not None:
         return cast("frozenset[UOp]", r)
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls = GroupOp.Call
+    calls, after = GroupOp.Call, Ops.AFTER
     while stack:
         node, expanded = stack.pop()
         cache = node._cache
-        if memo in cache or node.op is leaf:
+        if memo in cache or (op := node.op) is leaf:
             continue
-        if is_realized_after(node):
+        if op is after and is_realized_after(node):
             cache[memo] = _EMPTY
             continue
-        srcs = node.src[1:] if node.op in calls else node.src
+        srcs = node.src[1:] if op in calls else node.src
         if not expanded:
             stack.append((node, True))
-            stack.extend([(s, False) for s in srcs if memo not in s._cache])
+            stack.extend([(s, False) for s in srcs if memo not in s._cache and s.op is not leaf])
             continue
         parts = {frozenset((s,)) if s.op is leaf else s._cache[memo] for s in srcs}
         if mine := own(node):
@@ -199,13 +202,13 @@ def strip_realized(u: UOp) -> UOp:
     if (r := u._cache.get(_STRIPPED)) is not None:
         return u if r is _SAME else cast("UOp", r)
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls = GroupOp.Call
+    calls, after = GroupOp.Call, Ops.AFTER
     while stack:
         node, expanded = stack.pop()
         cache = node._cache
         if _STRIPPED in cache:
             continue
-        if is_realized_after(node):
+        if node.op is after and is_realized_after(node):
             cache[_STRIPPED] = realized_view(node)
             continue
         srcs = node.src[1:] if node.op in calls else node.src  # a call's body (src 0) is kept

@@ -8,8 +8,10 @@ the same body is called again. The forms produced are the contract of spec/kerne
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -583,23 +585,25 @@ def _structure(sink: UOp) -> _Structure:
     parts: list[tuple[Any, ...]] = []
     buffers: list[UOp] = []
     binds: dict[UOp, UOp] = {}
+    at, add = index.__getitem__, parts.append
+    special = (Ops.BUFFER, Ops.UNIQUE, Ops.BIND)
     for u in sink.toposort():
         op = u.op
-        if op is Ops.BUFFER:
+        if op not in special:
+            arg = u.arg
+            if type(arg) is CallInfo:  # the gradient function and metadata do not change the schedule
+                arg = (arg.name, arg.precompile, arg.precompile_backward)
+            part: tuple[Any, ...] = (op, u.dtype, type(u.arg), arg, u.tag, tuple(map(at, u.src)))
+        elif op is Ops.BUFFER:
             buffers.append(u)
-            part: tuple[Any, ...] = (op, u.dtype, u.arg, u.src[1].arg)
+            part = (op, u.dtype, u.arg, u.src[1].arg)
         elif op is Ops.UNIQUE:  # which one is identity; that it is a valid one (a count) is structure
             part = (op, type(u.arg) is int and u.arg >= 0)
-        elif op is Ops.BIND:
+        else:
             binds[u.src[0]] = u
             part = (op, u.dtype, index[u.src[0]])
-        else:
-            arg = u.arg
-            if isinstance(arg, CallInfo):  # the gradient function and metadata do not change the schedule
-                arg = (arg.name, arg.precompile, arg.precompile_backward)
-            part = (op, u.dtype, type(u.arg), arg, u.tag, tuple(map(index.__getitem__, u.src)))
         index[u] = len(parts)
-        parts.append(part)
+        add(part)
     return _Structure(tuple(parts), buffers, binds)
 
 
@@ -612,16 +616,23 @@ class _Template:
     inputs: tuple[UOp, ...]
     fresh: tuple[UOp, ...]
 
+    @functools.cached_property
+    def _output_nodes(self) -> tuple[tuple[UOp, ...] | None, ...]:
+        """Each output view's nodes in toposort order (a few movement ops over a buffer), and its BINDs."""
+        return tuple(None if v is None else tuple(v.toposort()) for v in self.outputs)
+
     def instantiate(self, sink: UOp, graph: _Structure) -> Schedule:
         """This schedule for `sink`: its buffers, fresh buffers for the new ones, its bound values."""
         mapping = dict(zip(self.inputs, graph.buffers))
         mapping.update((f, UOp.new_buffer(str(f.src[1].arg), int(f.arg), f.dtype)) for f in self.fresh)
         outputs = {}
-        for s, view in zip(sink.src, self.outputs):
-            if view is not None:
-                nodes = view.toposort()
-                binds = {b: graph.binds[b.src[0]] for b in nodes if b.op is Ops.BIND}
-                outputs[s] = _rebuilt(nodes, {**mapping, **binds})  # symbolic sizes: this graph's values
+        for s, nodes in zip(sink.src, self._output_nodes):
+            if nodes is not None:
+                if graph.binds:  # symbolic sizes: this graph's values
+                    binds = {b: graph.binds[b.src[0]] for b in nodes if b.op is Ops.BIND}
+                    outputs[s] = _rebuilt(nodes, {**mapping, **binds})
+                else:
+                    outputs[s] = _rebuilt(nodes, mapping)
         return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
 
 
@@ -632,10 +643,11 @@ _stats = {"hits": 0, "misses": 0}
 
 def _rebind(item: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """A schedule item with its buffer arguments replaced (kernel bodies hold no buffers)."""
-    return item.replace(src=(item.src[0], *(mapping.get(b, b) for b in item.src[1:])))
+    get = mapping.get
+    return UOp(item.op, item.dtype, (item.src[0], *[get(b, b) for b in item.src[1:]]), item.arg, item.tag)
 
 
-def _rebuilt(nodes: dict[UOp, None], mapping: dict[UOp, UOp]) -> UOp:
+def _rebuilt(nodes: Sequence[UOp], mapping: dict[UOp, UOp]) -> UOp:
     """The last of `nodes` (a toposort: a view, a few movement ops over a buffer) with `mapping` applied:
     `substitute` without a rewrite engine's setup, which cost more than these few nodes."""
     new: dict[UOp, UOp] = {}
@@ -644,7 +656,7 @@ def _rebuilt(nodes: dict[UOp, None], mapping: dict[UOp, UOp]) -> UOp:
             src = tuple(new[x] for x in u.src)
             m = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg, u.tag)
         new[u] = m
-    return new[next(reversed(nodes))]
+    return new[nodes[-1]]
 
 
 def _placeholder(b: UOp, n: int) -> UOp:

@@ -54,7 +54,7 @@ from uopgrad.tensor_registry import is_realized as _is_realized
 from uopgrad.tensor_registry import plain_buffer as _plain_buffer
 from uopgrad.tensor_registry import storage_chain as _storage_chain
 from uopgrad.tensor_shape import ShapeMixin
-from uopgrad.uop import UOp, sint
+from uopgrad.uop import UOp, shape_vec, sint
 
 __all__ = ["Tensor"]
 
@@ -91,7 +91,11 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     if all_int(shape):
         size = concrete(prod(shape))
         buf = UOp.new_buffer(device, size, u.dtype.base)
-        return buf.store(u.reshape((size,))), buf.reshape(shape)
+        # the reshapes built directly: one of `size` elements to and from a flat buffer of `size` is valid
+        if shape == (size,):
+            return buf.store(u), buf
+        flat = UOp(Ops.RESHAPE, u.dtype, (u, shape_vec((size,))))
+        return buf.store(flat), UOp(Ops.RESHAPE, buf.dtype, (buf, shape_vec(shape)))
     # a symbolic shape: a buffer of the largest size, of which a SHRINK to the bound size is the tensor
     limits = [d if isinstance(d, int) else d.vmax for d in shape]
     if not all(isinstance(x, int) for x in limits):

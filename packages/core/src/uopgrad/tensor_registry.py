@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 
 __all__ = ["all_tensors", "is_realized", "moved", "pending", "register", "storage_chain", "views_of"]
 
-_all: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# plain weak references (no callbacks): CPython hands out one shared callback-free ref per object, so both
+# indexes hold the same one, and dead entries are dropped in amortised sweeps
+_all: dict[int, weakref.ReferenceType[Tensor]] = {}
 _pending: dict[int, weakref.ReferenceType[Tensor]] = {}
 _views: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ReferenceType[Tensor]]] = \
     weakref.WeakKeyDictionary()
-_purge_at = [1024]  # the size of `_pending` at which its dead entries are dropped next (amortised)
+_purge_at = {"all": 1024, "pending": 1024}  # the sizes at which each index drops its dead entries next
 _STORAGE_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER)
 
 
@@ -67,17 +69,17 @@ def storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
 
 def register(t: Tensor) -> None:
     """A new tensor (its graph is set after this, through `moved`)."""
-    _all[t._id] = t
+    _all[t._id] = weakref.ref(t)
+    if len(_all) >= _purge_at["all"]:
+        _sweep(_all, "all")
 
 
 def moved(t: Tensor, u: UOp) -> None:
     """Tensor `t` now holds graph `u`: index it where a realize or an assign will look for it."""
     if not is_realized(u):
         _pending[t._id] = weakref.ref(t)
-        if len(_pending) >= _purge_at[0]:  # tensors built and dropped without a realize: forget the dead
-            for k in [k for k, ref in _pending.items() if ref() is None]:
-                del _pending[k]
-            _purge_at[0] = max(1024, 2 * len(_pending))
+        if len(_pending) >= _purge_at["pending"]:  # tensors built and dropped without a realize
+            _sweep(_pending, "pending")
     if u.op in _STORAGE_OPS or u.op is Ops.BUFFER:
         base = storage_chain(u)[1]
         if base.op is Ops.BUFFER:
@@ -86,6 +88,14 @@ def moved(t: Tensor, u: UOp) -> None:
                 views = _views[base] = {}
             if t._id not in views:  # a view per step of a weight read forever: the entry leaves with it
                 views[t._id] = weakref.ref(t, functools.partial(_forget, views, t._id))
+
+
+def _sweep(index: dict[int, weakref.ReferenceType[Tensor]], name: str) -> None:
+    """Forget the dead tensors of `index`; the next sweep comes when it has doubled."""
+    for k, ref in list(index.items()):  # a copy taken at once: other threads may add tensors meanwhile
+        if ref() is None:
+            index.pop(k, None)
+    _purge_at[name] = max(1024, 2 * len(index))
 
 
 def _forget(views: dict[int, weakref.ReferenceType[Tensor]], key: int,
@@ -121,4 +131,6 @@ def views_of(buffer: UOp) -> list[Tensor]:
 
 def all_tensors() -> list[Tensor]:
     """Every live tensor, in creation order."""
-    return list(_all.values())
+    out = [t for ref in list(_all.values()) if (t := ref()) is not None]
+    _sweep(_all, "all")
+    return out

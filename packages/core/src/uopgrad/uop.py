@@ -440,7 +440,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
 
     def const_like(self, b: ConstType) -> UOp:
         """A constant of this node's dtype, device and shape."""
-        if (axis := self.axis) is not None and isinstance(self.device, tuple):
+        # the device first: the cheaper fact
+        if isinstance(self.device, tuple) and (axis := self.axis) is not None:
             shard = tuple(s // len(self.device) if i == axis else s for i, s in enumerate(self.shape))
             return UOp(Ops.MULTI, self.dtype.base, (UOp.const(self.dtype.base, b, self.device, shard),), axis)
         return UOp.const(self.dtype.base, b, self.device, self._shape)
@@ -719,8 +720,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         a, b = _broadcast((a, b))
         if a.dtype.base != b.dtype.base:  # pointer operands (custom-kernel params) compute on their elements
             dt = least_upper_dtype(a.dtype.base, b.dtype.base)
-            a, b = a.cast(dt), b.cast(dt)
-        return a.alu(op, b)
+            a, b = _broadcast((a.cast(dt), b.cast(dt)))
+        # `alu` without its second broadcast: the operands have one shape now
+        out_dtype = dtypes.bool.vec(b.dtype.count) if op in GroupOp.Comparison else b.dtype.base
+        return UOp(op, out_dtype, (a, b))
 
     def _scalar_like(self, x: ConstType) -> UOp:
         dt = self.dtype.base

@@ -244,9 +244,10 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: 
     if found is None:
         return effect
     ranges, store = found
-    reduces = [u for u in store.toposort() if u.op is Ops.REDUCE]
-    if not reduces:
+    if not any(u.op is Ops.REDUCE for u in store.toposort()):
         return effect
+    ranges, store = _unflatten(ranges, store)  # a flat output range read as r // c, r % c: two ranges
+    reduces = [u for u in store.toposort() if u.op is Ops.REDUCE]
     # unroll first: a reduce whose innermost axis is stride-1 gets a vector accumulator
     sub = {red: new for red in reduces if (new := _unroll(red, width, ops)) is not None}
     if sub:
@@ -255,7 +256,6 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: 
         ranges, stores = _tile(ranges, (store.substitute(sub),), -1, choice.dot_cols)
         ranges, stores = _tile(ranges, stores, -2, choice.dot_rows)
         return _ends(ranges, stores)
-    ranges, store = _unflatten(ranges, store)
     res = _upcast(store, ranges[-1], width, ops)
     if res is None:
         return effect
