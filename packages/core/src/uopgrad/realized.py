@@ -143,13 +143,16 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
     """Raise if a graph that reads one of the buffers `needed` (a gradient reading forward values) was
     computed from contents that an in-place write has since replaced: the gradient would silently use the
     new contents (PyTorch raises here too)."""
-    need = set(needed)
-    if not need:
+    # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
+    # walk of every gradient graph) is never computed
+    stale = [(call, b) for call in graph.toposort(enter_calls=False) for b, version in _reads.get(call, ())
+             if _versions.get(b, 0) != version]
+    if not stale:
         return
-    for call in graph.toposort(enter_calls=False):
-        for b, version in _reads.get(call, ()):
-            if b in need and _versions.get(b, 0) != version:
-                raise GradientError(
+    need = set(needed)
+    for _call, b in stale:
+        if b in need:
+            raise GradientError(
                     f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
                     f"on {b.device} that has been overwritten in place since (an assign after the forward "
                     "pass). Call backward() (or realize the gradients) before updating the tensors it reads.")

@@ -14,15 +14,15 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
   kernel, never on the thread count. A float MAX is unrolled too and then made exact (`exact_max`): where
   the lanes' result is a zero or a NaN, the output is reduced again in the sequential order.
 
-The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic
-is cheap: a flat output range read as r // c and r % c is first split in two (output ranges stay
-multi-dimensional); then unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a
-dot-product matmul), else upcast a stride-1 output axis of a reducing nest into a register tile of up to ROWS rows (NARROW_ROWS for vectors narrower
-than 64 bytes, whose register file may be half as large; the axis outside the lanes) by one cache line
-of vectors (`columns`, the lanes' own axis), the column loop outside the row loop; nests without a
-reduce are left to the C compiler's own loop vectoriser. A transformation that would leave a gather
-(lanes loaded one by one) is not made. `Choice` is the tile shape: the heuristic's by default, BEAM's
-pick (uopgrad.search).
+The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic is
+cheap: a flat output range read as r // c and r % c is first split in two (output ranges stay
+multi-dimensional); then unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product
+matmul), else upcast a stride-1 output axis of a reducing nest into a register tile of up to ROWS rows
+(NARROW_ROWS for vectors narrower than 64 bytes, whose register file may be half as large; the axis outside
+the lanes) by one cache line of vectors (`columns`, the lanes' own axis), the column loop outside the row
+loop; nests without a reduce are left to the C compiler's own loop vectoriser. A transformation that would
+leave a gather (lanes loaded one by one) is not made. `Choice` is the tile shape: the heuristic's by default,
+BEAM's pick (uopgrad.search).
 """
 from __future__ import annotations
 
