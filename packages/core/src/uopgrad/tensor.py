@@ -247,14 +247,19 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         return Tensor(self.uop._scalar_like(py_scalar(x)), requires_grad=False)
 
     def _check_compatible(self, *others: Tensor) -> None:
+        shape = self.shape
         try:
-            broadcast_shape(self.shape, *(o.shape for o in others))
+            if any(o.shape != shape for o in others):  # equal shapes (the common case) need no broadcast
+                broadcast_shape(shape, *(o.shape for o in others))
         except ValueError as e:
             raise ValueError(f"shapes {self.shape} and {' and '.join(str(o.shape) for o in others)} can't be "
                              "broadcast together") from e
         self._check_devices(*others)
 
     def _check_devices(self, *others: Tensor) -> None:
+        mine = self.uop.device
+        if all(o.uop.device == mine for o in others):  # one device (the common case)
+            return
         devices = {d for d in (self.uop.device, *(o.uop.device for o in others)) if d is not None}
         if len(devices) > 1:
             names = sorted(map(str, devices))
