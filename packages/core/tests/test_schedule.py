@@ -268,6 +268,18 @@ def test_a_shared_value_stored_into_a_buffer_read_elsewhere_keeps_its_own_buffer
     np.testing.assert_array_equal(evaluate(a.uop)[0], [6, 6, 6, 6])
 
 
+def test_a_shared_value_stored_into_a_view_that_is_also_read_keeps_its_own_buffer():
+    # the STORE's target view itself is read by another value: that read sees the contents before the write
+    a = Tensor(np.arange(8, dtype=np.float32)).realize()
+    view = a.reshape(2, 4)
+    g = Tensor(np.ones((2, 3), np.float32)) @ Tensor(np.ones((3, 4), np.float32))
+    before = view + g                                   # reads the view as it was, and g
+    s = schedule(view.uop.store(g.uop).sink(before.uop))
+    run_schedule(s, lower_kernels=False)
+    np.testing.assert_array_equal(evaluate(s.outputs[before.uop])[0], np.arange(8).reshape(2, 4) + 3)
+    np.testing.assert_array_equal(evaluate(a.uop)[0], np.full(8, 3))
+
+
 # ---------------------------------------------------------------------- copies, custom kernels, variables
 def test_copy_is_an_item_of_its_own():
     a = rnd(4)

@@ -490,8 +490,8 @@ class _Scheduler:
             buf, chain = found[0], t
             if not isinstance(buf.arg, int) or prod(v.shape) != buf.arg or uses[buf] != 1:
                 continue
-            while chain is not buf and uses[chain] == 1 + (chain is t):
-                chain = chain.src[0]
+            while chain is not buf and uses[chain] == 1:  # the view is only written (read, it would see
+                chain = chain.src[0]                       # the new contents before the STORE's turn)
             if chain is buf:
                 into[v] = st
         return into
@@ -618,7 +618,7 @@ class _Template:
 
     @functools.cached_property
     def _output_nodes(self) -> tuple[tuple[UOp, ...] | None, ...]:
-        """Each output view's nodes in toposort order (a few movement ops over a buffer), and its BINDs."""
+        """Each output view's nodes in toposort order (a few movement ops over a buffer)."""
         return tuple(None if v is None else tuple(v.toposort()) for v in self.outputs)
 
     def instantiate(self, sink: UOp, graph: _Structure) -> Schedule:
