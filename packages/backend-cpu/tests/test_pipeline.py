@@ -1,6 +1,6 @@
 """The CPU's own pipeline checks (the shared ones are the kit's, test_kit.py): the CPU as the default
 device, narrowing casts that a C vectoriser once folded away, a 2001-op gradient, and what the backend
-claims."""
+claims, and a training loop against torch."""
 
 from __future__ import annotations
 
@@ -63,3 +63,34 @@ def test_the_backend_claims_what_it_runs(cpu):
     assert caps.ops == cpu.renderer.supports
     assert {Ops.MAX, Ops.CDIV, Ops.CMOD, Ops.WHERE} <= caps.ops
     assert not {Ops.FLOORDIV, Ops.FLOORMOD} & caps.ops  # floor semantics come from codegen's decomposition
+
+
+def test_a_training_loop_keeps_gradients_and_weights_equal_to_torch():
+    # the loop as users write it: print the loss, backward, step; the gradients the step reads are kept
+    # (each is realized straight into its own buffer, in the run that overwrites the weights it read)
+    torch = pytest.importorskip("torch", reason="torch (the CPU wheel) is an optional test oracle")
+    from uopgrad.nn.optim import SGD
+    rng = np.random.default_rng(3)
+    init = [(rng.standard_normal((8, 8)) / 3).astype(np.float32) for _ in range(3)]
+    ours = [Tensor(w, device=CPU, requires_grad=True) for w in init]
+    theirs = [torch.tensor(w, requires_grad=True) for w in init]
+    opt, topt = SGD(ours, lr=0.1, momentum=0.9), torch.optim.SGD(theirs, lr=0.1, momentum=0.9)
+    for step in range(3):
+        x, y = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal((5, 8)).astype(np.float32)
+        h, th = Tensor(x, device=CPU), torch.tensor(x)
+        for k, (w, tw) in enumerate(zip(ours, theirs)):
+            h, th = h @ w, th @ tw
+            h, th = (h.relu(), th.relu()) if k < 2 else (h, th)
+        loss, tloss = ((h - Tensor(y, device=CPU)) ** 2).mean(), ((th - torch.tensor(y)) ** 2).mean()
+        print(f"step {step}: loss {loss.item():.6f}")
+        assert loss.item() == pytest.approx(tloss.item(), rel=1e-5)
+        opt.zero_grad()
+        topt.zero_grad()
+        loss.backward()
+        tloss.backward()
+        opt.step()
+        topt.step()
+        for w, tw in zip(ours, theirs):
+            assert w.grad is not None and tw.grad is not None
+            np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6)
