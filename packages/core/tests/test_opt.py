@@ -118,6 +118,17 @@ def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators(flat: bool):
     assert len(loads) == 2 * DOT_TILE * ACCS[64]  # each row's and each column's load shared by the other's
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_a_float_max_stored_into_a_flat_buffer_lowers(dt: type):
+    # realize stores a (2, 3) max into a flat buffer: its output range is read as r // 3 and r % 3, and the
+    # exact fallback's loop must still nest (found by the conformance suite's programs of functions)
+    x = Tensor(np.arange(12, dtype=dt).reshape(2, 3, 2)).realize()
+    m = x.max(-1)
+    st = UOp.new_buffer("REFERENCE", 6, m.dtype).store(m.uop.reshape((6,)))
+    prg = lower(schedule(st.sink()).kernels[-1], REFERENCE_OPS, None, 64)
+    assert any(u.op is Ops.STORE for u in prg.uops)
+
+
 def test_elementwise_nests_are_left_alone():
     assert vectors(program(ones(64, 64) * 2 + 1)) == set()
 

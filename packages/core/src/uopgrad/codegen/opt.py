@@ -244,18 +244,26 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: 
     if found is None:
         return effect
     ranges, store = found
-    if not any(u.op is Ops.REDUCE for u in store.toposort()):
-        return effect
-    ranges, store = _unflatten(ranges, store)  # a flat output range read as r // c, r % c: two ranges
     reduces = [u for u in store.toposort() if u.op is Ops.REDUCE]
+    if not reduces:
+        return effect
     # unroll first: a reduce whose innermost axis is stride-1 gets a vector accumulator
     sub = {red: new for red in reduces if (new := _unroll(red, width, ops)) is not None}
+    if sub and not any(red.arg is Ops.MAX and dtypes.is_float(red.dtype) for red in sub):
+        # a flat output range read as r // c, r % c: two ranges, so that the tile below can be made (a float
+        # MAX is left flat: its exact fallback's loop does not nest in split ranges)
+        flat_store = store
+        ranges, store = _unflatten(ranges, store)
+        if store is not flat_store:  # the reduces read the split ranges now
+            sub = {red: new for red in store.toposort() if red.op is Ops.REDUCE and
+                   (new := _unroll(red, width, ops)) is not None}
     if sub:
         # a tile of outputs (a dot-product matmul, both operands stride-1 along the reduce): each row's
         # and each column's vector loads shared by the other's accumulators
         ranges, stores = _tile(ranges, (store.substitute(sub),), -1, choice.dot_cols)
         ranges, stores = _tile(ranges, stores, -2, choice.dot_rows)
         return _ends(ranges, stores)
+    ranges, store = _unflatten(ranges, store)  # a flat output range read as r // c, r % c: two ranges
     res = _upcast(store, ranges[-1], width, ops)
     if res is None:
         return effect
