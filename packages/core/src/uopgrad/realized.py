@@ -145,12 +145,12 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
     new contents (PyTorch raises here too)."""
     # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
     # walk of every gradient graph) is never computed
-    stale = [(call, b) for call in graph.toposort(enter_calls=False) for b, version in _reads.get(call, ())
+    stale = [b for call in graph.toposort(enter_calls=False) for b, version in _reads.get(call, ())
              if _versions.get(b, 0) != version]
     if not stale:
         return
     need = set(needed)
-    for _call, b in stale:
+    for b in stale:
         if b in need:
             raise GradientError(
                     f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "

@@ -16,7 +16,8 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
 
 The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic is
 cheap: a flat output range read as r // c and r % c is first split in two (output ranges stay
-multi-dimensional); then unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product
+multi-dimensional; a float MAX's nest, whose exact fallback needs the flat range, is not split for the
+unroll path); then unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product
 matmul), else upcast a stride-1 output axis of a reducing nest into a register tile of up to ROWS rows
 (NARROW_ROWS for vectors narrower than 64 bytes, whose register file may be half as large; the axis outside
 the lanes) by one cache line of vectors (`columns`, the lanes' own axis), the column loop outside the row
