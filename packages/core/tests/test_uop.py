@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 import math
 import pickle
@@ -10,6 +12,7 @@ import sys
 import pytest
 
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from uopgrad.dtype import AddrSpace, DType
 from uopgrad.uop import CallInfo, Metadata, UOpMetaClass, all_metadata, shape_vec, vec_values
 
 # ---------------------------------------------------------------------- helpers
@@ -113,26 +116,61 @@ def test_threads_building_and_dropping_the_same_nodes_keep_one_node_per_key():
 
 
 def test_a_stale_callback_keeps_the_newer_nodes_entry():
-    """A dead node's weakref callback that finds another node's entry under its key puts it back."""
-    import weakref
-
-    from uopgrad.uop import _UCACHE_LOCK, _drop_entry
+    """A dead node's weakref callback that finds another node's entry under its key leaves it alone."""
+    from uopgrad.uop import _drop_keyed, _KeyRef
 
     key = (Ops.CONST, dtypes.int, (), 24_680, "test_stale_callback")
     u = UOp(*key)
-    _drop_entry(UOpMetaClass.ucache, key, _UCACHE_LOCK, weakref.ref(u))  # not the cache's own ref
+    stale = _KeyRef(u)  # not the cache's own ref, under the same key
+    stale.key = key
+    _drop_keyed(stale)
     assert UOpMetaClass.ucache[key]() is u
     assert UOp(*key) is u
 
 
+def test_a_dead_entry_whose_callback_has_not_run_is_taken_over():
+    """A miss that finds a dead node's entry (its callback still pending) writes its own over it, and the
+    late callback then leaves the new entry alone."""
+    from uopgrad.uop import _drop_keyed, _KeyRef
+
+    key = (Ops.CONST, dtypes.int, (), 13_579, "test_dead_entry")
+    victim = UOp(Ops.CONST, dtypes.int, (), 97_531, "test_dead_entry")
+    dead = _KeyRef(victim)  # no callback: it stays in the cache, dead, as if its callback were pending
+    dead.key = key
+    UOpMetaClass.ucache[key] = dead
+    del victim
+    gc.collect()
+    assert UOpMetaClass.ucache[key]() is None
+    u = UOp(*key)
+    assert UOpMetaClass.ucache[key]() is u and UOp(*key) is u
+    _drop_keyed(dead)
+    assert UOpMetaClass.ucache[key]() is u
+
+
 def test_equal_dtypes_built_apart_intern_one_node():
     p1, p2 = dtypes.float.ptr(16), dtypes.float.ptr(16)
-    assert p1 is not p2 and p1 == p2 and hash(p1) == hash(p2)
+    assert p1 is p2  # dtypes are interned too
     assert p1 != dtypes.float.ptr(8) and p1 != dtypes.float and dtypes.float != p1
     assert UOp(Ops.PARAM, p1, (), 0) is UOp(Ops.PARAM, p2, (), 0)
     assert dtypes.is_int(dtypes.index) and dtypes.is_int(dtypes.uint8.vec(4))
     assert not dtypes.is_int(dtypes.bool)
     assert dtypes.is_float(dtypes.half.vec(2)) and dtypes.is_unsigned(dtypes.uint16)
+
+
+def test_dtypes_intern_however_they_are_built():
+    # equality and hashing are identity, so every way of building a dtype must give the one object
+    f16 = dtypes.float.ptr(16)
+    assert DType(13, 4, "float", "f") is dtypes.float
+    assert DType(priority=13, itemsize=4, name="float", fmt="f", count=1) is dtypes.float
+    assert dataclasses.replace(f16, size=16) is f16
+    assert dataclasses.replace(f16, size=8) is dtypes.float.ptr(8)
+    for dt in (dtypes.float, dtypes.half.vec(4), f16, dtypes.int.ptr(4, AddrSpace.LOCAL)):
+        assert pickle.loads(pickle.dumps(dt)) is dt and copy.deepcopy(dt) is dt and copy.copy(dt) is dt
+    assert len({dtypes.float.ptr(16) for _ in range(3)}) == 1
+    with pytest.raises(TypeError, match="unknown field"):
+        DType(13, 4, "float", "f", colour="red")
+    with pytest.raises(TypeError, match="missing"):
+        DType(13, 4)
 
 
 def test_pickle_round_trip_interns():

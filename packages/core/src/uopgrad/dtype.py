@@ -4,7 +4,7 @@ from __future__ import annotations
 import builtins
 import math
 import struct
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from enum import Enum, auto
 from typing import ClassVar, Final, cast
 
@@ -30,9 +30,34 @@ class AddrSpace(Enum):
 _VECS: dict[tuple[DType, int], DType] = {}  # (scalar, width) -> its vector dtype
 
 
-@dataclass(frozen=True, eq=True)
-class DType:
-    """A scalar or vector element type. `priority` orders promotion; `count` > 1 makes a vector."""
+class _Interned(type):
+    """Interns DTypes: constructing one with the fields of an existing one returns that object. So `==`
+    and `hash` can be identity (C slots): a dtype is in the key of every interned node, and compared
+    everywhere."""
+
+    _cache: ClassVar[dict[tuple[object, ...], object]] = {}
+
+    def __call__(cls, *args: object, **kwargs: object) -> object:
+        # the key holds every field, however the call spelled them (positional, keyword, defaulted)
+        fs = fields(cast(type, cls))
+        if len(args) > len(fs):
+            raise TypeError(f"{cls.__name__}() takes at most {len(fs)} fields, got {len(args)}")
+        rest = [kwargs.pop(f.name) if f.name in kwargs else f.default for f in fs[len(args):]]
+        if kwargs:
+            raise TypeError(f"{cls.__name__}() got unknown field(s) {sorted(kwargs)}")
+        if any(r is MISSING for r in rest):
+            missing = [f.name for f in fs[len(args):] if f.default is MISSING]
+            raise TypeError(f"{cls.__name__}() is missing field(s) {missing}")
+        key = (cls, *args, *rest)
+        if (hit := _Interned._cache.get(key)) is None:
+            hit = _Interned._cache[key] = super().__call__(*key[1:])
+        return hit
+
+
+@dataclass(frozen=True, eq=False)
+class DType(metaclass=_Interned):
+    """A scalar or vector element type. `priority` orders promotion; `count` > 1 makes a vector. Interned:
+    equal fields give the same object, so equality and hashing are by identity."""
 
     priority: int
     itemsize: int
@@ -41,26 +66,9 @@ class DType:
     count: int = 1
     _scalar: DType | None = None
 
-    # set once in __post_init__ (not fields): the field values, and their hash
-    _values: ClassVar[tuple[object, ...]]
-    _hash: ClassVar[int]
-
-    def __post_init__(self) -> None:
-        # dtypes are dictionary keys on every node (interning) and compared everywhere: hash the fields once
-        values = tuple(getattr(self, f.name) for f in fields(self))
-        object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_hash", hash((type(self).__name__, *values)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        # the dataclass equality (same class, equal fields), with the common case (the same object) first
-        if self is other:
-            return True
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values == other._values
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickle and copy rebuild through the constructor, which returns the interned object
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
@@ -85,7 +93,7 @@ class DType:
             raise ValueError(f"can't vectorise the vector dtype {self}")
         if n == 1 or self == dtypes.void:
             return self
-        if (v := _VECS.get((self, n))) is None:  # one object per vector type: keys match by identity
+        if (v := _VECS.get((self, n))) is None:  # a shortcut past the interning key
             v = _VECS[(self, n)] = DType(self.priority, self.itemsize * n, f"{self.name}{n}", None, n, self)
         return v
 
@@ -99,7 +107,7 @@ class DType:
         return dtypes.as_const(value, self)
 
 
-@dataclass(frozen=True, eq=False)  # DType's __eq__ and __hash__, over these fields too
+@dataclass(frozen=True, eq=False)  # interned like DType: identity equality and hash
 class PtrDType(DType):
     """A pointer dtype: the element type `_base`, an element count (-1 unknown) and an address space."""
 

@@ -79,8 +79,9 @@ class UOpMetaClass(type):
         cache = UOpMetaClass.ucache
         if (ref := cache.get(key)) is not None and (live := ref()) is not None:
             return live  # the hit needs no lock: one dict read is atomic
-        # a miss builds the node, then claims the key under the lock: two threads building the same node
-        # get one node (the loser's copy dies unused; its callback finds another ref under the key)
+        # a miss builds the node and claims the key with one setdefault (atomic under the GIL): two threads
+        # building the same node get one node, the loser's copy dies unused. Only an entry whose node is
+        # dead but whose callback has not run yet is overwritten, under the lock the callback takes.
         created: UOp = _new_node(cls)  # the fields set through their slots: no __init__ frame
         _set_op(created, op)
         _set_dtype(created, dtype)
@@ -90,14 +91,17 @@ class UOpMetaClass(type):
         _set_cache(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
-        _lock_acquire()  # not `with`: the bound methods are cheaper, the finally as safe
-        try:
-            if (old := cache.setdefault(key, new_ref)) is not new_ref:
-                if (live := old()) is not None:
-                    return live
-                cache[key] = new_ref  # a dead node whose callback has not run yet
-        finally:
-            _lock_release()
+        if (old := cache.setdefault(key, new_ref)) is not new_ref:
+            if (live := old()) is not None:
+                return live
+            _lock_acquire()  # not `with`: the bound methods are cheaper, the finally as safe
+            try:
+                if (old := cache.setdefault(key, new_ref)) is not new_ref:
+                    if (live := old()) is not None:
+                        return live
+                    cache[key] = new_ref
+            finally:
+                _lock_release()
         if metadata is not None:
             all_metadata[created] = metadata
         return created
@@ -115,23 +119,17 @@ class _KeyRef(weakref.ref["UOp"]):
     key: tuple[Any, ...]
 
 
-def _drop_entry(cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]], key: tuple[Any, ...],
-                lock: threading.RLock, ref: weakref.ReferenceType[UOp]) -> None:
-    """Forget a dead node unless a newer node took its key. Names no module globals (it may run at
-    interpreter exit); under the lock, so that it cannot drop another thread's new entry."""
-    lock.acquire()  # one lookup in the common case: pop, and put back a newer node's entry
+def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
+                lock: threading.RLock = _UCACHE_LOCK) -> None:
+    """Weakref callback of a cached node: forget its entry unless a newer node took the key. Under the lock,
+    so that it cannot drop the entry another thread writes over a dead one; the defaults bind what it needs,
+    so it names no module globals (it may run at interpreter exit)."""
+    lock.acquire()
     try:
-        if (cur := cache.pop(key, None)) is not None and cur is not ref:
-            cache[key] = cur
+        if cache.get(key := ref.key) is ref:
+            del cache[key]
     finally:
         lock.release()
-
-
-def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
-                lock: threading.RLock = _UCACHE_LOCK, drop: Callable[..., None] = _drop_entry) -> None:
-    """Weakref callback of a cached node: `_drop_entry` under the key its ref carries (the defaults bind
-    what it needs, so it names no module globals)."""
-    drop(cache, ref.key, lock, ref)
 
 
 _CALLS = GroupOp.Call
