@@ -498,7 +498,9 @@ class _RewriteContext:
         Stack entries are (node, stage, work node). Stage 0 runs the bottom-up fixpoint on the node and
         pushes its sources (first source on top); stage 1, once every source has a result, rebuilds the
         node or applies the top-down matcher and rewrites the candidate from scratch; stage 2 links the
-        node to its candidate's result. One loop with the stages inlined: this is the engine's hot path."""
+        node to its candidate's result. A rebuilt node's sources are results, which map to themselves, so
+        its stages 0 and 1 are run on the spot without a walk of the sources (until a gate keeps a node
+        whose sources were not rewritten). One loop with the stages inlined: this is the engine's hot path."""
         replace, bcache, ctx, enter_calls = self.replace, self.bpm_cache, self.ctx, self.enter_calls
         # per op value, each matcher's rules for the op (None: a node of the op is not rewritten, not asked)
         pm_fns = _NO_RULES if self.pm is None else self.pm._by_value
@@ -507,6 +509,7 @@ class _RewriteContext:
         on_stack = {root}
         waitlist: dict[UOp, list[_Entry]] = {}
         push, pop, is_call, rget = stack.append, stack.pop, _IS_CALL, replace.get
+        closed = True  # every result is also a key, mapped to itself (until a gate keeps a rewritten node)
         # the stack grows without bound only through candidates: its limit is checked where one is pushed
         while stack:
             n, stage, new_n = pop()
@@ -532,6 +535,7 @@ class _RewriteContext:
                                 new_n = test_n
                         except BottomUpGate:
                             replace[n] = new_n
+                            closed = closed and new_n is n  # new_n's sources are not rewritten
                             if n in waitlist:
                                 stack.extend(waitlist.pop(n))
                             break
@@ -569,10 +573,41 @@ class _RewriteContext:
                     if new_src != src:  # element-wise identity: UOps compare by identity
                         cand = new_n.__class__(new_n.op, new_n.dtype, new_src,  # type: ignore[arg-type]
                                                new_n.arg, new_n.tag)
+                        if closed and cand not in replace and not is_call[cv := cand.op._value_]:
+                            # every result is a key that maps to itself (kept so where results are
+                            # stored), so the candidate's sources need no visit: rewriting it from scratch
+                            # comes down to bpm on it, then pm on it
+                            gated = False
+                            if bpm_fns is not None and (bfn := bpm_fns[cv]) is not None:
+                                if (ret := bcache.get(cand, _MISSING)) is _MISSING:
+                                    try:
+                                        ret = bcache[cand] = bfn(cand, ctx)
+                                    except BottomUpGate:
+                                        ret, gated = None, True
+                                if ret is not None:  # the stage 0 bpm loop takes it on (its answer cached)
+                                    push((n, 2, cand))
+                                    n, stage, new_n = cand, 0, cand
+                                    continue
+                            linked: UOp | None = cand  # pm's answer if it has a result, else cand itself
+                            if not gated and (fn := pm_fns[cv]) is not None and \
+                                    (ret := fn(cand, ctx)) is not None and (linked := rget(ret)) is None:
+                                push((n, 2, cand))  # pm's answer is new: on with it as the candidate
+                                n, new_n, cand = cand, cand, ret
+                            if linked is not None:
+                                replace[cand] = replace[n] = linked
+                                if cand in waitlist:
+                                    stack.extend(waitlist.pop(cand))
+                                if n in waitlist:
+                                    stack.extend(waitlist.pop(n))
+                                break
                     elif (fn := pm_fns[new_n.op._value_]) is None or (cand := fn(new_n, ctx)) is None:
                         replace[n] = new_n
                         if n in waitlist:
                             stack.extend(waitlist.pop(n))
+                        if new_n is not n:  # bpm's answer, a fixed point: it is its own result
+                            replace[new_n] = new_n
+                            if new_n in waitlist:
+                                stack.extend(waitlist.pop(new_n))
                         break
                     if (linked := replace.get(cand)) is not None:  # a known candidate: link it at once
                         replace[n] = linked
