@@ -225,12 +225,14 @@ def _train_torch(data: dict[str, np.ndarray], steps: int) -> tuple[list[float], 
 
 
 def test_training_loop_in_pytorch_order_matches_torch() -> None:
-    data = {"x": arr(8, 4), "y": arr(8, 1), "w1": arr(4, 5) * 0.5, "b1": arr(5) * 0.1, "w2": arr(5, 1) * 0.5,
-            "b2": arr(1) * 0.1}
+    rng = np.random.default_rng(3)  # its own data: the module's generator's state depends on test order
+    data = {"x": rng.standard_normal((8, 4)), "y": rng.standard_normal((8, 1)),
+            "w1": rng.standard_normal((4, 5)) * 0.5, "b1": rng.standard_normal(5) * 0.1,
+            "w2": rng.standard_normal((5, 1)) * 0.5, "b2": rng.standard_normal(1) * 0.1}
     got_losses, got = _train_ours(data, steps=4)
     want_losses, want = _train_torch(data, steps=4)
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-12)
-    assert got_losses[-1] < got_losses[0]  # it trains
+    assert sum(got_losses[-2:]) < sum(got_losses[:2])  # it trains: the same two micro-batches, later
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-14)
 
