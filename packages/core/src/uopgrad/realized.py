@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from typing import cast
 
 from uopgrad._util import LRU
@@ -83,54 +83,73 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 
 _EMPTY: frozenset[UOp] = frozenset()
-# the derived-fact names (in UOp._cache, so an answer dies with its node) of: node -> the BUFFERs it reads
-# itself, and node -> the effects of the AFTERs under it; both not entering realized values or call bodies.
-# A BUFFER never holds its own answer (it is itself), so no node's answer refers back to the node.
-_READS, _EFFECTS = "reads", "effects"
+# Three derived facts (in UOp._cache, so an answer dies with its node), none entering realized values or call
+# bodies, filled in together by one walk (`_walk`): node -> the BUFFERs it reads itself, node -> the effects
+# of the AFTERs under it, and node -> the node with every realized value read from its buffer (_SAME where
+# nothing under it is realized: a node whose cache held the node itself could only be freed by the cycle
+# collector, and with it its buffer; a BUFFER's reads are _SELF for the same reason). No node's answer refers
+# back to the node.
+_READS, _EFFECTS, _STRIPPED = "reads", "effects", "stripped"
+_SAME: UOp = cast("UOp", object())
+_SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itself (not kept: a cycle)
 
 
-def _own_effects(u: UOp) -> tuple[UOp, ...]:
-    return u.src[1:] if u.op is Ops.AFTER else ()
+def _union(parts: list[frozenset[UOp]]) -> frozenset[UOp]:
+    """The union of `parts`, sharing a part's set where one part holds everything."""
+    distinct = {p for p in parts if p}
+    if not distinct:
+        return _EMPTY
+    return distinct.pop() if len(distinct) == 1 else frozenset().union(*distinct)
 
 
-def _gather(u: UOp, memo: str, own: Callable[[UOp], tuple[UOp, ...]], leaf: Ops | None) -> frozenset[UOp]:
-    """The union over the graph under `u` of `own(node)` (a `leaf` node is itself), remembered per node in
-    its fact `memo`: asking again, or about a graph grown from one asked about before, walks only the new
-    nodes."""
-    if u.op is leaf:
-        return frozenset((u,))
-    if (r := u._cache.get(memo)) is not None:
-        return cast("frozenset[UOp]", r)
+def _walk(u: UOp) -> dict[str, object]:
+    """Fill in the three facts for every node under `u` that lacks them; returns `u`'s fact cache. Asking
+    again, or about a graph grown from one asked about before, walks only the new nodes: a training step's
+    graph, built on the realized weights and data each time, is walked once, for all three."""
+    if _STRIPPED in (top := u._cache):
+        return top
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after = GroupOp.Call, Ops.AFTER
+    calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
     while stack:
         node, expanded = stack.pop()
         cache = node._cache
-        if memo in cache or (op := node.op) is leaf:
+        if _STRIPPED in cache:
             continue
+        op = node.op
         if op is after and is_realized_after(node):
-            cache[memo] = _EMPTY
+            cache[_READS] = cache[_EFFECTS] = _EMPTY
+            cache[_STRIPPED] = realized_view(node)
             continue
-        srcs = node.src[1:] if op in calls else node.src
+        srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
         if not expanded:
             stack.append((node, True))
-            stack.extend([(s, False) for s in srcs if memo not in s._cache and s.op is not leaf])
+            stack.extend([(x, False) for x in srcs if _STRIPPED not in x._cache])
             continue
-        parts = {frozenset((s,)) if s.op is leaf else s._cache[memo] for s in srcs}
-        if mine := own(node):
-            parts.add(frozenset(mine))
-        cache[memo] = _EMPTY if not parts else parts.pop() if len(parts) == 1 else frozenset().union(*parts)
-    return cast("frozenset[UOp]", u._cache[memo])
+        caches = [x._cache for x in srcs]
+        cache[_READS] = _SELF if op is buffer else \
+            _union([frozenset((x,)) if (r := c[_READS]) is _SELF else r for x, c in zip(srcs, caches)])
+        effects = [c[_EFFECTS] for c in caches]
+        if op is after:
+            effects.append(frozenset(node.src[1:]))
+        cache[_EFFECTS] = _union(effects)
+        new = [x if (r := c[_STRIPPED]) is _SAME else r for x, c in zip(srcs, caches)]
+        if all(a is b for a, b in zip(new, srcs)):
+            cache[_STRIPPED] = _SAME
+        else:
+            src = (node.src[0], *new) if op in calls else tuple(new)
+            cache[_STRIPPED] = UOp(op, node.dtype, src, node.arg, node.tag)
+    return top
 
 
 def reads(u: UOp) -> frozenset[UOp]:
     """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
-    return _gather(u, _READS, lambda _n: (), Ops.BUFFER)
+    r = _walk(u)[_READS]
+    return frozenset((u,)) if r is _SELF else cast("frozenset[UOp]", r)
 
 
 def effects(u: UOp) -> frozenset[UOp]:
     """`effects_under([u])`, remembered per node."""
-    return _gather(u, _EFFECTS, _own_effects, None)
+    return cast("frozenset[UOp]", _walk(u)[_EFFECTS])
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:
@@ -190,42 +209,11 @@ def realized_effect(after: UOp) -> UOp:
     return realized(storage, effect.src[1] if effect.src[0] is after.src[0] else storage.detach())
 
 
-# the derived fact (in UOp._cache) of: node -> the node with every realized value read from its buffer, or
-# _SAME where nothing under it is realized (never the node itself: a node whose cache held it could only be
-# freed by the cycle collector, and with it its buffer)
-_STRIPPED = "stripped"
-_SAME: UOp = cast("UOp", object())
-
-
 def strip_realized(u: UOp) -> UOp:
     """`u` with every realized value read from its buffer: the graph a backend runs. A realized AFTER
     becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
-    per node, like `reads`: a training step's graph, built on the realized weights and data each time,
-    walks only its new nodes (a walk of the whole graph was a sixth of a small realize)."""
-    if (r := u._cache.get(_STRIPPED)) is not None:
-        return u if r is _SAME else cast("UOp", r)
-    stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after = GroupOp.Call, Ops.AFTER
-    while stack:
-        node, expanded = stack.pop()
-        cache = node._cache
-        if _STRIPPED in cache:
-            continue
-        if node.op is after and is_realized_after(node):
-            cache[_STRIPPED] = realized_view(node)
-            continue
-        srcs = node.src[1:] if node.op in calls else node.src  # a call's body (src 0) is kept
-        if not expanded:
-            stack.append((node, True))
-            stack.extend([(x, False) for x in srcs if _STRIPPED not in x._cache])
-            continue
-        new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]
-        if all(a is b for a, b in zip(new, srcs)):
-            cache[_STRIPPED] = _SAME
-        else:
-            src = (node.src[0], *new) if node.op in calls else tuple(new)
-            cache[_STRIPPED] = UOp(node.op, node.dtype, src, node.arg, node.tag)
-    r = u._cache[_STRIPPED]
+    per node, like `reads` (a walk of the whole graph was a sixth of a small realize)."""
+    r = _walk(u)[_STRIPPED]
     return u if r is _SAME else cast("UOp", r)
 
 
