@@ -807,10 +807,27 @@ def _broadcast_to(u: UOp, shape: tuple[sint, ...], out: tuple[sint, ...]) -> UOp
 
 
 # ---------------------------------------------------------------------- shape vectors
+# the shape vectors of int shapes, kept (a graph's shapes are few and rebuilt on every step, and a new node
+# has its facts inferred again)
+_shape_vecs: dict[tuple[int, ...], UOp] = {}
+
+
 def shape_vec(shape: Sequence[sint]) -> UOp:
     """Encode a shape: empty STACK for (), CONST/VCONST of index for ints, else a STACK of scalars."""
+    if type(shape) is tuple and (hit := _shape_vecs.get(shape)) is not None:
+        return hit
     if len(shape) == 0:
         return UOp(Ops.STACK, dtypes.index.vec(0))
+    if all(type(s) is int for s in shape):
+        key = cast("tuple[int, ...]", tuple(shape))
+        if len(shape) == 1:
+            ret = UOp(Ops.CONST, dtypes.index, (), shape[0])
+        else:
+            ret = UOp(Ops.VCONST, dtypes.index.vec(len(shape)), (), key)
+        if len(_shape_vecs) >= _CONSTS_MAX:
+            _shape_vecs.clear()
+        _shape_vecs[key] = ret
+        return ret
     if all_int(shape):
         if len(shape) == 1:
             return UOp(Ops.CONST, dtypes.index, (), shape[0])
