@@ -11,6 +11,9 @@ import pytest
 from uopgrad import Ops, UOp, dtypes
 from uopgrad.backend import Device
 from uopgrad.config import Context
+from uopgrad.dtype import least_upper_dtype
+from uopgrad.errors import DeviceError
+from uopgrad.nn import no_grad
 from uopgrad.realized import is_realized_after, realized_view, strip_realized
 from uopgrad.tensor import Tensor
 
@@ -610,6 +613,48 @@ def test_matmul_dtypes_and_errors():
         Tensor.ones(2, 3) @ Tensor.ones(4, 2)
     with pytest.raises(ValueError, match="at least 1 dimension"):
         Tensor(1.0) @ Tensor.ones(2)
+
+
+def _composed_dot(a: Tensor, b: Tensor, dtype=None) -> Tensor:
+    """dot spelled out in Tensor ops, as users could write it."""
+    n2 = b.ndim
+    ones = (1,) * min(a.ndim - 1, n2 - 1, 1)
+    x = a.reshape(a.shape[:-1] + ones + a.shape[-1:])
+    wt = b.reshape(b.shape[:-2] + ones + b.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
+    out = least_upper_dtype(x.dtype, wt.dtype) if dtype is None else dtype
+    return (x * wt).sum(-1, dtype=dtype).cast(out)
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+                                   ((5, 1, 3, 4), (2, 4, 6))])
+@pytest.mark.parametrize("da,db", [(dtypes.float32, dtypes.float32), (dtypes.half, dtypes.half),
+                                   (dtypes.int32, dtypes.float32), (dtypes.int8, dtypes.int8)])
+def test_matmul_builds_the_graph_of_its_tensor_ops(sa, sb, da, db):
+    # dot builds its nodes directly; they must be the very nodes of the Tensor ops it stands for, so
+    # kernels and gradients are the same as for a hand-written multiply-and-sum
+    a = Tensor(rng(0).standard_normal(sa) * 3, dtype=da, requires_grad=dtypes.is_float(da))
+    b = Tensor(rng(1).standard_normal(sb) * 3, dtype=db)
+    got = a @ b
+    assert got.uop is _composed_dot(a, b).uop and got.requires_grad == (a.requires_grad or None)
+    assert a.dot(b, dtype=dtypes.float64).uop is _composed_dot(a, b, dtypes.float64).uop
+    with no_grad():
+        cut = a @ b
+    assert cut.requires_grad is False
+    assert (cut.uop.src[0] if cut.uop.op is Ops.DETACH else cut.uop) is got.uop  # the same graph, cut
+
+
+def test_matmul_batch_mismatch_and_devices_are_named():
+    with pytest.raises(ValueError, match=r"\(3, 2, 1, 4\) and \(2, 1, 5, 4\) can't be broadcast"):
+        Tensor.ones(3, 2, 4) @ Tensor.ones(2, 4, 5)
+    with pytest.raises(DeviceError, match="different devices"):
+        Tensor.ones(2, 3, device="REFERENCE") @ Tensor.ones(3, 2, device="REFERENCE:1")
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.half, dtypes.int32, dtypes.bool])
+def test_relu_builds_the_graph_of_its_tensor_ops(dt):
+    t = Tensor([[-1.5, 0.0, 2.0]], dtype=dt, requires_grad=dtypes.is_float(dt))
+    assert t.relu().uop is (t > 0).where(t, 0).uop
+    assert t.relu().tolist() == (t > 0).where(t, 0).tolist()
 
 
 def test_linear():

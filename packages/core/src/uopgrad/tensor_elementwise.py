@@ -123,7 +123,12 @@ class ElementwiseMixin:
     def relu(self) -> Tensor:
         """max(self, 0), with gradient 0 at 0."""
         x = _t(self)
-        return (x > 0).where(x, 0)
+        if x.dtype.count != 1 or not (dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype)):
+            return (x > 0).where(x, 0)  # (bool promotes)
+        # (x > 0).where(x, 0) built on the nodes, one Tensor instead of three: the zero has x's dtype and
+        # shape, so nothing is cast or broadcast
+        u = x.uop
+        return type(x)._wrap(u._binop(Ops.CMPLT, 0, True).alu(Ops.WHERE, u, u._scalar_like(0)), x)
 
     def sigmoid(self) -> Tensor:
         """1 / (1 + e ** -self)."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from uopgrad._util import prod
 from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+from uopgrad.mixin import broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
@@ -160,11 +161,27 @@ class ReduceMixin:
         if me.shape[-1] != w.shape[-min(n2, 2)]:
             raise ValueError(f"shapes {me.shape} and {w.shape} can't be multiplied "
                              f"({me.shape[-1]} != {w.shape[-min(n2, 2)]})")
+        # (x * wt).sum(-1, dtype=dtype).cast(out) of the views below, built on the nodes: one Tensor, not six
+        # (a matmul was most of a small MLP's forward pass in Python)
         ones = (1,) * min(n1 - 1, n2 - 1, 1)
-        x = me.reshape(me.shape[:-1] + ones + me.shape[-1:])
-        wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
-        out = least_upper_dtype(x.dtype, wt.dtype) if dtype is None else to_dtype(dtype)
-        return (x * wt).sum(-1, dtype=dtype).cast(out)
+        x = me.uop.reshape(me.shape[:-1] + ones + me.shape[-1:])
+        wt = w.uop.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):])
+        order = list(range(wt.ndim))
+        order[-1], order[-min(n2, 2)] = order[-min(n2, 2)], order[-1]
+        wt = wt.permute(order)
+        try:
+            broadcast_shape(x.shape, wt.shape)
+        except ValueError as e:
+            raise ValueError(f"shapes {x.shape} and {wt.shape} can't be broadcast together") from e
+        me._check_devices(w)
+        prod_ = x._binop(Ops.MUL, wt, False)
+        acc = sum_acc_dtype(prod_.dtype) if dtype is None else to_dtype(dtype)
+        total = prod_.cast(acc)
+        total = total._rop(Ops.ADD, (total.ndim - 1,)).reshape(total.shape[:-1])
+        if dtype is None and prod_.dtype in (dtypes.float16, dtypes.bfloat16):
+            total = total.cast(prod_.dtype)
+        out = least_upper_dtype(me.dtype, w.dtype) if dtype is None else to_dtype(dtype)
+        return type(me)._wrap(total.cast(out), me, w)
 
     def matmul(self, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """self @ x (or x @ self when reverse)."""
