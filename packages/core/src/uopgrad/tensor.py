@@ -70,8 +70,13 @@ def _host_dtype(dt: DType) -> np.dtype:
 
 def _requires_grad(ts: Iterable[Tensor]) -> bool | None:
     """True if any input requires grad; else None if any is undecided; else False."""
-    flags = [t.requires_grad for t in ts]
-    return True if any(f is True for f in flags) else None if any(f is None for f in flags) else False
+    out: bool | None = False
+    for t in ts:  # (a loop, not any() over a list: every op's result asks this)
+        if (f := t.requires_grad) is True:
+            return True
+        if f is None:
+            out = None
+    return out
 
 
 def _buffer_view(u: UOp) -> bool:
@@ -266,7 +271,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             raise DeviceError(f"tensors are on different devices {names}; move them with .to()")
 
     def _binop(self, op: Ops, x: TensorLike | Sequence[Any] | np.ndarray, reverse: bool) -> Tensor:
-        if isinstance(x, (list, tuple, np.ndarray)):
+        if type(x) is not Tensor and isinstance(x, (list, tuple, np.ndarray)):
             x = Tensor(x, device=self.device)
         if isinstance(x, Tensor):
             self._check_compatible(x)

@@ -715,7 +715,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
         y = x if isinstance(x, UOp) else self._scalar_like(x)
         a, b = (y, self) if reverse else (self, y)
-        a, b = _broadcast((a, b))
+        if a._shape != b._shape:  # equal shapes (the common case, a scalar's too) need no broadcast
+            a, b = _broadcast((a, b))
         if a.dtype.base != b.dtype.base:  # pointer operands (custom-kernel params) compute on their elements
             dt = least_upper_dtype(a.dtype.base, b.dtype.base)
             a, b = _broadcast((a.cast(dt), b.cast(dt)))
