@@ -84,11 +84,11 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 _EMPTY: frozenset[UOp] = frozenset()
 # Three derived facts (in UOp._cache, so an answer dies with its node), none entering realized values or call
-# bodies, filled in together by one walk (`_walk`): node -> the BUFFERs it reads itself, node -> the effects
-# of the AFTERs under it, and node -> the node with every realized value read from its buffer (_SAME where
-# nothing under it is realized: a node whose cache held the node itself could only be freed by the cycle
-# collector, and with it its buffer; a BUFFER's reads are _SELF for the same reason). No node's answer refers
-# back to the node.
+# bodies: node -> the BUFFERs it reads itself and node -> the effects of the AFTERs under it (filled in
+# together), and node -> the node with every realized value read from its buffer (_SAME where nothing under
+# it is realized: a node whose cache held the node itself could only be freed by the cycle collector, and
+# with it its buffer; a BUFFER's reads are _SELF for the same reason). No node's answer refers back to the
+# node. The strip has its own walk: it builds nodes, and reads are asked of graphs that are never run.
 _READS, _EFFECTS, _STRIPPED = "reads", "effects", "stripped"
 _SAME: UOp = cast("UOp", object())
 _SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itself (not kept: a cycle)
@@ -102,54 +102,55 @@ def _union(parts: list[frozenset[UOp]]) -> frozenset[UOp]:
     return distinct.pop() if len(distinct) == 1 else frozenset().union(*distinct)
 
 
-def _walk(u: UOp) -> dict[str, object]:
-    """Fill in the three facts for every node under `u` that lacks them; returns `u`'s fact cache. Asking
-    again, or about a graph grown from one asked about before, walks only the new nodes: a training step's
-    graph, built on the realized weights and data each time, is walked once, for all three."""
-    if _STRIPPED in (top := u._cache):
-        return top
+def _lacking(u: UOp, fact: str) -> dict[UOp, None]:
+    """The nodes under `u` without `fact`, sources first; a realized AFTER is not entered, nor a call's body.
+    Asking again, or about a graph grown from one asked about before, walks only the new nodes: a training
+    step's graph, built on the realized weights and data each time, is walked once."""
+    out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
+    calls, after = GroupOp.Call, Ops.AFTER
     while stack:
         node, expanded = stack.pop()
-        cache = node._cache
-        if _STRIPPED in cache:
+        if node in out or fact in node._cache:
             continue
-        op = node.op
-        if op is after and is_realized_after(node):
-            cache[_READS] = cache[_EFFECTS] = _EMPTY
-            cache[_STRIPPED] = realized_view(node)
+        if expanded or (node.op is after and is_realized_after(node)):
+            out[node] = None
             continue
-        srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
-        if not expanded:
-            stack.append((node, True))
-            stack.extend([(x, False) for x in srcs if _STRIPPED not in x._cache])
-            continue
-        caches = [x._cache for x in srcs]
-        cache[_READS] = _SELF if op is buffer else \
-            _union([frozenset((x,)) if (r := c[_READS]) is _SELF else r for x, c in zip(srcs, caches)])
-        effects = [c[_EFFECTS] for c in caches]
-        if op is after:
-            effects.append(frozenset(node.src[1:]))
-        cache[_EFFECTS] = _union(effects)
-        new = [x if (r := c[_STRIPPED]) is _SAME else r for x, c in zip(srcs, caches)]
-        if all(a is b for a, b in zip(new, srcs)):
-            cache[_STRIPPED] = _SAME
-        else:
-            src = (node.src[0], *new) if op in calls else tuple(new)
-            cache[_STRIPPED] = UOp(op, node.dtype, src, node.arg, node.tag)
+        stack.append((node, True))
+        srcs = node.src[1:] if node.op in calls else node.src
+        stack.extend([(x, False) for x in srcs if fact not in x._cache])
+    return out
+
+
+def _reads_effects(u: UOp) -> dict[str, object]:
+    """`u`'s fact cache, with the reads and effects of every node under it filled in."""
+    if _EFFECTS not in (top := u._cache):
+        calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
+        for node in _lacking(u, _EFFECTS):
+            cache, op = node._cache, node.op
+            if op is after and is_realized_after(node):
+                cache[_READS] = cache[_EFFECTS] = _EMPTY
+                continue
+            srcs = node.src[1:] if op in calls else node.src
+            caches = [x._cache for x in srcs]
+            cache[_READS] = _SELF if op is buffer else \
+                _union([frozenset((x,)) if (r := c[_READS]) is _SELF else r for x, c in zip(srcs, caches)])
+            effects = [c[_EFFECTS] for c in caches]
+            if op is after:
+                effects.append(frozenset(node.src[1:]))
+            cache[_EFFECTS] = _union(effects)
     return top
 
 
 def reads(u: UOp) -> frozenset[UOp]:
     """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
-    r = _walk(u)[_READS]
+    r = _reads_effects(u)[_READS]
     return frozenset((u,)) if r is _SELF else cast("frozenset[UOp]", r)
 
 
 def effects(u: UOp) -> frozenset[UOp]:
     """`effects_under([u])`, remembered per node."""
-    return cast("frozenset[UOp]", _walk(u)[_EFFECTS])
+    return cast("frozenset[UOp]", _reads_effects(u)[_EFFECTS])
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:
@@ -213,7 +214,21 @@ def strip_realized(u: UOp) -> UOp:
     """`u` with every realized value read from its buffer: the graph a backend runs. A realized AFTER
     becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
     per node, like `reads` (a walk of the whole graph was a sixth of a small realize)."""
-    r = _walk(u)[_STRIPPED]
+    if _STRIPPED not in u._cache:
+        calls, after = GroupOp.Call, Ops.AFTER
+        for node in _lacking(u, _STRIPPED):
+            cache, op = node._cache, node.op
+            if op is after and is_realized_after(node):
+                cache[_STRIPPED] = realized_view(node)
+                continue
+            srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
+            new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]
+            if all(a is b for a, b in zip(new, srcs)):
+                cache[_STRIPPED] = _SAME
+            else:
+                src = (node.src[0], *new) if op in calls else tuple(new)
+                cache[_STRIPPED] = UOp(op, node.dtype, src, node.arg, node.tag)
+    r = u._cache[_STRIPPED]
     return u if r is _SAME else cast("UOp", r)
 
 
