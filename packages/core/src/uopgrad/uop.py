@@ -706,9 +706,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def alu(self, op: Ops, *src: UOp) -> UOp:
         """Raw ALU node: broadcasts shaped operands, no promotion; dtype of the last operand."""
         srcs = (self, *src)
-        shapes = [s._shape for s in srcs]
-        if all(sh is not None for sh in shapes) and len({tuple(map(id, sh)) for sh in shapes if sh}) > 0:
-            srcs = _broadcast(srcs)
+        if (shape := self._shape) is not None and any(s._shape != shape for s in src):
+            srcs = _broadcast(srcs)  # (equal shapes, the common case, need none; a shapeless one gets none)
         out_dtype = dtypes.bool.vec(srcs[-1].dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype.base
         return UOp(op, out_dtype, srcs)
 
