@@ -184,6 +184,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         rg = _requires_grad(parents)
         if rg is not False and not grad_enabled():  # inside no_grad: no gradient flows back through it
             uop, rg = uop.detach(), False
+        return Tensor._adopt(uop, rg)
+
+    @staticmethod
+    def _adopt(uop: UOp, rg: bool | None) -> Tensor:
         # what __init__ does with a UOp and no device or dtype, without its argument checks (every op's
         # result comes through here)
         t = object.__new__(Tensor)
@@ -243,13 +247,13 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
 
     def const_like(self, b: ConstType) -> Tensor:
         """A constant of this tensor's dtype, shape and device."""
-        return Tensor(self.uop.const_like(py_scalar(b)), requires_grad=False)
+        return Tensor._adopt(self.uop.const_like(py_scalar(b)), False)
 
     def ufix(self, x: TensorLike) -> Tensor:
         """A Python scalar as a constant like this tensor (its dtype if it can hold it, else the scalar's)."""
         if isinstance(x, Tensor):
             return x
-        return Tensor(self.uop._scalar_like(py_scalar(x)), requires_grad=False)
+        return Tensor._adopt(self.uop._scalar_like(py_scalar(x)), False)
 
     def _check_compatible(self, *others: Tensor) -> None:
         shape = self.shape

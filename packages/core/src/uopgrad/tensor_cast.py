@@ -53,7 +53,7 @@ class CastMixin:
     def detach(self) -> Tensor:
         """The same value, with no gradient flowing back through it."""
         x = _t(self)
-        return type(x)(x.uop.detach(), requires_grad=False)
+        return type(x)._adopt(x.uop.detach(), False)
 
     def contiguous(self) -> Tensor:
         """Force the value into its own buffer when realized (a no-op on a buffer)."""
