@@ -163,3 +163,28 @@ def test_a_hung_compiler_times_out(monkeypatch, tmp_path):
     monkeypatch.setenv("UOPGRAD_COMPILE_TIMEOUT", "1")
     with pytest.raises(CompileError, match="did not finish"):
         CCompiler(str(fake)).compile("void f(void) {}\n")
+
+
+def test_a_kernel_argument_address_is_never_a_dead_arrays() -> None:
+    """Buffer addresses are kept per array (by id, checked through a weak reference): an array whose id
+    was some dead array's gets its own address, and a dead array's entry goes."""
+    import ctypes
+    import gc
+    import weakref
+
+    from uopgrad_cpu.runtime import _address, _addresses
+
+    a = np.zeros(16, np.uint8)
+    assert _address(a).value == a.ctypes.data and _address(a) is _address(a)
+    other = np.zeros(8, np.uint8)
+    _addresses[id(a)] = (weakref.ref(other), ctypes.c_void_p(other.ctypes.data))  # as if id(a) were reused
+    assert _address(a).value == a.ctypes.data
+    key = id(a)
+    del a
+    gc.collect()
+    assert key not in _addresses
+    # and kernels on the allocator's reused arrays read the new values each time
+    x = Tensor(np.arange(6, dtype=np.float32), device="CPU")
+    for k in range(3):
+        y = (x + float(k)).realize()
+        assert y.tolist() == [float(i + k) for i in range(6)]
