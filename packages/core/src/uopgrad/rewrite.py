@@ -577,29 +577,26 @@ class _RewriteContext:
                             # every result is a key that maps to itself (kept so where results are
                             # stored), so the candidate's sources need no visit: rewriting it from scratch
                             # comes down to bpm on it, then pm on it
-                            gated = False
-                            if bpm_fns is not None and (bfn := bpm_fns[cv]) is not None:
-                                if (ret := bcache.get(cand, _MISSING)) is _MISSING:
-                                    try:
-                                        ret = bcache[cand] = bfn(cand, ctx)
-                                    except BottomUpGate:
-                                        ret, gated = None, True
-                                if ret is not None:  # the stage 0 bpm loop takes it on (its answer cached)
-                                    push((n, 2, cand))
-                                    n, stage, new_n = cand, 0, cand
-                                    continue
-                            linked: UOp | None = cand  # pm's answer if it has a result, else cand itself
-                            if not gated and (fn := pm_fns[cv]) is not None and \
-                                    (ret := fn(cand, ctx)) is not None and (linked := rget(ret)) is None:
-                                push((n, 2, cand))  # pm's answer is new: on with it as the candidate
-                                n, new_n, cand = cand, cand, ret
-                            if linked is not None:
-                                replace[cand] = replace[n] = linked
-                                if cand in waitlist:
-                                    stack.extend(waitlist.pop(cand))
-                                if n in waitlist:
-                                    stack.extend(waitlist.pop(n))
-                                break
+                            gated, ret = False, None
+                            if bpm_fns is not None and (bfn := bpm_fns[cv]) is not None and \
+                                    (ret := bcache.get(cand, _MISSING)) is _MISSING:
+                                try:
+                                    ret = bcache[cand] = bfn(cand, ctx)
+                                except BottomUpGate:
+                                    ret, gated = None, True
+                            if ret is None:  # (a bpm rewrite is taken on by stage 0 below, its answer cached)
+                                linked: UOp | None = cand  # pm's answer if it has a result, else cand
+                                if not gated and (fn := pm_fns[cv]) is not None and \
+                                        (ret := fn(cand, ctx)) is not None and (linked := rget(ret)) is None:
+                                    push((n, 2, cand))  # pm's answer is new: on with it as the candidate
+                                    n, new_n, cand = cand, cand, ret
+                                if linked is not None:
+                                    replace[cand] = replace[n] = linked
+                                    if cand in waitlist:
+                                        stack.extend(waitlist.pop(cand))
+                                    if n in waitlist:
+                                        stack.extend(waitlist.pop(n))
+                                    break
                     elif (fn := pm_fns[new_n.op._value_]) is None or (cand := fn(new_n, ctx)) is None:
                         replace[n] = new_n
                         if n in waitlist:
