@@ -818,20 +818,15 @@ def shape_vec(shape: Sequence[sint]) -> UOp:
         return hit
     if len(shape) == 0:
         return UOp(Ops.STACK, dtypes.index.vec(0))
-    if all(type(s) is int for s in shape):
-        key = cast("tuple[int, ...]", tuple(shape))
-        if len(shape) == 1:
-            ret = UOp(Ops.CONST, dtypes.index, (), shape[0])
-        else:
-            ret = UOp(Ops.VCONST, dtypes.index.vec(len(shape)), (), key)
-        if len(_shape_vecs) >= _CONSTS_MAX:
-            _shape_vecs.clear()
-        _shape_vecs[key] = ret
-        return ret
     if all_int(shape):
-        if len(shape) == 1:
-            return UOp(Ops.CONST, dtypes.index, (), shape[0])
-        return UOp(Ops.VCONST, dtypes.index.vec(len(shape)), (), tuple(shape))
+        key = cast("tuple[int, ...]", tuple(shape))
+        ret = UOp(Ops.CONST, dtypes.index, (), key[0]) if len(key) == 1 else \
+            UOp(Ops.VCONST, dtypes.index.vec(len(key)), (), key)
+        if all(type(s) is int for s in key):  # exact ints only (the key must not merge other kinds)
+            if len(_shape_vecs) >= _CONSTS_MAX:
+                _shape_vecs.clear()
+            _shape_vecs[key] = ret
+        return ret
     elems = tuple(s if isinstance(s, UOp) else UOp(Ops.CONST, dtypes.index, (), s) for s in shape)
     return UOp(Ops.STACK, dtypes.index.vec(len(shape)), elems)
 
