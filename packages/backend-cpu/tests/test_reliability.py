@@ -165,7 +165,7 @@ def test_a_hung_compiler_times_out(monkeypatch, tmp_path):
         CCompiler(str(fake)).compile("void f(void) {}\n")
 
 
-def test_a_kernel_argument_address_is_never_a_dead_arrays() -> None:
+def test_a_kernel_argument_address_never_comes_from_a_dead_array() -> None:
     """Buffer addresses are kept per array (by id, checked through a weak reference): an array whose id
     was some dead array's gets its own address, and a dead array's entry goes."""
     import ctypes
