@@ -123,7 +123,7 @@ class ElementwiseMixin:
     def relu(self) -> Tensor:
         """max(self, 0), with gradient 0 at 0."""
         x = _t(self)
-        if x.dtype.count != 1 or not (dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype)):
+        if not (dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype)):
             return (x > 0).where(x, 0)  # (bool promotes)
         # (x > 0).where(x, 0) built on the nodes, one Tensor instead of three: the zero has x's dtype and
         # shape, so nothing is cast or broadcast

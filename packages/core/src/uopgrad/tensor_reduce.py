@@ -163,12 +163,7 @@ class ReduceMixin:
                              f"({me.shape[-1]} != {w.shape[-min(n2, 2)]})")
         # (x * wt).sum(-1, dtype=dtype).cast(out) of the views below, built on the nodes: one Tensor, not six
         # (a matmul was most of a small MLP's forward pass in Python)
-        ones = (1,) * min(n1 - 1, n2 - 1, 1)
-        x = me.uop.reshape(me.shape[:-1] + ones + me.shape[-1:])
-        wt = w.uop.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):])
-        order = list(range(wt.ndim))
-        order[-1], order[-min(n2, 2)] = order[-min(n2, 2)], order[-1]
-        wt = wt.permute(order)
+        x, wt = me.uop.dot_operands(w.uop)
         try:
             broadcast_shape(x.shape, wt.shape)
         except ValueError as e:

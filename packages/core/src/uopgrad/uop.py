@@ -676,13 +676,20 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         n1, n2 = len(self.shape), len(w.shape)
         if n1 == 0 or n2 == 0 or self.shape[-1] != w.shape[-min(n2, 2)]:
             raise ValueError(f"shapes {self.shape} and {w.shape} can't be multiplied")
+        x, wt = self.dot_operands(w)
+        prod_ = x * wt
+        return prod_._rop(Ops.ADD, (len(prod_.shape) - 1,)).reshape(prod_.shape[:-1])
+
+    def dot_operands(self, w: UOp) -> tuple[UOp, UOp]:
+        """The views a matrix product multiplies (then sums over the last axis): this node with a unit axis
+        for w's columns, and w with its contracted axis last (shapes checked by the caller)."""
+        n1, n2 = len(self.shape), len(w.shape)
         ones = (1,) * min(n1 - 1, n2 - 1, 1)
         x = self.reshape(self.shape[:-1] + ones + self.shape[-1:])
         wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):])
         order = list(range(len(wt.shape)))
         order[-1], order[-min(n2, 2)] = order[-min(n2, 2)], order[-1]
-        prod_ = x * wt.permute(order)
-        return prod_._rop(Ops.ADD, (len(prod_.shape) - 1,)).reshape(prod_.shape[:-1])
+        return x, wt.permute(order)
 
     def __matmul__(self, w: UOp) -> UOp:
         return self.dot(w)
