@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uopgrad import Tensor
+from uopgrad import Tensor, dtypes
 from uopgrad.backend import Device
 from uopgrad.config import Context
 
@@ -30,7 +30,7 @@ DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64])
 # of masked and MAXed values, and MAX reduces over matmuls
 PROGRAMS = ["matmul", "matmul_t", "sum0", "sum1", "max0", "max1", "prod1", "chain_sum0", "chain_sum1",
             "relu_mm", "relu_mm_t", "where_mm", "maxe_mm", "neg_cast_mm", "relu_sum0", "relu_sum1",
-            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1"]
+            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1", "lanewise_mm", "lanewise_sum0", "lanewise_sum1"]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
 SELECTS = {"max0", "max1"}
@@ -93,11 +93,15 @@ _EPILOGUES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "where_mm": lambda mm, b: (mm < b[:1]).where(mm * 2, b[:1]),  # a row of b broadcast: an upcast input
     "maxe_mm": lambda mm, b: mm.maximum(b[:1]).maximum(-0.0),  # ties with ±0 either way round
     "neg_cast_mm": lambda mm, b: -((mm != 0).cast(mm.dtype) * mm),
+    # ops without a vector form, computed lane by lane among vector ops: POW, SQRT, integer // and %
+    "lanewise_mm": lambda mm, b: (mm * mm).sqrt() + (mm - b[:1]).pow(2.0) if dtypes.is_float(mm.dtype)
+    else mm // 7 + mm % 5,
 }
 _MASKED: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": lambda a: a.relu(),
     "where": lambda a: (a > 0.5).where(a, -a),
     "maxe": lambda a: a.maximum(a * 0.5),
+    "lanewise": lambda a: (a * 0.01).exp() if dtypes.is_float(a.dtype) else a // 3,
 }
 
 
@@ -133,9 +137,9 @@ def test_opt_is_exact_where_the_policy_says(name: str, m: int, k: int, n: int, d
 
 def _may_reorder(name: str, k: int, n: int) -> bool:
     """The policy's condition: the reduce axis is stride-1 in every load that uses it."""
-    sums0 = ("sum0", "chain_sum0", "relu_sum0", "maxe_sum0")
-    return name in ("sum1", "chain_sum1", "relu_sum1", "where_sum1", "matmul_t", "relu_mm_t") or \
-        (name == "matmul" and n == 1) or (name in sums0 and k == 1)
+    sums0 = ("sum0", "chain_sum0", "relu_sum0", "maxe_sum0", "lanewise_sum0")
+    return name in ("sum1", "chain_sum1", "relu_sum1", "where_sum1", "lanewise_sum1", "matmul_t",
+                    "relu_mm_t") or (name == "matmul" and n == 1) or (name in sums0 and k == 1)
 
 
 def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -144,17 +148,20 @@ def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.abs(x) @ np.abs(y)
     if name.startswith("chain"):
         v = np.abs(x * x - x)
+    elif name.startswith("lanewise"):
+        v = np.abs(np.exp(x * 0.01))
     else:  # |relu(x)|, |where(x > .5, x, -x)|, |max(x, x/2)| <= |x|; a NaN relu'd is 0, any other stays NaN
         v = np.abs(np.nan_to_num(x, nan=0.0))
     return v.sum(int(name[-1]))
 
 
 def test_opt_runs_on_the_programs_of_the_property() -> None:
-    """The property can fail: with the pass on, a matmul and a row sum are vector kernels."""
+    """The property can fail: with the pass on, a matmul and a row sum are vector kernels, and so are they
+    with an op that has no vector form (computed lane by lane)."""
     from uopgrad.pipeline import lower
     from uopgrad.schedule import schedule
     a = Tensor(np.ones((32, 32), np.float32), device="CPU").realize()
-    for out in (a @ a, a.sum(1)):
+    for out in (a @ a, a.sum(1), (a @ a).sqrt(), (a * 0.01).exp().sum(1)):
         kernel = schedule(out.uop.sink()).kernels[-1]
         be = Device["CPU"]
         prg = lower(kernel, be.renderer.supports, None, be.capabilities.vector_width)

@@ -179,9 +179,23 @@ def test_a_reduce_of_masked_values_gets_a_vector_accumulator():
 
 
 def test_ops_the_backend_lacks_get_no_vector_form():
+    # MAX is computed lane by lane and decomposed as a scalar op (selects); the matmul around it stays vector
     out = (ones(32, 32) @ ones(32, 32)).maximum(0.5)
-    assert lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64).uops
-    assert vectors(lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64)) == set()
+    prg = lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64)
+    assert not any(u.op is Ops.MAX for u in prg.uops)
+    assert any(u.op is Ops.WHERE for u in prg.uops)
+    assert all(u.dtype.count == 1 for u in prg.uops if u.op in (Ops.WHERE, Ops.CMPLT, Ops.CMPNE))
+    assert vectors(prg) == {16}
+
+
+def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
+    # the epilogue of d(x**2): one POW left the whole matmul scalar before
+    mm = ones(32, 32) @ ones(32, 32)
+    prg = program(mm.pow(1.0) * 2.0)
+    assert vectors(prg) == {16}
+    assert sum(u.op is Ops.POW for u in prg.uops) == 16 * 8  # 16 lanes of each row of the 8-row tile
+    assert all(u.dtype.count == 1 for u in prg.uops if u.op is Ops.POW)
+    assert any(u.op is Ops.GEP for u in prg.uops)
 
 
 def test_integer_sums_are_unrolled_too():

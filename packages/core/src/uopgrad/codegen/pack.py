@@ -119,8 +119,10 @@ class Packer:
         return self.memo[lanes]
 
     def clean(self, v: UOp) -> bool:
-        """Whether `v` has no gathers: every STACK under it is a broadcast of one value."""
-        return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) for u in v.toposort())
+        """Whether `v` has no gathers: every STACK under it is a broadcast of one value or the lanes of an op
+        computed lane by lane (`_lanewise`)."""
+        return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) or _lanewise_stack(u)
+                   for u in v.toposort())
 
 
 def _linear(e: UOp) -> tuple[dict[UOp, int], int]:
@@ -198,8 +200,47 @@ def _reduce(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     return UOp(Ops.REDUCE, first.dtype.vec(p.amt), (inner, *first.src[1:]), first.arg)
 
 
-# the packing rules, tried in order
-PACK = (_same, _load, _reduce, _alu)
+def _lanewise(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
+    """The same ALU op (or CAST) in every lane, one without an exact vector form (POW, EXP2, SQRT, an integer
+    division, a float -> int cast, ...): its operands packed, the op computed lane by lane on their lanes
+    (GEP), the results stacked. Each lane computes exactly the scalar op, and the vector work around it
+    stays vector work."""
+    first = lanes[0]
+    if (first.op not in GroupOp.ALU and first.op is not Ops.CAST) or \
+            any(s.dtype.count != 1 or s.dtype.scalar() not in _LANE_DTYPES for s in first.src) or \
+            any(u.op is not first.op or u.dtype != first.dtype or u.arg != first.arg or
+                tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src) for u in lanes):
+        return None
+    cols = [tuple(u.src[j] for u in lanes) for j in range(len(first.src))]
+    # an operand the lanes share is used as it is; the others are packed and read back lane by lane
+    srcs = [col[0] if all(s is col[0] for s in col) else p.pack(col) for col in cols]
+    out = tuple(UOp(first.op, first.dtype, tuple(s if s is col[0] and all(x is s for x in col) else
+                                                 UOp(Ops.GEP, s.dtype.scalar(), (s,), (k,))
+                                                 for s, col in zip(srcs, cols)), first.arg)
+                for k in range(p.amt))
+    return UOp(Ops.STACK, first.dtype.vec(p.amt), out)
+
+
+def _lanewise_stack(u: UOp) -> bool:
+    """A STACK made by `_lanewise`: lane k is one op on lane k of packed values (or on shared values)."""
+    first = u.src[0]
+    if first.op not in GroupOp.ALU and first.op is not Ops.CAST:
+        return False
+    for k, lane in enumerate(u.src):
+        if lane.op is not first.op or len(lane.src) != len(first.src):
+            return False
+        for s, s0 in zip(lane.src, first.src):
+            if s.op is Ops.GEP:
+                if s.arg != (k,) or s0.op is not Ops.GEP or s.src[0] is not s0.src[0]:
+                    return False
+            elif s is not s0 or s.dtype.count != 1:
+                return False
+    return True
+
+
+# the packing rules, tried in order: an op with a vector form is packed as one vector op, any other ALU op
+# lane by lane
+PACK = (_same, _load, _reduce, _alu, _lanewise)
 
 
 def lane_tree(v: UOp, op: Ops, amt: int, vector: bool = False) -> UOp:
