@@ -95,6 +95,21 @@ def test_a_reduce_two_kernels_read_is_realized_once():
     same_as_direct(relu, col_sums)
 
 
+def test_a_big_reduce_under_another_reduce_gets_its_own_kernel():
+    # a mean-squared-error loss over a matmul, read before backward: fused, the loss's one-output loop ran
+    # the matmul one output at a time (no lanes, no threads); a nested reduce of >= NESTED_OUTPUTS outputs
+    # is realized. Small ones (and a sum of a sum) stay fused: a launch costs more than they do.
+    from uopgrad.schedule import NESTED_OUTPUTS
+    x, w, y = rnd(64, 32), rnd(32, 32, seed=1), rnd(64, 32, seed=2)
+    assert 64 * 32 >= NESTED_OUTPUTS
+    loss = ((x @ w - y) ** 2).mean()
+    assert n_kernels(loss) == 2 and n_reduces(loss) == 2
+    small = ((x[:4] @ w[:, :4] - y[:4, :4]) ** 2).mean()
+    assert n_kernels(small) == 1
+    assert n_kernels((x * 2).sum(1).sum(0)) == 1
+    same_as_direct(loss, small)
+
+
 def test_a_shared_reduce_is_realized_in_the_layout_its_readers_see():
     x, g = rnd(6, 4), rnd(6, 5, seed=1)
     grad = (g.T @ x).T  # a weight's gradient as a backward computes it: read transposed by everyone

@@ -32,6 +32,8 @@ _UNSUPPORTED = frozenset({Ops.MULTI, Ops.MSELECT, Ops.MSTACK, Ops.ALLREDUCE, Ops
 _BOUNDARY = frozenset({Ops.STORE, Ops.AFTER, Ops.CALL, Ops.FUNCTION, Ops.COPY, Ops.SINK, Ops.CONTIGUOUS})
 # the owner of a node that more than one kernel would compute (`_Scheduler._shared_reduces`)
 _SHARED = UOp(Ops.NOOP, arg="shared")
+# a nested REDUCE with this many outputs is worth a kernel (and a launch) of its own (`_big_nested`)
+NESTED_OUTPUTS = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,6 +214,14 @@ def _owner(consumers: list[UOp], owner: dict[UOp, UOp | None], r: dict[UOp, None
     return None if not found else next(iter(found)) if len(found) == 1 else _SHARED
 
 
+def _big_nested(red: UOp) -> bool:
+    """A REDUCE with at least NESTED_OUTPUTS outputs that another REDUCE of its kernel reduces (the matmul
+    under a mean-squared-error loss): fused, the outer reduce's loop runs it one output at a time, with no
+    vector lanes or threads over its outputs; realized, it is a kernel of its own that has them."""
+    return isinstance(red.device, str) and _concrete_shape(red) and \
+        cast(int, prod(red.shape)) >= NESTED_OUTPUTS
+
+
 def _in_place_ok(target: UOp, value: UOp) -> bool:
     """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view: not
     through another view, and not inside a REDUCE (which reads other elements)."""
@@ -333,7 +343,7 @@ class _Scheduler:
             reduced[u] = any(c.op is Ops.REDUCE for c in consumers[u]) or any(reduced[c] for c in fused)
             into_reduce[u] = any(c.op is Ops.EXPAND and reduced[c] for c in consumers[u]) or \
                 any(into_reduce[c] for c in fused)
-            if u.op is Ops.REDUCE and expanded[u]:
+            if u.op is Ops.REDUCE and (expanded[u] or (reduced[u] and _big_nested(u))):
                 r[u] = None
             elif u.op in GroupOp.ALU and into_reduce[u] and any(c.op in GroupOp.Movement for c in fused):
                 r[u] = None
