@@ -657,6 +657,22 @@ def test_relu_builds_the_graph_of_its_tensor_ops(dt):
     assert t.relu().tolist() == (t > 0).where(t, 0).tolist()
 
 
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.half, dtypes.int32, dtypes.bool])
+def test_sub_builds_the_graph_of_its_tensor_ops(dt):
+    a = Tensor([[1, 2, 3]], dtype=dt, requires_grad=dtypes.is_float(dt) or None)
+    b = Tensor([[3], [1]], dtype=dt)
+    want = a + (-b)
+    graph = want.uop  # (before tolist() realizes it)
+    assert (a - b).uop is graph and (a - b).requires_grad == want.requires_grad
+    assert b.sub(a, reverse=True).uop is graph and (a - 2).uop is (a + (-a.ufix(2))).uop
+    with no_grad():
+        cut = a - b
+    assert cut.requires_grad is False and (cut.uop.src[0] if cut.uop.op is Ops.DETACH else cut.uop) is graph
+    assert (a - b).tolist() == want.tolist()
+    with pytest.raises(ValueError, match=r"\(1, 3\) and \(4,\) can't be broadcast"):
+        a - Tensor([1, 2, 3, 4], dtype=dt)
+
+
 def test_linear():
     x, w, b = rng(0).standard_normal((3, 4)), rng(1).standard_normal((4, 2)), rng(2).standard_normal(2)
     close(Tensor(x).linear(Tensor(w), Tensor(b)), x @ w + b, rtol=1e-5, atol=1e-6)

@@ -282,6 +282,15 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             return Tensor._wrap(self.uop._binop(op, x.uop, reverse), self, x)
         return Tensor._wrap(self.uop._binop(op, py_scalar(cast(ConstType, x)), reverse), self)
 
+    def sub(self, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
+        """self - x: MathMixin's ADD of a negation, built on the nodes for a Tensor x (one Tensor, not three:
+        a loss's `out - y`, every optimiser update)."""
+        if type(x) is not Tensor:
+            return super().sub(x, reverse)
+        self._check_compatible(x)
+        a, b = (x, self) if reverse else (self, x)
+        return Tensor._wrap(a.uop.sub(b.uop), self, x)
+
     def _unop(self, op: Ops) -> Tensor:
         return Tensor._wrap(self.uop._unop(op), self)
 

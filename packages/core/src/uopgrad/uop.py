@@ -360,7 +360,8 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @property
     def device(self) -> str | tuple[str, ...] | None:
         """The device (a name, or a tuple for multi-device values), or None."""
-        return self._ok("device", infer_device)
+        d = self._cache.get("device", _NO_FACT)  # known (the common case): one lookup
+        return self._ok("device", infer_device) if d is _NO_FACT or type(d) is Err else d
 
     @property
     def axis(self) -> int | None:
