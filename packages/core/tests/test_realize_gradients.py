@@ -281,3 +281,44 @@ def test_a_gradient_that_needs_overwritten_contents_raises() -> None:
     v.assign(v + 1).realize()
     linear.backward()  # the gradient (3) reads no forward value: nothing to refuse
     close(v.grad, np.full(3, 3.0))
+
+
+# ---------------------------------------------------------------------- no_grad keeps no history
+def test_a_loss_read_under_no_grad_still_backpropagates() -> None:
+    from uopgrad.nn import no_grad
+    w_np = arr(3, 4)
+    w, tw = ours(w_np, grad=True), theirs(w_np, grad=True)
+    loss, tloss = ((w * w).sum() * 0.5), (tw * tw).sum() * 0.5
+    with no_grad(), torch.no_grad():  # logging the loss under no_grad, as training loops do
+        assert abs(float(loss.item()) - float(tloss.item())) < 1e-12
+    loss.backward()
+    tloss.backward()
+    close(w.grad, tw.grad)
+
+
+def test_an_inference_loop_under_no_grad_holds_one_step_of_buffers() -> None:
+    # each step's value is realized from the last: under no_grad what computed it is not kept, so the
+    # buffer of an old step goes as soon as no tensor holds it (outside no_grad the history is kept for
+    # gradients, as realize promises)
+    import gc
+    import weakref
+
+    from uopgrad.nn import no_grad
+    from uopgrad.realized import reads, realized_view
+    x_np = arr(4, 5)
+    x, tx = ours(x_np), theirs(x_np)
+    first = None
+    with no_grad(), torch.no_grad():
+        for step in range(6):
+            x, tx = (x * 0.5 + 1.0).relu().realize(), (tx * 0.5 + 1.0).relu()
+            if step == 0:
+                (buf,) = reads(realized_view(x.uop))
+                first = weakref.ref(buf)
+                del buf
+    close(x, tx)
+    gc.collect()
+    assert first is not None and first() is None, "an old step's buffer is still held"
+    w = ours(arr(5), grad=True)
+    y = (x * w).realize()           # a value realized under no_grad, used in a graph that needs gradients
+    (g,) = y.sum().gradient(w)
+    close(g, x.numpy().sum(0))

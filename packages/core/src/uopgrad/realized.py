@@ -70,10 +70,14 @@ def realized(view: UOp, value: UOp) -> UOp:
     if view.shape != value.shape:
         raise ValueError(f"a realized view of shape {view.shape} can't hold a value of shape {value.shape}")
     d = view.detach()
+    if value.op is Ops.DETACH:
+        # no gradient passes a DETACH (a value made under no_grad, or detached): what computed it is not kept,
+        # so a loop that realizes each step's value from the last one holds one step's buffers, not all
+        value = d
     unique = UOp(Ops.UNIQUE, arg=("realize", next(_counter)))
     call = UOp(Ops.CALL, src=(_store_body(value, view), value, d, unique),
                arg=CallInfo(_realized_gradient, (), REALIZE))
-    _reads[call] = tuple((b, _versions.get(b, 0)) for b in reads(value))
+    _reads[call] = () if value is d else tuple((b, _versions.get(b, 0)) for b in reads(value))
     return d.after(call)
 
 

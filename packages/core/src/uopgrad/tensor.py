@@ -394,8 +394,13 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         # Every effect that ran (an assign into a buffer, a kernel writing its arguments) is done: wherever a
         # graph still holds it, it becomes the realized form, read from the buffer and never run again.
         ran = effects_under(todo)
+        # a value realized under no_grad whose tensors carry no gradient keeps no history (realized() drops
+        # what computed a DETACH): an inference loop that realizes each step from the last holds one step
+        cut = set() if grad_enabled() else {t.uop for t in tensors if t.requires_grad is False} - \
+            {t.uop for t in tensors if t.requires_grad is not False}
         for u in fresh:
-            becomes[u] = realized(becomes[u], settle(u, ran))
+            value = settle(u, ran)
+            becomes[u] = realized(becomes[u], value.detach() if u in cut else value)
         overwritten(written)
         for t in registry.pending():
             if t.uop in becomes:
