@@ -9,7 +9,7 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program
-from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, DOT_TILE, NARROW_ROWS, ROWS, columns, split
+from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, DOT_TILE, LANEWISE_OPS, NARROW_ROWS, ROWS, columns, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -196,6 +196,21 @@ def test_an_op_without_a_vector_form_is_computed_lane_by_lane():
     assert sum(u.op is Ops.POW for u in prg.uops) == 16 * 8  # 16 lanes of each row of the 8-row tile
     assert all(u.dtype.count == 1 for u in prg.uops if u.op is Ops.POW)
     assert any(u.op is Ops.GEP for u in prg.uops)
+
+
+def test_ops_computed_lane_by_lane_are_kept_few():
+    # each lane and tile copy of such an op is a scalar op the C compiler pays for (LANEWISE_OPS): over the
+    # budget the tile is one row, and a nest that is still over it stays as it was
+    mm = ones(32, 32) @ ones(32, 32)
+    few, many = (mm.pow(1.0) * 2.0), mm.pow(1.0).pow(1.1)  # 1 and 2 POWs per output
+    assert 16 * ROWS * 1 <= LANEWISE_OPS < 16 * ROWS * 2
+    assert sum(u.op is Ops.POW for u in program(few).uops) == 16 * ROWS
+    assert sum(u.op is Ops.POW for u in program(many).uops) == 16 * 2  # one row of 16 lanes
+    assert vectors(program(many)) == {16}
+    huge = mm
+    for k in range(LANEWISE_OPS // 16 + 1):
+        huge = huge.pow(1.0 + k / 64)
+    assert vectors(program(huge)) == set()
 
 
 def test_integer_sums_are_unrolled_too():

@@ -17,7 +17,8 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "lane_tree", "lanes_for", "split"]
+__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "lane_tree", "lanes_for",
+           "lanewise_ops", "split"]
 
 # element types the packer forms vectors of (float16 and bfloat16 stay scalar: no plain C vector op)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
@@ -236,6 +237,11 @@ def _lanewise_stack(u: UOp) -> bool:
             elif s is not s0 or s.dtype.count != 1:
                 return False
     return True
+
+
+def lanewise_ops(u: UOp) -> int:
+    """How many scalar ops under `u` are computed lane by lane (the lanes of `_lanewise` STACKs)."""
+    return sum(len(x.src) for x in u.toposort() if x.op is Ops.STACK and _lanewise_stack(x))
 
 
 # the packing rules, tried in order: an op with a vector form is packed as one vector op, any other ALU op
