@@ -205,19 +205,19 @@ def _lanewise(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """The same ALU op (or CAST) in every lane, one without an exact vector form (POW, EXP2, SQRT, an integer
     division, a float -> int cast, ...): its operands packed, the op computed lane by lane on their lanes
     (GEP), the results stacked. Each lane computes exactly the scalar op, and the vector work around it
-    stays vector work."""
+    stays vector work. Not on bools: a lane of a mask is all ones (-1 in C), not the scalar's 1."""
     first = lanes[0]
     if (first.op not in GroupOp.ALU and first.op is not Ops.CAST) or \
-            any(s.dtype.count != 1 or s.dtype.scalar() not in _LANE_DTYPES for s in first.src) or \
+            any(x.dtype.count != 1 or x.dtype.scalar() not in VECTOR_DTYPES for x in (first, *first.src)) or \
             any(u.op is not first.op or u.dtype != first.dtype or u.arg != first.arg or
                 tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src) for u in lanes):
         return None
     cols = [tuple(u.src[j] for u in lanes) for j in range(len(first.src))]
     # an operand the lanes share is used as it is; the others are packed and read back lane by lane
-    srcs = [col[0] if all(s is col[0] for s in col) else p.pack(col) for col in cols]
-    out = tuple(UOp(first.op, first.dtype, tuple(s if s is col[0] and all(x is s for x in col) else
-                                                 UOp(Ops.GEP, s.dtype.scalar(), (s,), (k,))
-                                                 for s, col in zip(srcs, cols)), first.arg)
+    shared = [all(s is col[0] for s in col) for col in cols]
+    srcs = [col[0] if same else p.pack(col) for col, same in zip(cols, shared)]
+    out = tuple(UOp(first.op, first.dtype, tuple(s if same else UOp(Ops.GEP, s.dtype.scalar(), (s,), (k,))
+                                                 for s, same in zip(srcs, shared)), first.arg)
                 for k in range(p.amt))
     return UOp(Ops.STACK, first.dtype.vec(p.amt), out)
 
