@@ -84,7 +84,7 @@ def imports(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests of every package, and the property tests of the core in spec/."""
+    """Unit tests of every package, the property tests of the core in spec/, and a run of each benchmark."""
     # ml_dtypes: the bfloat16 oracle of REFERENCE (conformance/tests/test_oracle.py)
     session.install(*TEST_DEPS, *ORACLE_DEPS, "ml_dtypes", *ALL_PACKAGES)
     if session.posargs:
@@ -93,7 +93,8 @@ def tests(session: nox.Session) -> None:
     # one pytest run per test folder: the packages' test modules share basenames (test_kernels.py,
     # linear.py helpers), which one rootdir-relative import namespace cannot hold
     paths = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/tests"))
-    for path in [*paths, "conformance/tests", "spec"]:
+    # bench/: each benchmark script run once at its smallest size (it must not rot; nothing is timed)
+    for path in [*paths, "conformance/tests", "spec", "bench"]:
         session.run("pytest", path)
 
 

@@ -9,6 +9,8 @@ cold gradient of a long chain, and the cold compile of a new kernel.
 - compile: realizing a kernel never seen before (a new constant in it, so no cache of ours has it and the C
   compiler runs), in a fresh process each time, with the C compiler's share of it.
 
+The cold rows are the best of min(N, 5) fresh processes.
+
 Ratios are ours / torch's in the same run; nothing is asserted. `python bench/step.py [DEVICE] [N]`.
 """
 from __future__ import annotations
@@ -160,9 +162,9 @@ print(sum(spent), time.perf_counter() - t0)
 """
 
 
-def cold(template: str, runs: int = 5) -> list[float]:
+def cold(template: str, runs: int = min(N, 5)) -> list[float]:
     """The numbers `template` prints last, from fresh processes (a new constant each time): the run with
-    the least wall time (the last number)."""
+    the least wall time (the last number), of `runs` (N, at most 5)."""
     rng = np.random.default_rng(int(time.time()))
     out = []
     for _ in range(runs):
