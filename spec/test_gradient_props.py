@@ -9,6 +9,8 @@ and reductions. Two properties:
 (b) Gradients are derivatives: for a random cotangent `c` and random directions `v`, <grad, v> matches the
     central finite difference of <program(x), c> along `v`. Programs evaluated at (or near) a kink of
     relu / maximum / max-reduce are discarded, as are programs whose values grow too large.
+(c) A gradient built from its structure's template (uopgrad.gradient_template, the second time a program
+    runs on new inputs) is the very nodes `compute_gradient` derives.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from hypothesis import strategies as st
 
 from uopgrad import dtypes
 from uopgrad.function import function
+from uopgrad.gradient import compute_gradient
+from uopgrad.gradient_template import gradients, template_cache_info
 from uopgrad.tensor import Tensor
 
 # ---------------------------------------------------------------------- the program language
@@ -341,3 +345,32 @@ def test_finite_differences_catch_a_wrong_rule():
                - _objective(program, [arrays[0] - H * v], cot)) / (2 * H)
     assert abs(numeric - float(np.sum(g.numpy() * v))) > 1e-3
 
+
+
+# ---------------------------------------------------------------------- (c) templates
+@given(programs(smooth=False, max_outputs=2), st.integers(0, 2**32 - 1), st.sampled_from(FLAGS),
+       st.sampled_from(["inline", "function", "nested"]), st.booleans())
+def test_a_gradient_from_its_template_is_the_derived_gradient(program: Program, seed: int,
+                                                              flags: tuple[bool, bool], via: str,
+                                                              seeded: bool):
+    note(f"{program} via {via}")
+    fn: Fn = program
+    if via != "inline":
+        fn = function(program, precompile=flags[0], precompile_backward=flags[1])
+        if via == "nested":
+            fn = function(Nested(fn), precompile=flags[0], precompile_backward=flags[1])
+    hits = template_cache_info()["hits"]
+    for step in range(3):  # a training loop: the same structure over new data (the first derives it)
+        xs = _tensors(_inputs(program, seed + step))
+        outs = fn(*xs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        assume(_quirk_free(outs, xs, True))
+        rng = np.random.default_rng(seed + step)
+        loss = sum(((o * Tensor(rng.standard_normal(o.shape))).sum() for o in outs),
+                   Tensor(0.0, dtype=dtypes.float64))
+        cot = Tensor(rng.standard_normal(()) if seeded else 1.0, dtype=dtypes.float64)
+        targets = [x.uop for x in xs]
+        got = gradients(loss.uop, cot.uop, targets)
+        derived = compute_gradient(loss.uop, cot.uop, set(targets))
+        assert all(g is derived.get(t) for g, t in zip(got, targets)), f"step {step}"
+    assert template_cache_info()["hits"] >= hits + 2

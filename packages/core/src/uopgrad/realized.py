@@ -27,8 +27,8 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
 
 __all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
-           "is_realized_after", "overwritten", "reads", "realized", "realized_effect", "realized_view",
-           "settle", "storage_view", "strip_realized"]
+           "is_realized_after", "is_realized_call", "overwritten", "reads", "realized", "realized_effect",
+           "realized_view", "settle", "storage_view", "strip_realized"]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
@@ -186,7 +186,11 @@ def is_realized_after(u: UOp) -> bool:
     """An AFTER in the realized form."""
     if u.op is not Ops.AFTER or len(u.src) != 2 or u.src[1].op is not Ops.CALL:
         return False
-    info = u.src[1].arg
+    return is_realized_call(u.src[1].arg)
+
+
+def is_realized_call(info: CallInfo) -> bool:
+    """The CallInfo of a realized form's CALL (its gradient function is this module's, not a user's)."""
     return info.name == REALIZE and info.grad_fxn is _realized_gradient
 
 

@@ -18,7 +18,7 @@ from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import DeviceError, GradientError, ShapeError
-from uopgrad.gradient import compute_gradient
+from uopgrad.gradient_template import gradients
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.realized import (
@@ -477,8 +477,8 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             if not dtypes.is_float(t.dtype):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
-        grads = compute_gradient(self.uop, seed.uop, {t.uop for t in targets})
-        out = [Tensor(grads[t.uop] if t.uop in grads else t.uop.const_like(0)) for t in targets]
+        grads = gradients(self.uop, seed.uop, [t.uop for t in targets])
+        out = [Tensor(t.uop.const_like(0) if g is None else g) for t, g in zip(targets, grads)]
         check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)))
         return out
 
