@@ -53,8 +53,9 @@ class _Template:
 
 
 _UNCACHEABLE = _Template((), ())  # a structure whose gradient has a node of its own identity
-# bounded: a run over ever new structures keeps the recent ones
-_cache: LRU[tuple[Any, ...], _Template] = LRU(512)
+# bounded: a run over ever new structures keeps the recent ones (a training loop has one or a few; a template
+# holds a node per gradient node, which for a long graph is not small)
+_cache: LRU[tuple[Any, ...], _Template] = LRU(64)
 _stats = {"hits": 0, "misses": 0}
 
 
