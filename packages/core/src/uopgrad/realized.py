@@ -272,12 +272,13 @@ def keep_values(kept: Sequence[tuple[UOp, UOp]], roots: Sequence[UOp]) -> None:
         u._cache[_STRIPPED] = view
         with _kept_lock:
             _kept.add(u)
+    if not kept:
+        return
     above = {u for u, _ in kept}
-    for r in roots:
-        for node in r.toposort(gate=_not_realized, enter_calls=False):
-            if node not in above and any(x in above for x in node.src):
-                above.add(node)
-                node._cache.pop(_STRIPPED, None)
+    for node in UOp.sink(*roots).toposort(gate=_not_realized, enter_calls=False):
+        if node not in above and any(x in above for x in node.src):
+            above.add(node)
+            node._cache.pop(_STRIPPED, None)
 
 
 def forget_kept() -> None:
