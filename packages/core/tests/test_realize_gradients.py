@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from uopgrad import Ops, Tensor, UOp, function
+from uopgrad import Ops, Tensor, function
 from uopgrad.backend import Device
 from uopgrad.realized import is_realized_after
 
@@ -322,104 +322,3 @@ def test_an_inference_loop_under_no_grad_holds_one_step_of_buffers() -> None:
     y = (x * w).realize()           # a value realized under no_grad, used in a graph that needs gradients
     (g,) = y.sum().gradient(w)
     close(g, x.numpy().sum(0))
-
-
-# ---------------------------------------------------------------------- saved values (uopgrad.saved)
-def _mlp_grad_reduces(read: str) -> int:
-    """A 3-layer relu MLP: the loss read (`read`), then backward; the reduces (matmuls) the gradients' run
-    computes, checked against torch's gradients."""
-    from uopgrad.nn import no_grad
-    from uopgrad.realized import strip_realized
-    rng = np.random.default_rng(7)
-    x_np, w_nps = rng.standard_normal((6, 5)), [rng.standard_normal((5, 5)) * 0.5 for _ in range(3)]
-    ws = [ours(w, True) for w in w_nps]
-    h = ours(x_np)
-    for w in ws:
-        h = (h @ w).relu()
-    loss = (h * h).sum()
-    if read == "kept":
-        loss.item()  # the user's habit: print the loss, then backward
-    elif read == "no_grad":
-        with no_grad():
-            loss.item()
-    else:
-        loss.detach().item()  # the same value, read off the graph
-    loss.backward()
-    grads = [w.grad for w in ws]
-    run = strip_realized(UOp.sink(*[g.uop for g in grads if g is not None]))  # what the backend runs
-    reduces = sum(1 for u in run.toposort() if u.op is Ops.REDUCE)
-    twx = theirs(x_np)
-    tws = [theirs(w, True) for w in w_nps]
-    for tw in tws:
-        twx = (twx @ tw).relu()
-    (twx * twx).sum().backward()
-    for g, tw in zip(grads, tws):
-        close(g, tw.grad)
-    return reduces
-
-
-def test_reading_the_loss_keeps_the_forward_values_backward_reads() -> None:
-    kept, detached, under_no_grad = (_mlp_grad_reduces(r) for r in ("kept", "detached", "no_grad"))
-    # the forward's three matmuls come from the loss's run: the backward computes none of them again (five of
-    # its own: a weight's gradient per layer, an activation's for the two upper ones)
-    assert (kept, detached) == (5, 8)
-    assert under_no_grad == detached  # under no_grad nothing is saved, as in PyTorch
-
-
-def test_a_kept_value_is_not_read_after_what_it_read_was_written() -> None:
-    xn, wn = arr(4, 3), arr(3, 3)
-    x, w = ours(xn), ours(wn, True)
-    w.assign(w * 1.0).realize()  # from here on w is its buffer's view, the same node after every update
-
-    def loss() -> Tensor:
-        a = x @ w
-        return (a.relu() * a).sum()  # its gradient reads a and relu's mask: saved when the loss is read
-
-    first = loss()
-    v1 = float(first.item())
-    w.assign(w * 2.0).realize()  # in place: the nodes of a new loss are the nodes of the first
-    v2 = float(loss().item())
-    a = xn @ wn
-    np.testing.assert_allclose([v1, v2], [(np.maximum(a, 0) * a).sum(), 4 * (np.maximum(a, 0) * a).sum()],
-                               rtol=1e-12)
-    second = loss()
-    second.item()
-    second.backward()
-    ta = theirs(xn) @ (tw := theirs(wn * 2.0, True))
-    (ta.relu() * ta).sum().backward()
-    close(w.grad, tw.grad)
-
-
-def test_a_training_loop_that_reads_its_loss_holds_one_step_of_saved_buffers() -> None:
-    import gc
-
-    from uopgrad.nn.optim import SGD
-    rng = np.random.default_rng(5)
-    ws = [ours(rng.standard_normal((5, 5)) * 0.5, True) for _ in range(2)]
-    opt = SGD(ws, lr=0.01)
-    counts = []
-    for step in range(8):
-        x = ours(rng.standard_normal((4, 5)))
-        opt.zero_grad()
-        loss = ((x @ ws[0]).relu() @ ws[1]).relu().sum()
-        loss.item()
-        loss.backward()
-        opt.step()
-        del loss, x
-        gc.collect()
-        if step in (3, 7):
-            counts.append(sum(1 for o in gc.get_objects() if type(o) is UOp and o.op is Ops.BUFFER))
-    assert counts[0] == counts[1], f"buffers grow with the steps: {counts}"
-
-
-def test_saved_values_are_what_the_gradient_rules_read() -> None:
-    from uopgrad.saved import saved_values
-    x, w = ours(arr(4, 3)), ours(arr(3, 2), True)
-    h = x @ w
-    out = (h.relu() * 3.0).exp2().sum()
-    saved = saved_values([out.uop], {w.uop})
-    ops = sorted(n.op.name for n in saved)
-    # relu's mask is kept as what it compares (h, a REDUCE); exp2 keeps its result; the constant factor and
-    # the buffers x and w are in memory already; a sum reads nothing
-    assert ops == ["EXP2", "REDUCE"], ops
-    assert saved_values([out.uop], set()) == []  # no target: no backward will read anything

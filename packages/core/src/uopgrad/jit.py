@@ -29,7 +29,7 @@ from uopgrad.dtype import DType
 from uopgrad.errors import JitError
 from uopgrad.ops import Ops
 from uopgrad.pipeline import Runner, recording, set_recording
-from uopgrad.realized import forget_kept, overwritten, realized_view
+from uopgrad.realized import overwritten, realized_view
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp, sint
 
@@ -127,7 +127,6 @@ class _Captured:
 
     def __call__(self, inputs: Sequence[UOp]) -> object:
         Tensor._realize_readers(self.written)  # values built on the old contents keep them (issue 9)
-        forget_kept()  # the replay writes the buffers a value kept while capturing was computed into
         for step in self.steps:
             if isinstance(step, _Launch):
                 step.run(inputs)
@@ -194,7 +193,6 @@ class TinyJit(Generic[R]):
         compiled = all(isinstance(Device[d], CompiledBackend) for _, _, d in info)
         rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] = []
         if self.cnt == 1 and compiled:
-            forget_kept()  # a value kept before the capture would be read, never computed, by every replay
             set_recording(rec)
         try:
             ret = self.fxn(*args, **kwargs)

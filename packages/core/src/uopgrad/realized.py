@@ -17,9 +17,8 @@ into this form too (`realized_effect`). spec/realize.md says why gradients survi
 from __future__ import annotations
 
 import itertools
-import threading
 import weakref
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from typing import cast
 
 from uopgrad._util import LRU
@@ -27,9 +26,9 @@ from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
 
-__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under", "forget_kept",
-           "is_realized_after", "is_realized_call", "keep_values", "overwritten", "reads", "realized",
-           "realized_effect", "realized_view", "settle", "storage_view", "strip_realized"]
+__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
+           "is_realized_after", "is_realized_call", "overwritten", "reads", "realized", "realized_effect",
+           "realized_view", "settle", "storage_view", "strip_realized"]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
@@ -158,16 +157,10 @@ def effects(u: UOp) -> frozenset[UOp]:
     return cast("frozenset[UOp]", _reads_effects(u)[_EFFECTS])
 
 
-def overwritten(buffers: Iterable[UOp], others: bool = False) -> None:
-    """Note an in-place write into each of `buffers` (after the values that read them were recorded); kept
-    values are forgotten (`forget_kept`) after any write, also one into `others` (a custom kernel's
-    arguments, which have no version)."""
-    wrote = others
+def overwritten(buffers: Iterable[UOp]) -> None:
+    """Note an in-place write into each of `buffers` (after the values that read them were recorded)."""
     for b in buffers:
         _versions[b] = _versions.get(b, 0) + 1
-        wrote = True
-    if wrote:
-        forget_kept()
 
 
 def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
@@ -236,9 +229,6 @@ def strip_realized(u: UOp) -> UOp:
             if op is after and is_realized_after(node):
                 cache[_STRIPPED] = realized_view(node)
                 continue
-            if _kept:  # (it may hold a kept view: stripped anew once they are forgotten)
-                with _kept_lock:
-                    _stripped_while_kept.add(node)
             srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
             new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]
             if all(a is b for a, b in zip(new, srcs)):
@@ -248,49 +238,6 @@ def strip_realized(u: UOp) -> UOp:
                 cache[_STRIPPED] = UOp(op, node.dtype, src, node.arg, node.tag)
     r = u._cache[_STRIPPED]
     return u if r is _SAME else cast("UOp", r)
-
-
-# Kept values (uopgrad.saved): forward values a realize computed into buffers of their own because a
-# backward pass will read them. Each kept node strips to its buffer's view until the next in-place write
-# (`overwritten`, or `forget_kept`), which can change what it denotes where it reads a buffer that is
-# written in place (a parameter after its update is the same view every step). Then every kept node, and
-# every node whose stripped form was made while some were kept (it may hold a kept view), strips anew.
-# Weak: a kept node that dies takes its buffer with it.
-_kept: weakref.WeakSet[UOp] = weakref.WeakSet()
-_stripped_while_kept: weakref.WeakSet[UOp] = weakref.WeakSet()
-_kept_lock = threading.Lock()  # (a WeakSet that another thread adds to while one iterates it raises)
-
-
-def keep_values(kept: Sequence[tuple[UOp, UOp]], roots: Sequence[UOp]) -> None:
-    """From now on, until the next in-place write, each node `u` of `kept` runs as a read of its `view`, a
-    buffer of the run's own that holds its value. The nodes under `roots` above a kept one forget their
-    stripped form, which computes the kept value again (the views of a kept activation that the gradient of
-    a matmul reads are stripped anew, over its buffer)."""
-    for u, view in kept:
-        if view.shape != u.shape:
-            raise ValueError(f"a kept view of shape {view.shape} can't hold a value of shape {u.shape}")
-        u._cache[_STRIPPED] = view
-        with _kept_lock:
-            _kept.add(u)
-    if not kept:
-        return
-    above = {u for u, _ in kept}
-    for node in UOp.sink(*roots).toposort(gate=_not_realized, enter_calls=False):
-        if node not in above and any(x in above for x in node.src):
-            above.add(node)
-            node._cache.pop(_STRIPPED, None)
-
-
-def forget_kept() -> None:
-    """Every kept value strips to the graph that computes it again (an in-place write may have changed it)."""
-    if not _kept and not _stripped_while_kept:
-        return
-    with _kept_lock:
-        nodes = [*_kept, *_stripped_while_kept]
-        _kept.clear()
-        _stripped_while_kept.clear()
-    for u in nodes:
-        u._cache.pop(_STRIPPED, None)
 
 
 def _not_realized(u: UOp) -> bool:

@@ -25,7 +25,6 @@ from uopgrad.realized import (
     check_not_overwritten,
     effects_under,
     is_realized_after,
-    keep_values,
     overwritten,
     reads,
     realized,
@@ -33,7 +32,6 @@ from uopgrad.realized import (
     settle,
     strip_realized,
 )
-from uopgrad.saved import saved_values
 from uopgrad.schedule import schedule
 from uopgrad.tensor_args import DTypeLike, TensorLike, concrete, py_scalar, to_dtype
 from uopgrad.tensor_cast import CastMixin
@@ -370,12 +368,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
                    and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
         todo += Tensor._readers_of_overwritten(todo, written)
         devices = {u: str(u.device) for u in todo}
-        saved = Tensor._saved(tensors, todo)
-        stripped = lower_gathers(strip_realized(UOp.sink(*todo, *saved)).src)
+        stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
         effects: dict[str, list[UOp]] = {}
         fresh: set[UOp] = set()         # the uops whose value goes into a buffer of their own
-        kept = Tensor._kept_stores(saved, stripped[len(todo):], effects)
         for u, s in zip(todo, stripped):
             inner = s
             while inner.op is Ops.AFTER:
@@ -405,39 +401,12 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         for u in fresh:
             value = settle(u, ran)
             becomes[u] = realized(becomes[u], value.detach() if u in cut else value)
-        overwritten(written, bool(ran))  # (kept values are forgotten: a custom kernel writes in place too)
-        keep_values(kept, todo)  # (none where the run wrote anything, `_saved`)
+        overwritten(written)
         for t in registry.pending():
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
             elif ran and not _is_realized(t.uop):
                 t.uop = settle(t.uop, ran)
-
-    @staticmethod
-    def _saved(tensors: Sequence[Tensor], todo: list[UOp]) -> list[UOp]:
-        """The forward values a backward pass of these tensors will read (uopgrad.saved), where one may
-        follow: gradients are on and a tensor realized requires grad. They are computed in the same run and
-        kept until the next in-place write (PyTorch's saved tensors): `loss.item()` then `backward()` does not
-        compute the forward again. A run that writes in place keeps nothing: what it kept could already be
-        stale (a node over a parameter's view is the same node after the parameter's update)."""
-        if not grad_enabled() or not any(t.requires_grad is True for t in tensors) or effects_under(todo):
-            return []
-        targets = {t.uop for t in registry.all_tensors() if t.requires_grad is True}
-        outputs = set(todo)
-        return [n for n in saved_values(todo, targets) if n not in outputs]
-
-    @staticmethod
-    def _kept_stores(saved: list[UOp], stripped: Sequence[UOp],
-                     effects: dict[str, list[UOp]]) -> list[tuple[UOp, UOp]]:
-        """Each saved value not in a buffer already, with the view of the buffer it is stored into (the
-        STORE joins its device's `effects`)."""
-        kept: list[tuple[UOp, UOp]] = []
-        for n, s in zip(saved, stripped):
-            if _plain_buffer(s) is None:
-                store, view = _output_buffer(s, str(n.device))
-                effects.setdefault(str(n.device), []).append(store)
-                kept.append((n, view))
-        return kept
 
     @staticmethod
     def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
