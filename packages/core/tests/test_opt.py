@@ -241,3 +241,58 @@ def test_the_c_of_a_vector_kernel_has_its_typedefs_and_element_aligned_accesses(
     src = GCCVectorRenderer().render(program(ones(32, 32) @ ones(32, 32)))
     assert "typedef float __uopgrad_float_16 __attribute__((vector_size(64)));" in src
     assert "aligned(4)" in src and "(const __uopgrad_float_16u*)" in src
+
+
+def packed(out: Tensor, width: int = 32, scratch: int = 64 * 1024) -> Program:
+    return lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS, None, width, None, scratch)
+
+
+def test_a_matmul_packs_the_right_operands_panel_once_per_column_tile():
+    # 512-float rows: the panel is a column of cache lines 2 KB apart, which a scratch array makes contiguous
+    prg = packed(ones(64, 512) @ ones(512, 512))
+    local = [u for u in prg.uops if u.op is Ops.DEFINE_LOCAL]
+    assert len(local) == 1 and local[0].dtype.size == 512 * 16  # 512 reduce steps of one 16-float line
+    loops = [u for u in prg.uops if u.op is Ops.RANGE]
+    # columns, then (inside them, one after the other) the copy over the reduce steps and the row tiles
+    assert [u.src[0].arg for u in loops] == [512 // 16, 512, 64 // NARROW_ROWS, 512]
+    copy, rows = loops[1], loops[2]
+    between = prg.uops[prg.uops.index(copy):prg.uops.index(rows)]
+    stores = [u for u in between if u.op is Ops.STORE]
+    assert len(stores) == columns(32) and all(s.src[0].src[0] is local[0] for s in stores)
+    # the row tiles read the panel only from the scratch array; the left operand still from its buffer
+    inner = prg.uops[prg.uops.index(loops[3]):]
+    vec_loads = [u for u in inner if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(vec_loads) == columns(32)
+    assert all(ld.src[0].src[0].op is Ops.AFTER and ld.src[0].src[0].src[0] is local[0] for ld in vec_loads)
+
+
+@pytest.mark.parametrize("case", ["no scratch", "too few row tiles", "panel too large", "rows outside",
+                                  "operand within L2"])
+def test_the_panel_is_packed_only_where_it_pays_and_fits(case: str):
+    from uopgrad.codegen.opt import PACK_MIN_ROWS, PACK_MIN_SPAN, Choice
+    m = NARROW_ROWS * (PACK_MIN_ROWS - 1) if case == "too few row tiles" else 64
+    k = {"panel too large": 2048, "operand within L2": 256}.get(case, 512)  # 2048 steps x 64 bytes: 128 KB
+    n = 256 if case == "operand within L2" else 512  # a panel over 256 rows of 1 KB (x @ W of a step)
+    assert (k * n * 4 >= PACK_MIN_SPAN) == (case != "operand within L2")
+    choice = Choice(rows=NARROW_ROWS, cols=columns(32), swap=False) if case == "rows outside" else None
+    sink = schedule((ones(m, k) @ ones(k, n)).uop.sink()).kernels[-1]
+    prg = lower(sink, REFERENCE_OPS, None, 32, choice, 0 if case == "no scratch" else 64 * 1024)
+    assert not any(u.op is Ops.DEFINE_LOCAL for u in prg.uops)
+    assert any(u.op is Ops.DEFINE_REG and u.dtype.count > 1 for u in prg.uops)  # still a register tile
+
+
+
+def test_a_transposed_right_operand_is_gathered_into_the_panel_once_and_the_tile_reads_vectors():
+    # g @ W.T: both operands stride-1 along the reduce. Without scratch, a dot tile (the reduce reordered);
+    # with it, W's rows gathered column by column into the panel's copy, then the upcast tile of x @ W
+    w = ones(256, 256)
+    plain = program(ones(64, 256) @ w.T, 32)
+    assert sum(u.op is Ops.GEP for u in plain.uops) > 0  # lane trees: the dot tile
+    prg = packed(ones(64, 256) @ w.T)
+    assert not any(u.op is Ops.GEP for u in prg.uops)  # each output's reduce in its own order
+    loops = [u for u in prg.uops if u.op is Ops.RANGE]
+    copy, rows = loops[1], loops[2]
+    between = prg.uops[prg.uops.index(copy):prg.uops.index(rows)]
+    assert any(u.op is Ops.STACK and u.src[0].op is Ops.LOAD for u in between)  # the gather, in the copy
+    after = prg.uops[prg.uops.index(rows):]
+    assert not any(u.op is Ops.STACK and len({id(s) for s in u.src}) > 1 for u in after)  # none in the tile

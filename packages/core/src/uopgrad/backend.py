@@ -407,7 +407,8 @@ class CompiledBackend(Backend):
             else:
                 todo.setdefault(call.src[0], call)
         ops, grid = self.renderer.supports, self.renderer.grid
-        programs = [lower(call, ops, grid, width, best_choice(self, call, width, lower))
+        scratch = self.renderer.scratch
+        programs = [lower(call, ops, grid, width, best_choice(self, call, width, lower), scratch)
                     for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):

@@ -52,6 +52,7 @@ class LowerContext:
     local_size: tuple[int, int, int] | None = None
     vector_width: int = 0                        # bytes of a vector register; 0: the opt pass is off
     choice: Choice | None = None                 # the opt pass's register tiles (None: its heuristic)
+    scratch: int = 0                             # bytes of thread-private memory a loop nest may declare
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,7 +120,7 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
-    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops, ctx.choice),  # vectors, tiles
+    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops, ctx.choice, ctx.scratch),
          applies=lambda ctx: ctx.grid is None and ctx.vector_width > 0),
     Pass("group", _group,  # a big reduce split over a workgroup's threads (grid backends with local memory)
          applies=lambda ctx: ctx.grid is not None and bool(getattr(ctx.grid, "local_memory", 0))),
@@ -131,27 +132,28 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
 )
 
 # bounded: a long run over ever new shapes must not keep every program it lowered
-_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None, int, Choice | None], Program] = LRU(4096)
+_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None, int, Choice | None, int], Program] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 
 def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
-          choice: Choice | None = None) -> Program:
+          choice: Choice | None = None, scratch: int = 0) -> Program:
     """The linear program of `kernel` (a kernel CALL, or its SINK body) for a backend that renders `ops`;
     `grid` is given for grid-style backends, `vector_width` (bytes) where the backend renders vector types
     (the opt pass runs where it is non-zero and OPT is not 0). Programs are cached by kernel structure, op
-    set, grid and vector width. `choice` is the opt pass's tile shape (BEAM's pick; None: the heuristic)."""
+    set, grid and vector width. `choice` is the opt pass's tile shape (BEAM's pick; None: the heuristic);
+    `scratch` the bytes of thread-private memory a loop nest may declare (the renderer's `scratch`)."""
     vector_width = vector_width if OPT else 0
     body = kernel.src[0] if kernel.op is Ops.CALL else kernel
     nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
-    key = (body.key, nargs, ops, grid, vector_width, choice)
+    key = (body.key, nargs, ops, grid, vector_width, choice, scratch)
     if (prg := _cache.get(key)) is not None:
         _stats["hits"] += 1
         return prg
     _stats["misses"] += 1
     if VERIFY:
         verify(kernel)
-    ctx = LowerContext(ops, grid, vector_width=vector_width, choice=choice)
+    ctx = LowerContext(ops, grid, vector_width=vector_width, choice=choice, scratch=scratch)
     linear = run_passes(body, CODEGEN_PASSES, ctx)
     assert isinstance(linear, tuple)  # the last pass linearizes
     uops = _with_all_params(linear, body, nargs)

@@ -43,9 +43,10 @@ BEAM = ContextVar("BEAM", 0)
 
 
 def _digest(be: CompiledBackend, body: UOp, nargs: int, width: int) -> str:
-    ident = (nargs, sorted(op.name for op in be.renderer.supports), width, type(be.renderer).__name__,
+    ident = (nargs, sorted(op.name for op in be.renderer.supports), width, be.renderer.scratch,
+             type(be.renderer).__name__,
              getattr(be.compiler, "cache_key", type(be.compiler).__name__))
-    return hashlib.sha256(b"beam-1|" + body.key + repr(ident).encode()).hexdigest()
+    return hashlib.sha256(b"beam-2|" + body.key + repr(ident).encode()).hexdigest()
 
 
 def best_choice(be: CompiledBackend, call: UOp, width: int, lower: Lower) -> Choice | None:
@@ -60,7 +61,7 @@ def best_choice(be: CompiledBackend, call: UOp, width: int, lower: Lower) -> Cho
         return Choice(**json.loads(hit))
     found: dict[str, tuple[Choice, Program]] = {}
     for c in choices(width):
-        prg = lower(call, be.renderer.supports, None, width, c)
+        prg = lower(call, be.renderer.supports, None, width, c, be.renderer.scratch)
         if prg.vars:
             return None
         found.setdefault(be.renderer.render(prg), (c, prg))

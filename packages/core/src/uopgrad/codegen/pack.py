@@ -9,7 +9,7 @@ comparison is a lane mask, WHERE and MAX are bitwise selects by such a mask; spe
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import GroupOp, Ops
@@ -17,8 +17,8 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "lane_tree", "lanes_for",
-           "lanewise_ops", "split"]
+__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "gather_free", "lane_tree", "lanes_for",
+           "lanewise_ops", "split", "stride"]
 
 # element types the packer forms vectors of (float16 and bfloat16 stay scalar: no plain C vector op)
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
@@ -122,8 +122,14 @@ class Packer:
     def clean(self, v: UOp) -> bool:
         """Whether `v` has no gathers: every STACK under it is a broadcast of one value or the lanes of an op
         computed lane by lane (`_lanewise`)."""
-        return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) or _lanewise_stack(u)
-                   for u in v.toposort())
+        return gather_free(v.toposort())
+
+
+def gather_free(nodes: Iterable[UOp]) -> bool:
+    """Whether no node is a gather: every STACK is a broadcast of one value or the lanes of an op computed
+    lane by lane (`_lanewise`)."""
+    return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) or _lanewise_stack(u)
+               for u in nodes)
 
 
 def _linear(e: UOp) -> tuple[dict[UOp, int], int]:
@@ -142,6 +148,13 @@ def _linear(e: UOp) -> tuple[dict[UOp, int], int]:
         t, k0 = _linear(other)
         return {k: v * int(c.arg) for k, v in t.items()}, k0 * int(c.arg)
     return {e: 1}, 0
+
+
+def stride(e: UOp, r: UOp) -> int | None:
+    """The elements index expression `e` moves per step of range `r` (None where `r` is not a plain term of
+    it, e.g. under a division)."""
+    terms, _ = _linear(e)
+    return terms.get(r, 0) if not any(r in t.toposort() for t in terms if t is not r) else None
 
 
 def consecutive(idx: Sequence[UOp]) -> bool:

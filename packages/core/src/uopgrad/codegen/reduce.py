@@ -55,8 +55,13 @@ def exact_max(red: UOp, fast: UOp, only: UOp | None = None) -> UOp:
 def renumber(sink: UOp) -> UOp:
     """Number the kernel's ranges 0, 1, ... in their current order (the linearizer nests by number)."""
     rs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda u: u.arg[0])
-    sub = {u: u.replace(arg=(i, u.arg[1])) for i, u in enumerate(rs)}
-    return sink.substitute({k: v for k, v in sub.items() if k.arg != v.arg}, walk=True)
+    if all(u.arg[0] == i for i, u in enumerate(rs)):
+        return sink
+    # through negative numbers first, which no range has: a range renamed to the number another still has
+    # (with the same size and kind) would be that range, and the rewrite would merge the two loops
+    sink = sink.substitute({u: u.replace(arg=(-1 - i, u.arg[1])) for i, u in enumerate(rs)}, walk=True)
+    rs = sorted({u for u in sink.toposort() if u.op is Ops.RANGE}, key=lambda u: -u.arg[0])
+    return sink.substitute({u: u.replace(arg=(-1 - u.arg[0], u.arg[1])) for u in rs}, walk=True)
 
 
 def reduce_context() -> itertools.count[int]:

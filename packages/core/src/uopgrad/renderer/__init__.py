@@ -29,6 +29,9 @@ class Renderer:
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {}
     # bytes of a vector register the source may use (AVX-512: 64, AVX2: 32, NEON: 16); 0: scalar only
     vector_width: int = 0
+    # bytes of thread-private memory (DEFINE_LOCAL) a loop nest may declare, where the opt pass packs a
+    # matmul's right operand (loop-style renderers); 0: none
+    scratch: int = 0
 
     @property
     def supports(self) -> frozenset[Ops]:

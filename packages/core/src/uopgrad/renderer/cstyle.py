@@ -201,6 +201,7 @@ class _State:
     lines: list[str] = field(default_factory=list)
     depth: int = 1
     counters: Counter[str] = field(default_factory=Counter)
+    locals: list[str] = field(default_factory=list)  # the DEFINE_LOCALs declared so far
 
     def fresh(self, prefix: str) -> str:
         n = self.counters[prefix]
@@ -450,7 +451,8 @@ class CStyleRenderer(Renderer):
     def _signature(self, program: Program, uops: tuple[UOp, ...], st: _State) -> list[str]:
         """Buffers in `program.globals` order, then scalars in `program.vars` order (as they are passed)."""
         params = {u.arg: u for u in uops if u.op is Ops.PARAM}
-        written = {_buffer(s.src[0]).arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX}
+        written = {b.arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX and
+                   (b := _buffer(s.src[0])).op is Ops.PARAM}
         out = []
         for slot in program.globals:
             if slot in params:
@@ -503,7 +505,8 @@ class CStyleRenderer(Renderer):
         st.names[u] = name
         pragma = self.parallel_pragma
         if pragma is not None and st.depth == 1 and _parallel_ok(u, st.uops, self.parallel_min_work):
-            st.emit(pragma)
+            # a loop-style kernel's local memory is its thread's scratch: each thread gets its own copy
+            st.emit(f"{pragma} private({', '.join(st.locals)})" if st.locals else pragma)
         t = self.ctype(u.dtype)
         st.emit(f"for ({t} {name} = 0; {name} < {st.names[u.src[0]]}; {name}++) {{")
         st.depth += 1
@@ -530,6 +533,7 @@ class CStyleRenderer(Renderer):
         if not isinstance(size, int) or size < 1:
             raise RenderError(f"DEFINE_LOCAL needs a pointer dtype with a size: {u.short()}")
         st.emit(self.render_local(name, u.dtype.base, size))
+        st.locals.append(name)
 
     def _barrier(self, st: _State, u: UOp) -> None:
         st.emit(self.render_barrier())
@@ -581,7 +585,8 @@ def _bound(r: UOp) -> int:
 def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
     """Whether the iterations of `loop`, an outermost RANGE, may run on several threads: it is an output
     loop, every register it updates lives inside it, every buffer store's index depends on it (so two
-    iterations never write one element), and the nest does at least `min_work` element iterations."""
+    iterations never write one element; a store into local memory, which each thread has its own copy of,
+    need not), and the nest does at least `min_work` element iterations."""
     if not (isinstance(loop.arg, tuple) and loop.arg[-1] == "loop"):
         return False
     start = uops.index(loop)
@@ -596,7 +601,8 @@ def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
             work *= _bound(u)
         elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_REG and u.src[0] not in inside:
             return False
-        elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and loop not in u.src[0].src[1].toposort():
+        elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _buffer(u.src[0]).op is not Ops.DEFINE_LOCAL \
+                and loop not in u.src[0].src[1].toposort():
             return False
         lanes = max(lanes, u.dtype.count)
     return work * lanes >= min_work
