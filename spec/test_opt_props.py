@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from uopgrad import Tensor, dtypes
+from uopgrad import Ops, Tensor, dtypes
 from uopgrad.backend import Device
 from uopgrad.config import Context
 
@@ -30,7 +30,8 @@ DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64])
 # of masked and MAXed values, and MAX reduces over matmuls
 PROGRAMS = ["matmul", "matmul_t", "sum0", "sum1", "max0", "max1", "prod1", "chain_sum0", "chain_sum1",
             "relu_mm", "relu_mm_t", "where_mm", "maxe_mm", "neg_cast_mm", "relu_sum0", "relu_sum1",
-            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1", "lanewise_mm", "lanewise_sum0", "lanewise_sum1"]
+            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1", "lanewise_mm", "lanewise_sum0", "lanewise_sum1",
+            "wide_mm"]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
 SELECTS = {"max0", "max1"}
@@ -64,10 +65,17 @@ def _ties_and_nans(rng: np.random.Generator, x: np.ndarray) -> None:
         bits[i, j], bits[i, k] = quiet | 1, quiet | 2 | sign
 
 
+# a matmul whose right operand's panel is packed into scratch (spec/opt.md §1, Pack): the inputs repeated to
+# (rows, 256) @ (256, 512), a panel over 256 rows of 2 KB
+WIDE = (256, 512)
+
+
 def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if name == "wide_mm":
+        x, y = np.resize(x, (max(x.shape[0], 16), WIDE[0])), np.resize(y, WIDE)
     a, b = Tensor(x, device="CPU"), Tensor(y, device="CPU")
     mm = a @ b
-    if name == "matmul":
+    if name in ("matmul", "wide_mm"):
         out = mm
     elif name in ("matmul_t", "relu_mm_t"):
         out = a @ b.T.contiguous().T
@@ -157,15 +165,22 @@ def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def test_opt_runs_on_the_programs_of_the_property() -> None:
     """The property can fail: with the pass on, a matmul and a row sum are vector kernels, and so are they
-    with an op that has no vector form (computed lane by lane)."""
+    with an op that has no vector form (computed lane by lane); the wide matmul packs its panel."""
     from uopgrad.pipeline import lower
     from uopgrad.schedule import schedule
     a = Tensor(np.ones((32, 32), np.float32), device="CPU").realize()
-    for out in (a @ a, a.sum(1), (a @ a).sqrt(), (a * 0.01).exp().sum(1)):
+    ones = Tensor(np.ones(WIDE, np.float32), device="CPU")
+    wide = ones[:16, :WIDE[0]] @ ones
+    # (program, whether its panel goes through scratch: the wide matmul's, and a transposed operand's gather)
+    cases = [(a @ a, False), (a.sum(1), False), ((a @ a).sqrt(), False), ((a * 0.01).exp().sum(1), False),
+             (wide, True), (a @ a.T.contiguous().T, True)]
+    be = Device["CPU"]
+    for out, packs in cases:
         kernel = schedule(out.uop.sink()).kernels[-1]
-        be = Device["CPU"]
-        prg = lower(kernel, be.renderer.supports, None, be.capabilities.vector_width)
+        width, scratch = be.capabilities.vector_width, be.renderer.scratch
+        prg = lower(kernel, be.renderer.supports, None, width, None, scratch)
         assert any(u.dtype.count > 1 for u in prg.uops)
+        assert any(u.op is Ops.DEFINE_LOCAL for u in prg.uops) == packs
         with Context(OPT=0):
             prg0 = lower(kernel, be.renderer.supports, None, be.capabilities.vector_width)
         assert all(u.dtype.count == 1 for u in prg0.uops)
