@@ -3,8 +3,9 @@
 Both libraries build the identical workloads from the same recipe and rewrite them with the same small rule
 table (x+0 -> x, x*1 -> x, folding of constant ADD/MUL). Timings are the best of N, in CPU time of this
 process (time.process_time: on a shared, loaded machine wall time mostly measures the other jobs), with the
-garbage collector off during each timed call (as `timeit` does). Both libraries run in the same process,
-one after the other per workload, so the ratio compares like with like. Nothing is asserted about speed.
+garbage collector off during each timed call (as `timeit` does). Both libraries run in the same process on
+graphs built side by side, their calls alternating round by round, so the ratio compares like with like
+(neither gets the memory the other's first call faulted in). Nothing is asserted about speed.
 
     PYTHONPATH=packages/core/src python bench/rewrite.py [--repeat 5] [--terms 16000] [--chain 100000]
 """
@@ -14,6 +15,7 @@ import argparse
 import gc
 import importlib.metadata
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -109,32 +111,45 @@ def signature(u: Any) -> list[tuple[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------- timing
 
-def best_of(repeat: int, fn: Callable[[], Any]) -> float:
-    """Best wall time of `repeat` calls, in milliseconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.process_time()
-            fn()
-            best = min(best, time.process_time() - start)
-        finally:
-            gc.enable()
-    return best * 1e3
+def timed_once(fn: Callable[[], Any]) -> float:
+    """CPU time of one call, in milliseconds, with the collector run before and off during it."""
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.process_time()
+        fn()
+        return (time.process_time() - start) * 1e3
+    finally:
+        gc.enable()
 
 
-def measure(lib: Lib, build: Callable[[Lib], Any], repeat: int) -> tuple[dict[str, float], int, list[Any]]:
-    """Timings per task, the node count, and the signatures of the graph and its rewrite."""
-    root = build(lib)
+def tasks(lib: Lib, root: Any) -> dict[str, Callable[[], Any]]:
+    """The timed calls on one library's graph."""
     pm, rw = lib.pm, lib.graph_rewrite
-    times = {
-        "toposort": best_of(repeat, lambda: root.toposort()),
-        "rewrite top-down": best_of(repeat, lambda: rw(root, pm)),
-        "rewrite bottom-up": best_of(repeat, lambda: rw(root, pm, bottom_up=True)),
+    return {
+        "toposort": lambda: root.toposort(),
+        "rewrite top-down": lambda: rw(root, pm),
+        "rewrite bottom-up": lambda: rw(root, pm, bottom_up=True),
     }
-    sigs = [signature(root), signature(rw(root, pm)), signature(rw(root, pm, bottom_up=True))]
-    return times, len(root.toposort()), sigs
+
+
+def measure(libs: list[Lib], build: Callable[[Lib], Any],
+            repeat: int) -> tuple[list[dict[str, float]], int, bool]:
+    """Best time per task and library, uopgrad's node count, and whether the graphs and rewrites agree.
+
+    Both graphs are built first and the libraries' calls alternate, round by round: the first call in a
+    process pays for fresh memory (page faults), so timing one library's rounds before the other's would
+    hand the second one warm memory."""
+    roots = [build(lib) for lib in libs]
+    calls = [tasks(lib, root) for lib, root in zip(libs, roots)]
+    best = [dict.fromkeys(calls[0], float("inf")) for _ in libs]
+    for task in calls[0]:
+        for _ in range(repeat):
+            for times, fns in zip(best, calls):
+                times[task] = min(times[task], timed_once(fns[task]))
+    sigs = [[signature(root), signature(lib.graph_rewrite(root, lib.pm)),
+             signature(lib.graph_rewrite(root, lib.pm, bottom_up=True))] for lib, root in zip(libs, roots)]
+    return best, len(roots[0].toposort()), all(s == sigs[0] for s in sigs)
 
 
 def main() -> None:
@@ -142,36 +157,40 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="best of this many runs (default 5)")
     ap.add_argument("--terms", type=int, default=16_000, help="terms of the index sum (default 16000)")
     ap.add_argument("--chain", type=int, default=100_000, help="length of the chain (default 100000)")
+    # a child process times one workload
+    ap.add_argument("--workload", choices=["index", "chain"], help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     tiny = load_tinygrad()
+    if args.workload is not None:
+        build: Callable[[Lib], Any] = ((lambda lib: index_sum(lib, args.terms)) if args.workload == "index"
+                                       else (lambda lib: chain(lib, args.chain)))
+        wname = f"index sum ({args.terms} terms)" if args.workload == "index" else f"chain ({args.chain} ops)"
+        libs = [ours] if isinstance(tiny, str) else [ours, tiny]
+        times, ours_n, same = measure(libs, build, args.repeat)
+        for task, t in times[0].items():
+            other = "-" if len(times) == 1 else f"{times[1][task]:14.1f}"
+            ratio = "-" if len(times) == 1 else f"{t / times[1][task]:6.2f}"
+            print(f"{wname:<28} {task:<18} {ours_n:>8} {t:10.1f} {other:>14} {ratio:>6}")
+        if len(libs) > 1:
+            print(f"{'':<28} identical graphs and rewrites in both libraries: {'yes' if same else 'NO'}")
+        return
+
     print(f"python {platform.python_version()} on {platform.machine()}, uopgrad from {uopgrad.__file__}")
     if isinstance(tiny, str):
         print(f"NOTE: {tiny}; timing uopgrad only")
     else:
         print(f"side by side with {tiny.name}")
-    print(f"best of {args.repeat}, times in ms\n")
-
-    workloads: dict[str, Callable[[Lib], Any]] = {
-        f"index sum ({args.terms} terms)": lambda lib: index_sum(lib, args.terms),
-        f"chain ({args.chain} ops)": lambda lib: chain(lib, args.chain),
-    }
+    print(f"best of {args.repeat}, times in ms; each workload in a fresh process\n")
     header = (f"{'workload':<28} {'task':<18} {'nodes':>8} {'ours (ms)':>10} {'tinygrad (ms)':>14} "
               f"{'ratio':>6}")
     print(header)
-    print("-" * len(header))
-    for wname, build in workloads.items():
-        ours_t, ours_n, ours_sig = measure(ours, build, args.repeat)
-        tiny_t, same = None, None
-        if not isinstance(tiny, str):
-            tiny_t, _, tiny_sig = measure(tiny, build, args.repeat)
-            same = ours_sig == tiny_sig
-        for task, t in ours_t.items():
-            other = "-" if tiny_t is None else f"{tiny_t[task]:14.1f}"
-            ratio = "-" if tiny_t is None else f"{t / tiny_t[task]:6.2f}"
-            print(f"{wname:<28} {task:<18} {ours_n:>8} {t:10.1f} {other:>14} {ratio:>6}")
-        if same is not None:
-            print(f"{'':<28} identical graphs and rewrites in both libraries: {'yes' if same else 'NO'}")
+    print("-" * len(header), flush=True)
+    # a fresh process per workload: the garbage one workload leaves would set the memory layout of the next
+    # one's graphs, and a walk over 100k nodes is bound by where they lie
+    for workload in ("index", "chain"):
+        subprocess.run([sys.executable, __file__, "--workload", workload, "--repeat", str(args.repeat),
+                        "--terms", str(args.terms), "--chain", str(args.chain)], check=True)
     print("\nratio = ours / tinygrad (below 1: uopgrad is faster). nodes = uopgrad's toposort of the input.")
 
 

@@ -250,7 +250,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
                     break
                 push(node)
                 push(done)
-                extend(src[:0:-1])  # the sources after the first, the last one lowest
+                if len(src) == 2:  # most nodes: one push beats slicing a tuple
+                    push(src[1])
+                else:
+                    extend(src[:0:-1])  # the sources after the first, the last one lowest
                 node = src[0]
         return visited
 
