@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -304,6 +305,9 @@ class Tinygrad(Runner):
         super().__init__(data, repeat)
         from tinygrad import Device, Tensor
         self.T, self.device = Tensor, Device
+        if Device.DEFAULT == "CPU" and shutil.which("clang") is None:
+            raise FileNotFoundError("tinygrad's CPU device compiles with clang: put one on PATH "
+                                    "(Debian: apt-get install clang)")
         (Tensor([1.0]) * 2).realize()  # fails here, with the reason, when tinygrad can't compile
 
     def tensor(self, a: np.ndarray, grad: bool = False) -> Any:
