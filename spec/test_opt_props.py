@@ -66,13 +66,15 @@ def _ties_and_nans(rng: np.random.Generator, x: np.ndarray) -> None:
 
 
 # a matmul whose right operand's panel is packed into scratch (spec/opt.md §1, Pack): the inputs repeated to
-# (rows, 256) @ (256, 512), a panel over 256 rows of 2 KB
+# (rows, 256) @ (256, 512), a panel over 256 rows of 2 KB; at least WIDE_ROWS rows, so that the row loop runs
+# PACK_MIN_ROWS times with the widest tile (8 rows, AVX-512)
 WIDE = (256, 512)
+WIDE_ROWS = 64
 
 
 def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if name == "wide_mm":
-        x, y = np.resize(x, (max(x.shape[0], 16), WIDE[0])), np.resize(y, WIDE)
+        x, y = np.resize(x, (max(x.shape[0], WIDE_ROWS), WIDE[0])), np.resize(y, WIDE)
     a, b = Tensor(x, device="CPU"), Tensor(y, device="CPU")
     mm = a @ b
     if name in ("matmul", "wide_mm"):
@@ -170,7 +172,7 @@ def test_opt_runs_on_the_programs_of_the_property() -> None:
     from uopgrad.schedule import schedule
     a = Tensor(np.ones((32, 32), np.float32), device="CPU").realize()
     ones = Tensor(np.ones(WIDE, np.float32), device="CPU")
-    wide = ones[:16, :WIDE[0]] @ ones
+    wide = ones[:WIDE_ROWS, :WIDE[0]] @ ones
     # (program, whether its panel goes through scratch: the wide matmul's, and a transposed operand's gather)
     cases = [(a @ a, False), (a.sum(1), False), ((a @ a).sqrt(), False), ((a * 0.01).exp().sum(1), False),
              (wide, True), (a @ a.T.contiguous().T, True)]
