@@ -1,8 +1,9 @@
 """Facts derived from a UOp (layer 5): shape, device, sharding axis, structural key and value range, each
 as one rule per op in a table.
 
-A rule computes one node's fact from its own fields and its sources' facts, which are already in their
-`_cache` (UOp._fact fills a whole graph in one iterative post-order pass). `SHAPE_RULES` and
+A rule computes one node's fact from its own fields and its sources' facts, which are already cached on
+them (`_shape_fact`, or `_cache` for the others: UOp._fact fills a whole graph in one iterative post-order
+pass). `SHAPE_RULES` and
 `MOVEMENT_SHAPE_RULES` give every op its shape rule; `VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops
 whose vmin/vmax are tighter than their dtype's bounds (`DTYPE_RANGE_OPS` are the rest, by name). A failed
 shape rule raises ShapeError (MovementError for a bad movement argument), which the cache keeps and raises
@@ -64,7 +65,7 @@ def _is(a: sint, b: sint) -> bool:
 
 
 def _shape_of(u: UOp) -> Shape | None:
-    s = u._cache["shape"]
+    s = u._shape_fact
     if isinstance(s, Err):
         raise s.exc
     return cast("Shape | None", s)

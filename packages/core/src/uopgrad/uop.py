@@ -88,6 +88,7 @@ class UOpMetaClass(type):
         _set_src(created, src)
         _set_arg(created, arg)
         _set_tag(created, tag)
+        _set_shape_fact(created, _NO_FACT)
         _set_cache(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
@@ -148,13 +149,17 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     """An immutable IR node. `==` is identity; equal fields give the same object (see `UOpMetaClass`).
     `arg` is the one field typed `Any`: a CONST value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_cache", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_cache", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
-    _cache: dict[str, Any]  # derived facts (shape, device, key, ...), filled in by `_fact`
+    # Derived facts, computed on demand and kept. The shape is asked of nearly every node (building a node
+    # compares its operands' shapes), so it has a slot of its own; the others (device, key, ...) live in the
+    # `_cache` dict. The shape in that dict gave every node a keys table too: ~120 of a node's ~550 bytes.
+    _shape_fact: Any  # tuple | None | Err, or _NO_FACT until inferred
+    _cache: dict[str, Any]
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:
@@ -164,6 +169,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         object.__setattr__(self, "src", src)
         object.__setattr__(self, "arg", arg)
         object.__setattr__(self, "tag", tag)
+        object.__setattr__(self, "_shape_fact", _NO_FACT)
         object.__setattr__(self, "_cache", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -336,12 +342,31 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise ret.exc
         return ret  # type: ignore[return-value]  # not an Err: a T (mypy does not narrow a TypeVar union)
 
+    def _infer_shapes(self) -> tuple[sint, ...] | None | Err:
+        """`_fact` for the shape slot: the shape of this node and of every node under it lacking one."""
+        nodes: Iterable[UOp] = (self,)
+        for s in self.src:
+            if s._shape_fact is _NO_FACT:
+                fresh = [x for x in dict.fromkeys(self.src) if x._shape_fact is _NO_FACT]
+                if all(y._shape_fact is not _NO_FACT for x in fresh for y in x.src):
+                    nodes = (*fresh, self)
+                else:
+                    nodes = self.toposort(gate=lambda x: x._shape_fact is _NO_FACT)
+                break
+        for u in nodes:
+            try:
+                _set_shape_fact(u, infer_shape(u))
+            except ShapeError as e:
+                _set_shape_fact(u, Err(e))
+        ret: tuple[sint, ...] | None | Err = self._shape_fact
+        return ret
+
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
-        ret: tuple[sint, ...] | None | Err = self._cache.get("shape", _NO_FACT)  # the cached fact, one call
+        ret: tuple[sint, ...] | None | Err = self._shape_fact  # the cached fact, one slot read
         if ret is _NO_FACT:
-            ret = self._fact("shape", infer_shape)
+            ret = self._infer_shapes()
         if type(ret) is Err:
             raise ret.exc
         return ret  # type: ignore[return-value]  # not an Err (mypy does not narrow on type() is)
@@ -349,7 +374,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @property
     def shape(self) -> tuple[sint, ...]:
         """The shape; ShapeError (a RuntimeError) if this node has none."""
-        if type(s := self._cache.get("shape")) is tuple:  # known (the common case): one lookup
+        if type(s := self._shape_fact) is tuple:  # known (the common case): one slot read
             return s
         if (s := self._shape) is None:
             raise ShapeError(f"{self.op} has no shape: {self.short()}")
@@ -773,8 +798,8 @@ def _dot_escape(text: str) -> str:
 
 # the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
 _new_node: Callable[[type], Any] = object.__new__
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_cache = (
-    cast(Any, UOp.__dict__[f]).__set__ for f in ("op", "dtype", "src", "arg", "tag", "_cache"))
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_cache = (
+    cast(Any, UOp.__dict__[f]).__set__ for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_cache"))
 
 _simplifier: Callable[[UOp], UOp] | None = None
 
