@@ -296,3 +296,22 @@ def test_a_transposed_right_operand_is_gathered_into_the_panel_once_and_the_tile
     assert any(u.op is Ops.STACK and u.src[0].op is Ops.LOAD for u in between)  # the gather, in the copy
     after = prg.uops[prg.uops.index(rows):]
     assert not any(u.op is Ops.STACK and len({id(s) for s in u.src}) > 1 for u in after)  # none in the tile
+
+
+@pytest.mark.parametrize("width", [32, 64])
+@pytest.mark.parametrize("rows", [8, 64])
+def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_reduce_order(width: int,
+                                                                                          rows: int):
+    # x @ W.T goes through the gathered panel (each output's reduce in order) or the dot tile (reordered);
+    # which one is the heuristic's decision: with 8 rows its row loop is too short to pack, with 64 it packs.
+    # A tile of fewer rows would pack the 8-row product: BEAM picked such a kernel and changed its bits
+    from uopgrad.codegen.opt import choices
+    sink = schedule((ones(rows, 256) @ ones(256, 256).T).uop.sink()).kernels[-1]
+
+    def reordered(choice: object) -> bool:
+        prg = lower(sink, REFERENCE_OPS, None, width, choice, 64 * 1024)  # type: ignore[arg-type]
+        return any(u.op is Ops.GEP for u in prg.uops)  # the lane trees of unrolled reduces
+
+    heuristic = reordered(None)
+    assert heuristic == (rows == 8)
+    assert all(reordered(c) == heuristic for c in choices(width))

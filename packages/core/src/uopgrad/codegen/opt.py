@@ -301,9 +301,15 @@ def _transform_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice:
                    (new := _unroll(red, width, ops)) is not None}
     if sub:
         # a dot-product matmul (both operands stride-1 along the reduce) with scratch: its right operand's
-        # panel gathered into scratch once per column tile, then the upcast tile of the plain matmul
-        out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True) if scratch > 0 else None
+        # panel gathered into scratch once per column tile, then the upcast tile of the plain matmul. Whether
+        # it takes that path (each output's reduce in its own order) or the dot tile below (the reduce
+        # reordered) is the heuristic's tile's decision, so that no tile BEAM tries changes a value
+        base = heuristic(width)
+        out = _upcast_nest(ranges, store, width, ops, base, scratch, nest, True) if scratch > 0 else None
         if out is not None:
+            if choice != base:  # the searched tile, where it makes the same path (a gather-free tile)
+                tried = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True)
+                out = out if tried is None else tried
             return out
         # else a tile of outputs: each row's and each column's vector loads shared by the other's accumulators
         ranges, stores = _tile(ranges, (store.substitute(sub),), -1, choice.dot_cols)
