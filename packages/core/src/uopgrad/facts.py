@@ -2,9 +2,9 @@
 as one rule per op in a table.
 
 A rule computes one node's fact from its own fields and its sources' facts, which are already cached on
-them (`_shape_fact`, or `_cache` for the others: UOp._fact fills a whole graph in one iterative post-order
-pass). `SHAPE_RULES` and
-`MOVEMENT_SHAPE_RULES` give every op its shape rule; `VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops
+them (`_shape_fact`, `_device_fact`, or `_cache` for the others: UOp._fact fills a whole graph in one
+iterative post-order pass). `SHAPE_RULES` and `MOVEMENT_SHAPE_RULES` give every op its shape rule;
+`VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops
 whose vmin/vmax are tighter than their dtype's bounds (`DTYPE_RANGE_OPS` are the rest, by name). A failed
 shape rule raises ShapeError (MovementError for a bad movement argument), which the cache keeps and raises
 again only where the shape is needed. The rules read nodes and never build them, so this module sits
@@ -290,11 +290,11 @@ def infer_device(u: UOp) -> str | tuple[str, ...] | None:
     if u.op is Ops.DEVICE:
         return cast("str | tuple[str, ...]", u.arg)
     if u.op in (Ops.COPY, Ops.BUFFER, Ops.ALLREDUCE):
-        return cast("str | tuple[str, ...] | None", u.src[1]._cache["device"])
+        return cast("str | tuple[str, ...] | None", u.src[1]._device_fact)
     if u.op is Ops.AFTER:
-        return cast("str | tuple[str, ...] | None", u.src[0]._cache["device"])
+        return cast("str | tuple[str, ...] | None", u.src[0]._device_fact)
     for s in u.src:
-        if (d := s._cache["device"]) is not None:
+        if (d := s._device_fact) is not None:
             return cast("str | tuple[str, ...]", d)
     return None
 

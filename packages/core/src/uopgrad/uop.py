@@ -88,7 +88,7 @@ class UOpMetaClass(type):
         _set_src(created, src)
         _set_arg(created, arg)
         _set_tag(created, tag)
-        _set_shape_fact(created, _NO_FACT)
+        _set_shape_fact(created, _NO_FACT)  # (the device slot stays unset until asked: one call less a node)
         _set_cache(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
@@ -149,16 +149,18 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     """An immutable IR node. `==` is identity; equal fields give the same object (see `UOpMetaClass`).
     `arg` is the one field typed `Any`: a CONST value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_cache", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_cache", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
-    # Derived facts, computed on demand and kept. The shape is asked of nearly every node (building a node
-    # compares its operands' shapes), so it has a slot of its own; the others (device, key, ...) live in the
-    # `_cache` dict. The shape in that dict gave every node a keys table too: ~120 of a node's ~550 bytes.
+    # Derived facts, computed on demand and kept. The shape and the device are asked of nearly every node
+    # (building a node compares its operands' shapes; a tensor op checks devices), so each has a slot of its
+    # own; the others (key, value range, ...) live in the `_cache` dict. The shape in that dict gave every
+    # node a keys table too: ~120 of a node's ~550 bytes.
     _shape_fact: Any  # tuple | None | Err, or _NO_FACT until inferred
+    _device_fact: Any  # str | tuple[str, ...] | None; unset until inferred
     _cache: dict[str, Any]
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
@@ -342,23 +344,45 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
             raise ret.exc
         return ret  # type: ignore[return-value]  # not an Err: a T (mypy does not narrow a TypeVar union)
 
-    def _infer_shapes(self) -> tuple[sint, ...] | None | Err:
-        """`_fact` for the shape slot: the shape of this node and of every node under it lacking one."""
-        nodes: Iterable[UOp] = (self,)
-        for s in self.src:
-            if s._shape_fact is _NO_FACT:
-                fresh = [x for x in dict.fromkeys(self.src) if x._shape_fact is _NO_FACT]
-                if all(y._shape_fact is not _NO_FACT for x in fresh for y in x.src):
-                    nodes = (*fresh, self)
-                else:
-                    nodes = self.toposort(gate=lambda x: x._shape_fact is _NO_FACT)
-                break
+    def _fill(self, get: Callable[[UOp], Any], put: Callable[[UOp, Any], None],
+              compute: Callable[[UOp], T]) -> Any:
+        """`_fact` for a fact with its own slot (`get`/`put` its descriptor's): computed for this node and for
+        every node under it lacking it; a ShapeError is kept as an Err."""
+        fresh = [x for x in dict.fromkeys(self.src) if get(x) is _NO_FACT]
+        if all(get(y) is not _NO_FACT for x in fresh for y in x.src):
+            nodes: Iterable[UOp] = (*fresh, self)  # new sources on known ones (a fresh constant): no walk
+        else:
+            nodes = self.toposort(gate=lambda x: get(x) is _NO_FACT)
         for u in nodes:
             try:
-                _set_shape_fact(u, infer_shape(u))
+                put(u, compute(u))
             except ShapeError as e:
-                _set_shape_fact(u, Err(e))
-        ret: tuple[sint, ...] | None | Err = self._shape_fact
+                put(u, Err(e))
+        return get(self)
+
+    def _fill_shape(self) -> tuple[sint, ...] | None | Err:
+        """The shape fact of a node that lacks it. A node built on known sources (the common case) is one
+        rule call: the slots read directly, not through `_fill`'s descriptor calls."""
+        for s in self.src:
+            if s._shape_fact is _NO_FACT:
+                filled = self._fill(_get_shape_fact, _set_shape_fact, infer_shape)
+                return cast("tuple[sint, ...] | None | Err", filled)
+        try:
+            ret: tuple[sint, ...] | None | Err = infer_shape(self)
+        except ShapeError as e:
+            ret = Err(e)
+        _set_shape_fact(self, ret)
+        return ret
+
+    def _fill_device(self) -> str | tuple[str, ...] | None | Err:
+        """The device fact of a node that lacks it, as `_fill_shape`; the rule reads its sources' slots, and
+        one that is unset (a source never asked) sends the node through `_fill`'s walk."""
+        try:
+            ret = infer_device(self)
+        except AttributeError:
+            filled = self._fill(_device_or_none, _set_device_fact, infer_device)
+            return cast("str | tuple[str, ...] | None | Err", filled)
+        _set_device_fact(self, ret)
         return ret
 
     @property
@@ -366,7 +390,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
         ret: tuple[sint, ...] | None | Err = self._shape_fact  # the cached fact, one slot read
         if ret is _NO_FACT:
-            ret = self._infer_shapes()
+            ret = self._fill_shape()
         if type(ret) is Err:
             raise ret.exc
         return ret  # type: ignore[return-value]  # not an Err (mypy does not narrow on type() is)
@@ -388,8 +412,13 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     @property
     def device(self) -> str | tuple[str, ...] | None:
         """The device (a name, or a tuple for multi-device values), or None."""
-        d = self._cache.get("device", _NO_FACT)  # known (the common case): one lookup
-        return self._ok("device", infer_device) if d is _NO_FACT or type(d) is Err else d
+        try:
+            d = self._device_fact  # known (the common case): one slot read
+        except AttributeError:
+            d = self._fill_device()
+        if type(d) is Err:
+            raise d.exc
+        return cast("str | tuple[str, ...] | None", d)
 
     @property
     def axis(self) -> int | None:
@@ -798,8 +827,15 @@ def _dot_escape(text: str) -> str:
 
 # the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
 _new_node: Callable[[type], Any] = object.__new__
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_cache = (
-    cast(Any, UOp.__dict__[f]).__set__ for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_cache"))
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_device_fact, _set_cache = (
+    cast(Any, UOp.__dict__[f]).__set__
+    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_cache"))
+_get_shape_fact: Callable[[UOp], Any] = cast(Any, UOp.__dict__["_shape_fact"]).__get__
+
+
+def _device_or_none(u: UOp) -> Any:
+    """The device slot, or _NO_FACT where it is unset."""
+    return getattr(u, "_device_fact", _NO_FACT)
 
 _simplifier: Callable[[UOp], UOp] | None = None
 
