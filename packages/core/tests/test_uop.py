@@ -420,6 +420,43 @@ def test_elementwise_shape_mismatch_raises_runtime_error():
         consumer.shape
 
 
+def test_threads_asking_facts_of_one_new_graph_all_get_them():
+    """Facts of a fresh graph filled by several threads at once, each walking it in its own order (a node's
+    fact dict is made on its first write, under a lock): every thread gets every node's fact, and every node
+    ends with the one dict that holds it."""
+    import threading
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        for trial in range(20):
+            x = UOp.variable(f"threads_{trial}", 0, 10)
+            nodes = [x]
+            for i in range(300):
+                nodes.append(nodes[-1] * (i + 2) + i)
+            errors: list[BaseException] = []
+            start = threading.Barrier(8)
+
+            def ask(order: list[UOp], start: threading.Barrier = start,
+                    errors: list[BaseException] = errors) -> None:
+                try:
+                    start.wait()
+                    for u in order:
+                        assert u._fact("test_threads", lambda n: n.op) is u.op
+                except BaseException as e:  # reported by the main thread
+                    errors.append(e)
+
+            orders = [nodes[k::3] + nodes[::-1] for k in range(8)]
+            threads = [threading.Thread(target=ask, args=(o,)) for o in orders]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[0]
+            assert all(u._cache["test_threads"] is u.op for u in nodes)
+    finally:
+        sys.setswitchinterval(old)
+
+
 def test_a_fact_is_computed_once_per_node_sources_first():
     """A node asked for a fact computes it for every node under it that lacks it, in toposort order; a node
     built later on sources that have it computes only itself (a cached fact is never recomputed)."""

@@ -843,11 +843,17 @@ def _device_or_none(u: UOp) -> Any:
 
 def own_facts(u: UOp) -> dict[str, Any]:
     """`u`'s own fact dict, to write a fact into: made the first time (until then `u._cache` is the shared
-    read-only `_NO_FACTS`, which raises on a write that skipped this)."""
+    read-only `_NO_FACTS`, which raises on a write that skipped this). Made under a lock: two threads filling
+    facts of one graph must not each install a dict of their own, or one's writes would be lost."""
     if (c := u._cache) is _NO_FACTS:
-        c = {}
-        _set_cache(u, c)
+        with _FACTS_LOCK:
+            if (c := u._cache) is _NO_FACTS:
+                c = {}
+                _set_cache(u, c)
     return cast("dict[str, Any]", c)
+
+
+_FACTS_LOCK = threading.Lock()
 
 _simplifier: Callable[[UOp], UOp] | None = None
 
