@@ -421,9 +421,8 @@ def test_elementwise_shape_mismatch_raises_runtime_error():
 
 
 def test_threads_asking_facts_of_one_new_graph_all_get_them():
-    """Facts of a fresh graph filled by several threads at once, each walking it in its own order (a node's
-    fact dict is made on its first write, under a lock): every thread gets every node's fact, and every node
-    ends with the one dict that holds it."""
+    """Facts of a fresh graph filled by several threads at once, each walking it in its own order: every
+    thread gets every node's fact, and every node ends up holding it."""
     import threading
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows

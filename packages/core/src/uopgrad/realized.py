@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from typing import cast
 
 from uopgrad._util import LRU
 from uopgrad.errors import GradientError
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.uop import CallInfo, UOp, own_facts
+from uopgrad.uop import CallInfo, UOp
 
 __all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
            "is_realized_after", "is_realized_call", "overwritten", "reads", "realized", "realized_effect",
@@ -126,12 +126,12 @@ def _lacking(u: UOp, fact: str) -> dict[UOp, None]:
     return out
 
 
-def _reads_effects(u: UOp) -> Mapping[str, object]:
+def _reads_effects(u: UOp) -> dict[str, object]:
     """`u`'s fact cache, with the reads and effects of every node under it filled in."""
-    if _EFFECTS not in u._cache:
+    if _EFFECTS not in (top := u._cache):
         calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
         for node in _lacking(u, _EFFECTS):
-            cache, op = own_facts(node), node.op
+            cache, op = node._cache, node.op
             if op is after and is_realized_after(node):
                 cache[_READS] = cache[_EFFECTS] = _EMPTY
                 continue
@@ -143,7 +143,7 @@ def _reads_effects(u: UOp) -> Mapping[str, object]:
             if op is after:
                 effects.append(frozenset(node.src[1:]))
             cache[_EFFECTS] = _union(effects)
-    return u._cache
+    return top
 
 
 def reads(u: UOp) -> frozenset[UOp]:
@@ -225,7 +225,7 @@ def strip_realized(u: UOp) -> UOp:
     if _STRIPPED not in u._cache:
         calls, after = GroupOp.Call, Ops.AFTER
         for node in _lacking(u, _STRIPPED):
-            cache, op = own_facts(node), node.op
+            cache, op = node._cache, node.op
             if op is after and is_realized_after(node):
                 cache[_STRIPPED] = realized_view(node)
                 continue

@@ -10,7 +10,6 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 from uopgrad._util import all_int, prod
@@ -90,7 +89,7 @@ class UOpMetaClass(type):
         _set_arg(created, arg)
         _set_tag(created, tag)
         _set_shape_fact(created, _NO_FACT)  # (the device slot stays unset until asked: one call less a node)
-        _set_cache(created, _NO_FACTS)
+        _set_cache(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
         if (old := cache.setdefault(key, new_ref)) is not new_ref:
@@ -137,7 +136,6 @@ def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType
 _CALLS = GroupOp.Call
 _DONE: Any = object()  # toposort's stack marker: the node below it has all its sources visited
 _NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
-_NO_FACTS: Mapping[str, Any] = MappingProxyType({})  # the `_cache` of a node with no fact in it yet
 _unique_counter = iter(range(1 << 62))
 # UOp.const by its arguments (a graph's constants are few and rebuilt on every step, and a broadcast constant
 # is four nodes); exact builtin values only, so a subclass's own __eq__ never picks an entry
@@ -159,12 +157,11 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     tag: Any
     # Derived facts, computed on demand and kept. The shape and the device are asked of nearly every node
     # (building a node compares its operands' shapes; a tensor op checks devices), so each has a slot of its
-    # own; the others (key, value range, ...) live in `_cache`: a node's own dict once one is written
-    # (`own_facts`), until then one shared read-only empty mapping, as most nodes never get one. The shape in
-    # a dict gave every node a keys table, and a dict per node lay between the nodes' source tuples.
+    # own; the others (key, value range, ...) live in the `_cache` dict. The shape in that dict gave every
+    # node a keys table too: ~120 of a node's ~550 bytes.
     _shape_fact: Any  # tuple | None | Err, or _NO_FACT until inferred
     _device_fact: Any  # str | tuple[str, ...] | None; unset until inferred
-    _cache: Mapping[str, Any]
+    _cache: dict[str, Any]
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                  tag: Any = None) -> None:
@@ -175,7 +172,7 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         object.__setattr__(self, "arg", arg)
         object.__setattr__(self, "tag", tag)
         object.__setattr__(self, "_shape_fact", _NO_FACT)
-        object.__setattr__(self, "_cache", _NO_FACTS)
+        object.__setattr__(self, "_cache", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable: can't set {name!r}; use replace()")
@@ -334,10 +331,10 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
                 break
         for u in nodes:
             try:
-                own_facts(u)[name] = compute(u)
+                u._cache[name] = compute(u)
             except ShapeError as e:
-                own_facts(u)[name] = Err(e)
-        ret = self._cache[name]
+                u._cache[name] = Err(e)
+        ret = c[name]
         return ret
 
     def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
@@ -839,21 +836,6 @@ _get_shape_fact: Callable[[UOp], Any] = cast(Any, UOp.__dict__["_shape_fact"])._
 def _device_or_none(u: UOp) -> Any:
     """The device slot, or _NO_FACT where it is unset."""
     return getattr(u, "_device_fact", _NO_FACT)
-
-
-def own_facts(u: UOp) -> dict[str, Any]:
-    """`u`'s own fact dict, to write a fact into: made the first time (until then `u._cache` is the shared
-    read-only `_NO_FACTS`, which raises on a write that skipped this). Made under a lock: two threads filling
-    facts of one graph must not each install a dict of their own, or one's writes would be lost."""
-    if (c := u._cache) is _NO_FACTS:
-        with _FACTS_LOCK:
-            if (c := u._cache) is _NO_FACTS:
-                c = {}
-                _set_cache(u, c)
-    return cast("dict[str, Any]", c)
-
-
-_FACTS_LOCK = threading.Lock()
 
 _simplifier: Callable[[UOp], UOp] | None = None
 

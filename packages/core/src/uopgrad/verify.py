@@ -10,7 +10,7 @@ from uopgrad.dtype import DType, FloatConst, PtrDType, dtypes
 from uopgrad.errors import ShapeError, VerifyError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
-from uopgrad.uop import CallInfo, Invalid, UOp, own_facts
+from uopgrad.uop import CallInfo, Invalid, UOp
 
 __all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_spec_tensor", "verify",
            "verify_new"]
@@ -428,7 +428,7 @@ def verify_new(root: UOp) -> None:
             expect = _EXPECT.get(u.op, "this op is not part of the tensor-level IR")
             raise VerifyError(_message(u, i, len(nodes), problem, expect), u, i)
     for u in nodes:
-        own_facts(u)[_VERIFIED] = True
+        u._cache[_VERIFIED] = True
 
 
 _VERIFIED = "verified"
