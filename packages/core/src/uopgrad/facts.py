@@ -4,11 +4,10 @@ as one rule per op in a table.
 A rule computes one node's fact from its own fields and its sources' facts, which are already cached on
 them (`_shape_fact`, `_device_fact`, or `_cache` for the others: UOp._fact fills a whole graph in one
 iterative post-order pass). `SHAPE_RULES` and `MOVEMENT_SHAPE_RULES` give every op its shape rule;
-`VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops
-whose vmin/vmax are tighter than their dtype's bounds (`DTYPE_RANGE_OPS` are the rest, by name). A failed
-shape rule raises ShapeError (MovementError for a bad movement argument), which the cache keeps and raises
-again only where the shape is needed. The rules read nodes and never build them, so this module sits
-below uop.py (UOp is named only for the type checker).
+`VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops whose vmin/vmax are tighter than their dtype's bounds
+(`DTYPE_RANGE_OPS` are the rest, by name). A failed shape rule raises ShapeError (MovementError for a bad
+movement argument), which the cache keeps and raises again only where the shape is needed. The rules read
+nodes and never build them, so this module sits below uop.py (UOp is named only for the type checker).
 """
 from __future__ import annotations
 

@@ -837,6 +837,7 @@ def _device_or_none(u: UOp) -> Any:
     """The device slot, or _NO_FACT where it is unset."""
     return getattr(u, "_device_fact", _NO_FACT)
 
+
 _simplifier: Callable[[UOp], UOp] | None = None
 
 
