@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from uopgrad import Tensor
-from uopgrad.config import Context  # noqa: TID251  (sets DEBUG as a user's DEBUG=n does)
+from uopgrad.config import Context
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo.py"
 

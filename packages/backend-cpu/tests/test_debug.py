@@ -5,7 +5,7 @@ import re
 import numpy as np
 
 from uopgrad import Tensor
-from uopgrad.config import Context  # noqa: TID251  (sets DEBUG as a user's DEBUG=n does)
+from uopgrad.config import Context
 
 
 def _run(level: int, caplog) -> list[logging.LogRecord]:

@@ -7,7 +7,7 @@ import pytest
 
 from uopgrad import Ops, Tensor
 from uopgrad.backend import Device
-from uopgrad.config import Context  # noqa: TID251  (sets OPT as a user's OPT=0 does)
+from uopgrad.config import Context
 
 WIDTH = Device["CPU"].capabilities.vector_width
 pytestmark = pytest.mark.skipif(WIDTH == 0, reason="this CPU has no vector width: the opt pass is off")

@@ -18,7 +18,6 @@ them (`(double)(float)x` becomes `x`); loops are still vectorised.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import re
 import shlex
@@ -27,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from uopgrad.backend import CompileError, Compiler
+from uopgrad.config import getenv_float, getenv_str
 
 __all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "compile_timeout", "openmp_available"]
 
@@ -43,8 +43,7 @@ OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic", "-fno-tree-slp-vector
 
 def compile_timeout() -> float:
     """Seconds a compile may take ($UOPGRAD_COMPILE_TIMEOUT, default 600): a hung compiler is an error."""
-    env = os.environ.get("UOPGRAD_COMPILE_TIMEOUT", "")
-    return float(env) if env.strip() else 600.0
+    return getenv_float("UOPGRAD_COMPILE_TIMEOUT")
 
 
 def _run(cmd: list[str], src: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -96,7 +95,7 @@ class CCompiler(Compiler):
 
     def __init__(self, cc: str | None = None) -> None:
         super().__init__()
-        self.cc = cc or os.environ.get("CC") or "cc"
+        self.cc = cc or getenv_str("CC")
         self.flags = [*BASE_FLAGS, *(f for f in OPTIONAL_FLAGS if accepts(self.cc, f))]
         self.cache_key = f"{_identity(self.cc)}|{' '.join(self.flags)}"
 
@@ -109,7 +108,8 @@ class CCompiler(Compiler):
             try:
                 res = _run(cmd, src, compile_timeout())
             except OSError as e:
-                raise CompileError(shlex.join(cmd), f"can't run the C compiler: {e}", src) from e
+                raise CompileError(shlex.join(cmd), f"can't run the C compiler {self.cc!r} (the environment "
+                                   f"variable CC chooses it): {e}", src) from e
             except subprocess.TimeoutExpired as e:
                 raise CompileError(shlex.join(cmd), f"the C compiler did not finish in {e.timeout:g} s "
                                    "(UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e

@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from uopgrad.config import getenv_is_set
+
 __all__ = ["INTERVAL", "Team"]
 
 INTERVAL = 0.2  # seconds between looks at the machine's load
@@ -56,7 +58,7 @@ class Team:
         self._max_threads.restype = ctypes.c_int
         self.cores = int(omp.omp_get_num_procs())
         self.machine_cores = os.cpu_count() or self.cores
-        chosen = "OMP_NUM_THREADS" in os.environ or "OMP_DYNAMIC" in os.environ
+        chosen = getenv_is_set("OMP_NUM_THREADS") or getenv_is_set("OMP_DYNAMIC")
         self.managed = not chosen and _machine_busy() is not None
         if not chosen and not self.managed:
             omp.omp_set_dynamic(1)  # no /proc/stat: libgomp's load average is the best there is

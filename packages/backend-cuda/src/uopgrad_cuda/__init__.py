@@ -9,11 +9,10 @@ parts, `CUDARenderer` (renderer.py), `NVRTCCompiler` (compiler.py) and, on a GPU
 """
 from __future__ import annotations
 
-import os
-
 from uopgrad import dtypes
 from uopgrad.backend import CompiledBackend
 from uopgrad.codegen import GridLimits
+from uopgrad.config import getenv_str
 from uopgrad_cuda import runtime
 from uopgrad_cuda.compiler import NVRTCCompiler, nvrtc_library
 from uopgrad_cuda.emulator import EmulatedCompiler
@@ -53,7 +52,7 @@ class CUDABackend(CompiledBackend):
                              runtime.gpu_program_class(self.gpu), DTYPES)
             return
         self.gpu = None
-        self.nvrtc = NVRTCCompiler(os.environ.get(ARCH_ENV, "").strip() or "sm_90")
+        self.nvrtc = NVRTCCompiler(getenv_str(ARCH_ENV))
         super().__init__(device, CUDARenderer(GRID), EmulatedCompiler(self.nvrtc), EmulatedAllocator(),
                          runtime.emulated_program_class(self.mode == "reverse"), DTYPES)
 

@@ -22,6 +22,8 @@ import sys
 import threading
 
 from uopgrad.backend import CompileError, Compiler
+from uopgrad.config import getenv_path
+from uopgrad.errors import ConfigError
 
 __all__ = ["NVRTC_ENV", "NVRTCCompiler", "NVRTCLibrary", "nvrtc_library"]
 
@@ -84,14 +86,17 @@ class NVRTCLibrary:
 @functools.cache
 def nvrtc_library(major: int | None = None) -> NVRTCLibrary:
     """The NVRTC to compile with: $UOPGRAD_NVRTC, else the newest found (of CUDA major `major` if given)."""
-    env = os.environ.get(NVRTC_ENV)
-    paths = [env] if env else [p for p in _candidates() if major is None or p.endswith(f".so.{major}")]
+    env = getenv_path(NVRTC_ENV)
+    paths = [str(env)] if env else [p for p in _candidates() if major is None or p.endswith(f".so.{major}")]
     errors = []
     for path in paths:
         try:
             return NVRTCLibrary(path)
-        except OSError as e:
+        except (OSError, AttributeError) as e:  # not a library; a library without NVRTC's functions
             errors.append(f"{path}: {e}")
+    if env is not None:
+        raise ConfigError(f"environment variable {NVRTC_ENV}={str(env)!r} is not valid: {NVRTC_ENV} takes "
+                          f"the path of a libnvrtc.so (unset: the newest found): " + "; ".join(errors))
     wanted = f"CUDA {major}'s NVRTC" if major is not None else "NVRTC"
     raise RuntimeError(f"{wanted} is not installed (pip install 'nvidia-cuda-nvrtc==13.*', or the cuda12 "
                        f"extra for a CUDA 12 driver; or set {NVRTC_ENV}): " + "; ".join(errors or paths))

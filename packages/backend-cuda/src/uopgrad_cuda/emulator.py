@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.resources
-import os
 import re
 import shlex
 import subprocess
@@ -35,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from uopgrad.backend import CompileError, Compiler
+from uopgrad.config import getenv_float, getenv_str
 from uopgrad.renderer.merge import groups, merge
 from uopgrad_cuda.compiler import NVRTCCompiler
 
@@ -83,7 +83,7 @@ class EmulatedCompiler(Compiler):
     def __init__(self, nvrtc: NVRTCCompiler, cxx: str | None = None) -> None:
         super().__init__()
         self.nvrtc = nvrtc
-        self.cxx = cxx or os.environ.get("CXX") or "g++"
+        self.cxx = cxx or getenv_str("CXX")
         self.flags = CXX_FLAGS
         header_digest = hashlib.sha256(HEADER.encode()).hexdigest()[:16]
         self.cache_key = f"emulated|{nvrtc.cache_key}|{_cxx_identity(self.cxx)}|{' '.join(self.flags)}|" \
@@ -103,9 +103,13 @@ class EmulatedCompiler(Compiler):
                    "-x", "c++", "-", "-o", str(out)]
             try:
                 res = subprocess.run(cmd, input=src + launcher(src), capture_output=True, text=True,
-                                     check=False)
+                                     check=False, timeout=getenv_float("UOPGRAD_COMPILE_TIMEOUT"))
             except OSError as e:
-                raise CompileError(shlex.join(cmd), f"can't run the host C++ compiler: {e}", src) from e
+                raise CompileError(shlex.join(cmd), f"can't run the host C++ compiler {self.cxx!r} (the "
+                                   f"environment variable CXX chooses it): {e}", src) from e
+            except subprocess.TimeoutExpired as e:
+                raise CompileError(shlex.join(cmd), f"the host C++ compiler did not finish in {e.timeout:g} "
+                                   "s (UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
             if res.returncode != 0:
                 raise CompileError(f"CUDA emulation ({shlex.join(cmd)})", res.stderr or res.stdout, src)
             return out.read_bytes()

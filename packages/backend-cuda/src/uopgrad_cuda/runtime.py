@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -22,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from uopgrad.backend import Allocator, HostAllocator, Program, load_library
+from uopgrad.config import getenv_str
 
 __all__ = ["ARCH_ENV", "EMULATE_ENV", "CUDAAllocator", "CUDAProgram", "DevicePointer", "EmulatedAllocator",
            "EmulatedProgram",
@@ -38,15 +38,8 @@ class NoGPUError(RuntimeError):
 
 def emulation() -> str | None:
     """The emulation mode `$UOPGRAD_CUDA_EMULATE` asks for: None (off), "forward" or "reverse"."""
-    value = os.environ.get(EMULATE_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return None
-    if value in ("1", "true", "yes", "on", "forward"):
-        return "forward"
-    if value in ("reverse", "reversed"):
-        return "reverse"
-    raise ValueError(f"{EMULATE_ENV}={value!r}: use 1 (emulate a GPU on the host), reverse (the same, blocks "
-                     f"and threads last to first) or 0")
+    value = getenv_str(EMULATE_ENV)  # "off", "on" or "reverse" (uopgrad.config: a ConfigError otherwise)
+    return None if value == "off" else "forward" if value == "on" else "reverse"
 
 
 # ---------------------------------------------------------------------- the host emulation

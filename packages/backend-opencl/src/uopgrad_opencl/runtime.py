@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pyopencl as cl
 from uopgrad import DType, dtypes
 from uopgrad.backend import Allocator, Program
 from uopgrad.codegen import GridLimits
+from uopgrad.config import getenv_str
 from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
 
@@ -199,8 +199,8 @@ class CLDevice:
 
 def split_reduces(is_cpu: bool) -> bool:
     """Whether work-groups split big reduces: GROUP_ENV when it is set, else on every device but a CPU."""
-    flag = os.environ.get(GROUP_ENV, "")
-    return flag == "1" if flag in ("0", "1") else not is_cpu
+    flag = getenv_str(GROUP_ENV)  # "on", "off" or "auto"
+    return flag == "on" if flag != "auto" else not is_cpu
 
 
 @functools.cache
@@ -276,6 +276,6 @@ def program_class(dev: CLDevice, compiler: CLCompiler) -> type[CLProgram]:
 def device_position(device_name: str) -> int:
     """Where logical device `device_name` ("CL", "CL:2") falls in `all_devices()`."""
     devices = all_devices()
-    first = select_device(os.environ.get(DEVICE_ENV, ""), devices)
+    first = select_device(getenv_str(DEVICE_ENV), devices)
     index = device_name.partition(":")[2]
     return (first + int(index or 0)) % len(devices)

@@ -6,7 +6,7 @@ module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
 from uopgrad._version import __version__ as __version__
 from uopgrad.backend import Device, GlobalCounters
-from uopgrad.config import getenv_str as _getenv_str
+from uopgrad.config import getenv_path as _getenv_path
 from uopgrad.dtype import DType, dtypes
 from uopgrad.function import function
 from uopgrad.jit import TinyJit
@@ -18,7 +18,7 @@ from uopgrad.uop import UOp
 __all__ = ["DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor", "TinyJit",
            "UOp", "UPat", "dtypes", "function", "graph_rewrite"]
 
-if _getenv_str("UOPGRAD_VIZ"):  # a VIZ page per realize (uopgrad/viz); imported only when asked for
+if _getenv_path("UOPGRAD_VIZ") is not None:  # a VIZ page per realize (uopgrad/viz), imported only when asked
     from uopgrad import viz as _viz
 
-    _viz.enable(_getenv_str("UOPGRAD_VIZ"))
+    _viz.enable_from_environment()

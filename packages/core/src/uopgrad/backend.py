@@ -38,7 +38,7 @@ from uopgrad.codegen import Program as KernelProgram
 from uopgrad.codegen.opt import OPT
 from uopgrad.config import getenv_str
 from uopgrad.dtype import DType, dtypes
-from uopgrad.errors import BackendError, CompileError
+from uopgrad.errors import BackendError, CompileError, ConfigError
 from uopgrad.ops import Ops
 from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
 from uopgrad.renderer import Renderer
@@ -543,9 +543,12 @@ class DeviceRegistry:
     def DEFAULT(self) -> str:
         """$UOPGRAD_DEVICE if set, else the first installed of CPU, CL, CUDA, REFERENCE."""
         if self._default is None:
-            env = getenv_str("UOPGRAD_DEVICE")
+            env = getenv_str("UOPGRAD_DEVICE")  # a ConfigError where it is not a device name
             if env:
-                self._default = self.canonicalize(env)
+                if (name := self.canonicalize(env)).partition(":")[0] not in self._discover():
+                    raise ConfigError(f"environment variable UOPGRAD_DEVICE={env!r} names no installed "
+                                      f"backend (installed: {', '.join(self.installed())})")
+                self._default = name
             else:
                 installed = self._discover()
                 self._default = next((n for n in PREFERENCE if n in installed), None) or self.installed()[0]

@@ -17,12 +17,14 @@ import contextlib
 import html
 import itertools
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from uopgrad import debug
 from uopgrad.backend import Device, compile_cache_dir
 from uopgrad.codegen import Program
+from uopgrad.config import getenv_path
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.pipeline import clear_program_cache, lower
 from uopgrad.schedule import schedule
@@ -333,6 +335,23 @@ def enable(directory: str | os.PathLike[str]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     _active = _Tracer(path)
     debug.add_tracer(_active)
+
+
+def enable_from_environment() -> None:
+    """`enable($UOPGRAD_VIZ)`, at import: a directory that can't be made or written into (a file, no
+    permission) is a warning naming the variable and no pages, never a failed import."""
+    where = getenv_path("UOPGRAD_VIZ")
+    if where is None:
+        return
+    try:
+        enable(where)
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except (OSError, ValueError) as e:
+        disable()
+        warnings.warn(f"environment variable UOPGRAD_VIZ={str(where)!r} is not valid: UOPGRAD_VIZ takes a "
+                      f"directory uopgrad can write pages into ({type(e).__name__}: {e}); no VIZ pages",
+                      RuntimeWarning, stacklevel=3)
 
 
 def disable() -> None:
