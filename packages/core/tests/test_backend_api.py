@@ -9,6 +9,7 @@ import base64
 import gc
 import hashlib
 import pickle
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -256,11 +257,13 @@ def test_cache_key_separates_compilers():
 
 def test_cache_entries_are_written_atomically_with_a_checksum():
     CountingCompiler().compile_cached("kernel C")
-    entries = [p for p in compile_cache_dir().rglob("*") if p.is_file()]
-    assert len(entries) == 1 and not entries[0].name.startswith(".tmp")
-    blob = entries[0].read_bytes()
-    assert blob[:32] == hashlib.sha256(blob[32:]).digest() and blob[32:] == b"C lenrek"
-    entries[0].write_bytes(blob[:36])  # damaged: rebuilt, not returned
+    with sqlite3.connect(compile_cache_dir() / "cache.db") as db:  # one row of the cache's SQLite file
+        rows = db.execute("SELECT digest, sha256, payload FROM entries").fetchall()
+        assert len(rows) == 1
+        digest, sha, payload = rows[0]
+        assert sha == hashlib.sha256(payload).digest() and payload == b"C lenrek"
+        db.execute("UPDATE entries SET payload = ? WHERE digest = ?", (payload[:4], digest))  # damaged
+    db.close()
     again = CountingCompiler()
     assert again.compile_cached("kernel C") == b"C lenrek" and again.stats == {"compiled": 1}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import stat
 import threading
 import warnings
@@ -156,7 +157,6 @@ def test_the_disk_cache_is_private_bounded_and_can_be_cleared(monkeypatch, tmp_p
 
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setenv("UOPGRAD_CACHE_MAX_BYTES", "3000")
-    monkeypatch.setattr(diskcache, "_PRUNE_EVERY", 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for i in range(10):
@@ -175,9 +175,10 @@ def test_a_corrupt_entry_is_removed(monkeypatch, tmp_path):
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path))
     digest = "cd" * 32
     diskcache.write(digest, b"good")
-    path = diskcache.cache_dir() / digest[:2] / digest
-    path.write_bytes(b"\0" * 40)
-    assert diskcache.read(digest) is None and not path.exists()
+    with sqlite3.connect(diskcache.cache_dir() / diskcache.DATABASE) as db:
+        db.execute("UPDATE entries SET payload = ? WHERE digest = ?", (b"\0" * 8, digest))
+    db.close()
+    assert diskcache.read(digest) is None and diskcache.info()["entries"] == 0
 
 
 # ---------------------------------------------------------------------- 8: malformed graphs reach no backend

@@ -9,7 +9,6 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import webbrowser
@@ -17,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from uopgrad import viz
+from uopgrad import diskcache, viz
 from uopgrad._version import __version__
-from uopgrad.backend import PACKAGES, Device, compile_cache_dir
+from uopgrad.backend import PACKAGES, Device
+from uopgrad.config import getenv_path
 from uopgrad.dtype import DType, dtypes
 
 __all__ = ["main"]
@@ -77,38 +77,13 @@ def _devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cache_entries(root: Path) -> list[Path]:
-    """The files of the compile cache: `<2 hex>/<64 hex>` (and leftover `.tmp-*`), nothing else."""
-    if not root.is_dir():
-        return []
-    out = []
-    for sub in root.iterdir():
-        if sub.is_dir() and len(sub.name) == 2 and all(c in "0123456789abcdef" for c in sub.name):
-            out += [f for f in sub.iterdir()
-                    if f.is_file() and (f.name.startswith(".tmp-") or len(f.name) == 64)]
-    return out
-
-
 def _cache(args: argparse.Namespace) -> int:
-    root = compile_cache_dir()
-    entries = _cache_entries(root)
-    if args.action == "info":
-        size = sum(f.stat().st_size for f in entries)
-        print(f"compile cache: {root}\n  {len(entries)} entries, {size / 1e6:.2f} MB")
-        print("  set UOPGRAD_CACHE_DIR to move it; `uopgrad cache clear` empties it")
-        return 0
-    for f in entries:
-        f.unlink(missing_ok=True)
-    for sub in {f.parent for f in entries}:
-        if not any(sub.iterdir()):
-            sub.rmdir()
-    print(f"removed {len(entries)} entries from {root}")
-    return 0
+    return diskcache.command(args.action)  # the same code as `python -m uopgrad.diskcache info|clear`
 
 
 def _last_page(directory: str | None) -> Path | None:
     """The newest VIZ page in `directory` (or $UOPGRAD_VIZ), else the one the last VIZ run wrote."""
-    where = directory or os.environ.get("UOPGRAD_VIZ")
+    where = directory or getenv_path("UOPGRAD_VIZ")
     if where:
         pages = sorted(Path(where).expanduser().glob("*.html"), key=lambda p: p.stat().st_mtime)
         return pages[-1] if pages else None
