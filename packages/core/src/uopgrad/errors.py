@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EvaluationError", "FunctionError",
-           "GradientError", "JitError", "LoweringError", "MovementError", "RenderError", "RewriteError",
-           "ScheduleError", "ShapeError", "UopgradError", "VerifyError"]
+__all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EmptyReduceError",
+           "EvaluationError", "FunctionError", "GradientError", "JitError", "LoweringError", "MovementError",
+           "RenderError", "RewriteError", "SafetensorsError", "ScheduleError", "ShapeError", "UopgradError",
+           "VerifyError"]
 
 
 class UopgradError(Exception):
@@ -27,6 +28,11 @@ class ShapeError(UopgradError, RuntimeError):
 
 class MovementError(ShapeError, ValueError):
     """A movement op's argument does not fit its source's shape (an invalid reshape, expand, pad, ...)."""
+
+
+class EmptyReduceError(UopgradError, RuntimeError, IndexError):
+    """A reduction with no identity (max, min, argmax, argmin) over an axis of size 0. PyTorch raises
+    RuntimeError for a whole-tensor reduce and IndexError along a dim; this is both, so either catch works."""
 
 
 class ConfigError(UopgradError, RuntimeError):
@@ -109,6 +115,17 @@ class EvaluationError(UopgradError, RuntimeError):
     """REFERENCE can't evaluate a node or a linear program (an unbound variable, a missing argument, ...)."""
 
 
+class SafetensorsError(UopgradError, ValueError):
+    """A file that is not a valid safetensors file (or one uopgrad has no dtype for). `.path` is the file,
+    `.tensor` the tensor the broken rule is about (None where the rule is about the whole file), `.rule` the
+    rule."""
+
+    def __init__(self, path: str, rule: str, tensor: str | None = None) -> None:
+        self.path, self.rule, self.tensor = path, rule, tensor
+        where = f"tensor {tensor!r}: " if tensor is not None else ""
+        super().__init__(f"{path!r} is not a valid safetensors file: {where}{rule}")
+
+
 class JitError(UopgradError, RuntimeError):
-    """A TinyJit that can't capture its function, or a captured one called with other inputs than it took
-    (another shape, dtype, device or argument)."""
+    """A TinyJit that can't capture its function, a captured one called with other inputs than it took
+    (another shape, dtype, device or argument), or one called again while it runs (recursion)."""
