@@ -14,6 +14,7 @@ from uopgrad import Ops, UOp, dtypes
 from uopgrad.backend import Backend, Device, DeviceRegistry
 from uopgrad.backends.reference import ReferenceBackend, evaluate
 from uopgrad.dtype import truncate
+from uopgrad.errors import EmptyReduceError
 from uopgrad.tensor import Tensor
 
 DEV = "REFERENCE"
@@ -146,12 +147,17 @@ def test_max_propagates_nan_from_either_side():
 def test_empty_reductions():
     assert Tensor.zeros(0).sum().item() == 0.0
     assert Tensor.zeros(0).prod().item() == 1.0
-    assert Tensor.zeros(0).max().item() == -math.inf
-    assert Tensor.zeros(0, dtype=dtypes.int32).max().item() == -(2 ** 31)
-    assert Tensor.zeros(0, dtype=dtypes.uint8).max().item() == 0
+    # a REDUCE of MAX over nothing is its identity, the dtype's lowest value; Tensor.max raises there instead
+    # (docs/semantics.md §5), so the node is built with the private _reduce
+    assert Tensor.zeros(0)._reduce(Ops.MAX, None, False).item() == -math.inf
+    assert Tensor.zeros(0, dtype=dtypes.int32)._reduce(Ops.MAX, None, False).item() == -(2 ** 31)
+    assert Tensor.zeros(0, dtype=dtypes.uint8)._reduce(Ops.MAX, None, False).item() == 0
     assert Tensor.zeros(0, dtype=dtypes.int32).sum().item() == 0
     np.testing.assert_array_equal(Tensor.zeros(3, 0).sum(1).numpy(), [0.0, 0.0, 0.0])
-    np.testing.assert_array_equal(Tensor.zeros(2, 0).max(1).numpy(), [-np.inf, -np.inf])
+    np.testing.assert_array_equal(Tensor.zeros(2, 0)._reduce(Ops.MAX, 1, False).numpy(), [-np.inf, -np.inf])
+    for shape, axis in [((0,), None), ((2, 0), 1)]:
+        with pytest.raises(EmptyReduceError, match="empty"):
+            Tensor.zeros(*shape).max(axis)
 
 
 def test_inf_nan_and_negative_zero():

@@ -131,9 +131,14 @@ class ElementwiseMixin:
         return type(x)._wrap(u._binop(Ops.CMPLT, 0, True).alu(Ops.WHERE, u, u._scalar_like(0)), x)
 
     def sigmoid(self) -> Tensor:
-        """1 / (1 + e ** -self)."""
+        """1 / (1 + e ** -self); 0 where e ** -self overflows, with gradient 0 there."""
         x = _t(self)
-        return (1 + (x._to_float() * (-1 / math.log(2))).exp2()).reciprocal()
+        z = x._to_float() * (-1 / math.log(2))
+        # where 2 ** z is inf the value is 1 / inf = 0, but EXP2's gradient would be inf * 0 = NaN: feed that
+        # exp2 a 0 instead (both branches of a WHERE get a gradient), and select the 0 (the reference's kernel
+        # rewrites x / (1 + x) and gets 0 the same way)
+        over = z.exp2() == math.inf
+        return over.where(0, (1 + over.where(0, z).exp2()).reciprocal())
 
     def tanh(self) -> Tensor:
         """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
@@ -153,14 +158,17 @@ class ElementwiseMixin:
         """log(1 + e ** (beta * x)) / beta; linear above beta * x = 20, like PyTorch."""
         t = _t(self)
         bx = t._to_float() * beta
-        smooth = (1 + bx.minimum(20).exp()).log() * (1 / beta)
-        return (bx > 20).where(t._to_float(), smooth)
+        linear = bx > 20
+        # the cap as a WHERE, not minimum(20): MAX's rule would halve the gradient at exactly 20
+        smooth = (1 + linear.where(20, bx).exp()).log() * (1 / beta)
+        return linear.where(t._to_float(), smooth)
 
     def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
-        """Clamp into [min_, max_] (either bound may be None)."""
+        """Clamp into [min_, max_] (either bound may be None), by comparisons as the reference: NaN stays
+        NaN with gradient 1, a value on a bound keeps its gradient 1."""
         x = _t(self)
-        ret = x if min_ is None else x.maximum(min_)
-        return ret if max_ is None else ret.minimum(max_)
+        ret = x if min_ is None else (x < min_).where(min_, x)
+        return ret if max_ is None else (ret > max_).where(max_, ret)
 
     clamp = clip
 
@@ -236,6 +244,8 @@ class ElementwiseMixin:
         2/sqrt(pi) e ** -x² to float32 precision."""
         x = _t(self)._to_float()
         z = x.abs()
+        big = z > 10  # erf is +-1 to the last bit there; keep z*z's inf (and its NaN gradient) out
+        z = big.where(10, z)
         t = (1 + z * 0.5).reciprocal()
         poly = t * 0 + _ERFC_COEFFS[-1]
         for c in reversed(_ERFC_COEFFS[:-1]):
@@ -299,10 +309,11 @@ class ElementwiseMixin:
         return x + (end - x) * weight
 
     def logaddexp(self, other: Tensor | ConstType) -> Tensor:
-        """log(e ** self + e ** other), computed stably."""
+        """log(e ** self + e ** other), computed stably (-inf for two -inf, inf with an inf, as PyTorch)."""
         x = _t(self)
         o = x.ufix(other)
         m = x.maximum(o).detach()  # any shift gives the same value and gradient: the larger avoids overflow
+        m = m.isinf().where(0, m)  # but an infinite one makes inf - inf = NaN
         return m + ((x - m).exp() + (o - m).exp()).log()
 
     def copysign(self, other: Tensor | ConstType) -> Tensor:
@@ -403,7 +414,7 @@ class ElementwiseMixin:
     def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """True where any element along `axis` is nonzero."""
         x = _t(self)
-        return x.ne(0).cast(dtypes.int32).max(axis, keepdim).cast(dtypes.bool)
+        return x.ne(0)._max(axis, keepdim)  # a bool MAX: False over nothing, as the reference
 
     def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero."""

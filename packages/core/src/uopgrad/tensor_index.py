@@ -37,6 +37,18 @@ def _lowest(dt: DType) -> ConstType:
     return False if dt == dtypes.bool else int(dtypes.min(dt))
 
 
+def _less(a: Tensor, b: Tensor) -> Tensor:
+    """a < b in the order that puts NaN above everything (PyTorch's sort order)."""
+    if not dtypes.is_float(a.dtype):
+        return a < b
+    return (a < b) | (b.isnan() & a.isnan().logical_not())
+
+
+def _same(a: Tensor, b: Tensor) -> Tensor:
+    """a == b, with NaN equal to NaN (so a NaN finds itself)."""
+    return (a == b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a == b
+
+
 def _highest(dt: DType) -> ConstType:
     if dtypes.is_float(dt):
         return math.inf
@@ -126,7 +138,7 @@ class IndexMixin:
             return x.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
         mask, vals, _ = x._scatter_parts(dim, index, src)
         k = x.arange(_int(mask.shape[-1]), device=x.device)
-        last = mask.where(k, -1).max(-1, keepdim=True)
+        last = mask.where(k, -1)._max(-1, keepdim=True)
         pick = mask & (k == last)
         hit = mask.any(-1)
         return hit.where(pick.where(vals, 0).sum(-1, dtype=x.dtype), x)
@@ -153,9 +165,9 @@ class IndexMixin:
             p = mask.where(vals, 1).prod(-1)
             return hit.where(p * keep if keep is not None else p, x)
         if reduce == "amax":
-            m = mask.where(vals, _lowest(x.dtype)).max(-1)
+            m = mask.where(vals, _lowest(x.dtype))._max(-1, False)
             return hit.where(m.maximum(keep) if keep is not None else m, x)
-        m = mask.where(vals, _highest(x.dtype)).min(-1)
+        m = mask.where(vals, _highest(x.dtype))._inverse()._max(-1, False)._inverse()
         return hit.where(m.minimum(keep) if keep is not None else m, x)
 
     # ------------------------------------------------------------------ tensor indices in []
@@ -315,14 +327,15 @@ class IndexMixin:
         return x._unscan(m.where(y, 1).prod(-1), axis)
 
     def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
-        """(running maximum along `axis`, the index of the latest element equal to it), as PyTorch."""
+        """(running maximum along `axis`, the index of the latest element equal to it), as PyTorch; a NaN
+        is the maximum from where it stands on, its index that of the latest NaN."""
         x = _t(self)
         y, m = x._scan(axis, 0)
-        vals = m.where(y, _lowest(x.dtype)).max(-1)
+        vals = m.where(y, _lowest(x.dtype))._max(-1, False)
         n = _int(m.shape[-1])
         j = x.arange(n, device=x.device)
-        hit = m & (y == vals.unsqueeze(-1))
-        return x._unscan(vals, axis), x._unscan(hit.where(j, -1).max(-1), axis)
+        hit = m & _same(y, vals.unsqueeze(-1))
+        return x._unscan(vals, axis), x._unscan(hit.where(j, -1)._max(-1, False), axis)
 
     def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running minimum along `axis`, the index of the latest element equal to it)."""
@@ -332,15 +345,16 @@ class IndexMixin:
 
     # ------------------------------------------------------------------ sorting
     def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-        """(values, indices) sorted along `dim`, stable: equal values keep their order."""
+        """(values, indices) sorted along `dim`, stable: equal values keep their order; NaN sorts above
+        +inf (last ascending, first descending), as PyTorch."""
         x = _t(self)
         d = x._axis(dim) if x.ndim else 0
         y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
         n = _int(y.shape[-1])
         a, b = y.unsqueeze(-1), y.unsqueeze(-2)  # a[..., i, 1] against b[..., 1, j]
         i = x.arange(n, device=x.device)
-        before = (b > a) if descending else (b < a)
-        rank = (before | ((b == a) & (i.reshape(1, n) < i.reshape(n, 1)))).cast(dtypes.int32).sum(-1)
+        before = _less(a, b) if descending else _less(b, a)
+        rank = (before | (_same(b, a) & (i.reshape(1, n) < i.reshape(n, 1)))).cast(dtypes.int32).sum(-1)
         onehot = rank.unsqueeze(-2) == i.reshape(n, 1)  # onehot[..., r, i]: element i has rank r
         vals = onehot.where(y.unsqueeze(-2), 0).sum(-1, dtype=x.dtype)
         idx = onehot.where(i.reshape(1, n), 0).sum(-1)

@@ -70,6 +70,13 @@ class _Train(ContextDecorator):
         self.cls.training = self.prev
 
 
+def _log_clamped(p: Tensor) -> Tensor:
+    """max(log(p), -100), with log(0) = -inf built from a WHERE: log's gradient at 0 is inf, and inf times the
+    clamp's zero would be NaN."""
+    zero = p == 0
+    return zero.where(-math.inf, zero.where(1, p).log()).maximum(-100)
+
+
 def _reduce(x: Tensor, reduction: str) -> Tensor:
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
@@ -293,18 +300,21 @@ class NNMixin:
         y = Y.to(x.device)
         valid = y != ignore_index
         safe = valid.where(y, 0).unsqueeze(cdim)
-        onehot = safe._one_hot_along_dim(nc, cdim).cast(logp.dtype)
-        probs = onehot * (1 - label_smoothing) + label_smoothing / nc
-        loss = valid.where(-(logp * probs).sum(cdim), 0)
+        onehot = safe._one_hot_along_dim(nc, cdim)
+        if label_smoothing == 0:  # pick the target with WHERE: a -inf logit elsewhere times 0 would be NaN
+            loss = valid.where(-onehot.where(logp, 0).sum(cdim), 0)
+        else:
+            probs = onehot.cast(logp.dtype) * (1 - label_smoothing) + label_smoothing / nc
+            loss = valid.where(-(logp * probs).sum(cdim), 0)
         if reduction == "mean":
             return loss.sum() / valid.cast(logp.dtype).sum()
         return _reduce(loss, reduction)
 
     def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
         """-(Y log(p) + (1 - Y) log(1 - p)) of probabilities self; each log is clamped at -100, as
-        PyTorch does."""
+        PyTorch does (and where the clamp holds, the gradient is the clamped function's: 0, never NaN)."""
         x = _t(self)
-        return _reduce(-(Y * x.log().maximum(-100) + (1 - Y) * (1 - x).log().maximum(-100)), reduction)
+        return _reduce(-(Y * _log_clamped(x) + (1 - Y) * _log_clamped(1 - x)), reduction)
 
     def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",
                                    pos_weight: Tensor | None = None) -> Tensor:

@@ -7,11 +7,13 @@ order-reversing map); a matrix product is a broadcast multiply summed over the s
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from uopgrad._util import prod
 from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
+from uopgrad.errors import EmptyReduceError
 from uopgrad.mixin import broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
@@ -63,14 +65,40 @@ class ReduceMixin:
         x = _t(self)
         return x.cast(to_dtype(dtype) if dtype is not None else x.dtype)._reduce(Ops.MUL, axis, keepdim)
 
+    def _check_nonempty(self, axis: int | Sequence[int] | None, op: str) -> None:
+        """A reduce without identity over an empty axis has no value: raise, as PyTorch does."""
+        x = _t(self)
+        empty = [a for a in x._axes(axis) if isinstance(x.shape[a], int) and x.shape[a] == 0]
+        if empty:
+            raise EmptyReduceError(f"{op}(): the reduced axis {empty[0]} of shape {x.shape} is empty, and "
+                                   f"{op} has no identity (use a reduction with one, such as sum, or check "
+                                   "the size)")
+
+    def _max(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        """max without the empty check: NaN wins, and its gradient goes to the NaNs (docs/semantics.md §5)."""
+        x = _t(self)
+        if not dtypes.is_float(x.dtype):
+            return x._reduce(Ops.MAX, axis, keepdim)
+        # MAX's gradient rule (mask x == max, divided by the mask's count) finds nothing equal to a NaN and
+        # divides by zero. So the MAX reduce sees no NaN, and a row with one takes its value (NaN) and its
+        # gradient (each NaN's, like PyTorch's max() with one NaN) from a sum of the NaNs: a second reduce in
+        # the same kernel, 0 in a row without NaN.
+        nan = x.isnan()
+        nans = nan.where(x, 0).sum(axis, keepdim)
+        return nans.isnan().where(nans, nan.where(-math.inf, x)._reduce(Ops.MAX, axis, keepdim))
+
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Maximum over `axis` (NaN propagates; tied maxima share the gradient)."""
-        return self._reduce(Ops.MAX, axis, keepdim)
+        """Maximum over `axis`: NaN if the row holds one, tied maxima (or the NaNs) share the gradient; an
+        empty reduced axis raises EmptyReduceError."""
+        x = _t(self)
+        x._check_nonempty(axis, "max")
+        return x._max(axis, keepdim)
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Minimum over `axis`."""
+        """Minimum over `axis`, as max (NaN wins; an empty reduced axis raises)."""
         x = _t(self)
-        return x._inverse().max(axis, keepdim)._inverse()
+        x._check_nonempty(axis, "min")
+        return x._inverse()._max(axis, keepdim)._inverse()
 
     def _count(self, axis: int | Sequence[int] | None) -> int:
         x = _t(self)
@@ -97,7 +125,7 @@ class ReduceMixin:
 
     def _softmax(self, axis: int) -> tuple[Tensor, Tensor, Tensor]:
         x = _t(self)
-        m = x - x.max(axis, keepdim=True).detach()  # the shift changes neither value nor gradient
+        m = x - x._reduce(Ops.MAX, axis, True).detach()  # the shift changes neither value nor gradient
         e = m.exp()
         return m, e, e.sum(axis, keepdim=True)
 
@@ -114,28 +142,33 @@ class ReduceMixin:
         return m - ss.log()
 
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """log(sum(e ** x)) over `axis`, computed stably."""
+        """log(sum(e ** x)) over `axis`, computed stably; -inf for an empty or all -inf row, inf for a row
+        with +inf (PyTorch's values; the reference's shift by an infinite max gives NaN)."""
         t = _t(self)
-        m = t.max(axis, keepdim=True).detach()
+        m = t._reduce(Ops.MAX, axis, True).detach()
+        m = m.isinf().where(0, m)  # an infinite shift would turn the row into inf - inf = NaN
         ret = (t - m).exp().sum(axis, keepdim).log()
         return ret + m.reshape(ret.shape)
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-        """Index of the first maximum along `axis` (of the flattened tensor when None), as int32."""
+        """Index of the first maximum (or the first NaN) along `axis` (of the flattened tensor when None), as
+        int32; an empty axis raises EmptyReduceError."""
         x = _t(self)
+        x._check_nonempty(axis, "argmax")
         if axis is None:
             return x.flatten().argmax(0)
         ax = x._axis(axis)
         n = concrete(x.shape[ax], "argmax")
-        if n == 0:  # no element has an index: PyTorch raises here too
-            raise IndexError(f"argmax/argmin along axis {axis} of shape {x.shape}: the dimension is empty")
-        is_max = x == x.max(ax, keepdim=True)
+        is_max = x == x._reduce(Ops.MAX, ax, True)
+        if dtypes.is_float(x.dtype):  # a NaN is the maximum (the max is NaN, equal to nothing): the first NaN
+            is_max = is_max | x.isnan()
         countdown = type(x).arange(n, 0, -1, device=x.device).reshape((n,) + (1,) * (x.ndim - ax - 1))
         return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
-        """Index of the first minimum along `axis`, as int32."""
+        """Index of the first minimum (or NaN) along `axis`, as int32."""
         x = _t(self)
+        x._check_nonempty(axis, "argmin")
         return x._inverse().argmax(axis, keepdim)
 
     def one_hot(self, num_classes: int) -> Tensor:
@@ -149,7 +182,8 @@ class ReduceMixin:
     def sparse_categorical_crossentropy(self, y: Tensor) -> Tensor:
         """Mean cross-entropy of these logits (classes on the last axis) against int class indices `y`."""
         x = _t(self)
-        picked = x.log_softmax(-1) * y.one_hot(concrete(x.shape[-1], "crossentropy")).cast(x.dtype)
+        # pick with WHERE, not a multiply: a -inf log-probability off the target times 0 would be NaN
+        picked = (y.one_hot(concrete(x.shape[-1], "crossentropy")) != 0).where(x.log_softmax(-1), 0)
         return -picked.sum(-1).mean()
 
     def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:

@@ -214,11 +214,13 @@ class ShapeMixin:
         return (-_t(self)).softmax(axis, dtype)
 
     def logcumsumexp(self, axis: int = 0) -> Tensor:
-        """log(cumsum(e ** x)) along `axis`, shifted by the (detached) maximum for stability."""
+        """log(cumsum(e ** x)) along `axis`, shifted by the (detached) maximum for stability (by 0 where
+        that is infinite, as logsumexp)."""
         x = _t(self)
         if x.ndim == 0:
             return x
-        m = x.max(axis, keepdim=True).detach()
+        m = x._max(axis, keepdim=True).detach()
+        m = m.isinf().where(0, m)
         return (x - m).exp().cumsum(axis).log() + m
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
