@@ -5,8 +5,8 @@ a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
 """
 from __future__ import annotations
 
+import _weakref
 import math
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,9 +79,6 @@ class UOpMetaClass(type):
         cache = UOpMetaClass.ucache
         if (ref := cache.get(key)) is not None and (live := ref()) is not None:
             return live  # the hit needs no lock: one dict read is atomic
-        # a miss builds the node and claims the key with one setdefault (atomic under the GIL): two threads
-        # building the same node get one node, the loser's copy dies unused. Only an entry whose node is
-        # dead but whose callback has not run yet is overwritten, under the lock the callback takes.
         created: UOp = _new_node(cls)  # the fields set through their slots: no __init__ frame
         _set_op(created, op)
         _set_dtype(created, dtype)
@@ -92,25 +89,22 @@ class UOpMetaClass(type):
         _set_cache(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
-        if (old := cache.setdefault(key, new_ref)) is not new_ref:
+        # Lock-free, safe under threads and GC (see _drop_keyed): an entry is only added where its key is
+        # absent (setdefault) and only removed while its node is dead, never overwritten; so while a node
+        # lives its entry is its own, and a thread that lost the race gets the winner's node. The loop goes
+        # round again only past a dead node's entry whose callback has not run yet.
+        while (old := cache.setdefault(key, new_ref)) is not new_ref:
             if (live := old()) is not None:
                 return live
-            _lock_acquire()  # not `with`: the bound methods are cheaper, the finally as safe
-            try:
-                if (old := cache.setdefault(key, new_ref)) is not new_ref:
-                    if (live := old()) is not None:
-                        return live
-                    cache[key] = new_ref
-            finally:
-                _lock_release()
+            _remove_dead(cache, key)
         if metadata is not None:
             all_metadata[created] = metadata
         return created
 
 
-# Reentrant: a weakref callback (garbage collection) may run in the thread that already holds it.
-_UCACHE_LOCK = threading.RLock()
-_lock_acquire, _lock_release = _UCACHE_LOCK.acquire, _UCACHE_LOCK.release
+# Removes `cache[key]` only if it is a dead weak reference: the lookup, the test and the removal in one C call
+# that runs no Python code, so atomic under the GIL (the stdlib's WeakValueDictionary relies on it too).
+_remove_dead: Callable[[dict[Any, Any], Any], None] = _weakref._remove_dead_weakref  # type: ignore[attr-defined]
 
 
 class _KeyRef(weakref.ref["UOp"]):
@@ -121,16 +115,12 @@ class _KeyRef(weakref.ref["UOp"]):
 
 
 def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
-                lock: threading.RLock = _UCACHE_LOCK) -> None:
-    """Weakref callback of a cached node: forget its entry unless a newer node took the key. Under the lock,
-    so that it cannot drop the entry another thread writes over a dead one; the defaults bind what it needs,
-    so it names no module globals (it may run at interpreter exit)."""
-    lock.acquire()
-    try:
-        if cache.get(key := ref.key) is ref:
-            del cache[key]
-    finally:
-        lock.release()
+                remove_dead: Callable[[dict[Any, Any], Any], None] = _remove_dead) -> None:
+    """Weakref callback of a cached node: forget its key's entry if that entry is dead, atomically, so it
+    cannot drop the entry of a newer live node that took the key; no lock, so it may run in any thread at any
+    allocation (the collector) without deadlocking. The defaults bind what it needs, so it names no module
+    globals (it may run at interpreter exit)."""
+    remove_dead(cache, ref.key)
 
 
 _CALLS = GroupOp.Call
