@@ -4,8 +4,19 @@
 - the first call runs it as it is (every kernel gets compiled);
 - the second runs it again and records every kernel and copy its realizes launch, with their buffers;
 - every later call only replays them: the new inputs' buffers are put where the captured inputs' were,
-  every other argument was bound at capture, and no graph is built or scheduled. It returns the Tensors the
+  every other buffer was bound at capture, and no graph is built or scheduled. It returns the Tensors the
   capture returned, whose buffers now hold this call's values (read them before the next call).
+
+Arguments (tinygrad's rule, made strict where tinygrad ignores a change; spec/realize.md):
+- a Tensor argument, or a Tensor inside a list, tuple or dict argument (one level deep), is an input: later
+  calls give the same names (positions and keywords) and each input the captured shape, dtype and device;
+- a bound variable (`UOp.variable(...).bind(v)`) passed as an argument is one too: each replay runs the
+  captured kernels with the value of this call (tinygrad's rule);
+- every other argument is fixed at capture (Python numbers, strings, None...: by type and value; a list,
+  tuple, dict or set: element by element; anything else, a model, a function, an array: by identity). A call
+  whose fixed arguments (or the set of arguments passed) differ from the first call's raises JitError, where
+  tinygrad replays the captured ones silently: pass a value that changes as a Tensor or a bound variable, or
+  use another TinyJit.
 
 What the function does besides launching kernels is not replayed: Python side effects, host values it
 read, random numbers or constants made on the host are those of the capture, and so is a tensor it leaves
@@ -15,12 +26,21 @@ replay, under the rules of spec/realize.md: live unrealized values that read the
 gradient that would need their old contents raises. A device that launches no kernels (REFERENCE) captures
 nothing: the function runs on every call, with the same checks of its inputs; REFERENCE work inside a step
 captured on a compiled device is a JitError.
+
+Calls: one at a time per TinyJit. A call from another thread waits for the running one, unless the caller
+is itself inside a TinyJit: then it raises JitError rather than wait (a thread waits only while it holds no
+TinyJit, so no two threads can wait on each other). A TinyJit called (or reset) while it runs in the same
+thread (recursion, directly or through another TinyJit) raises JitError; so does one called while another
+captures. The Tensors a replay returns are shared by all calls, whichever thread made them.
 """
 from __future__ import annotations
 
 import functools
+import numbers
+import reprlib
 import threading
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -38,18 +58,94 @@ __all__ = ["TinyJit"]
 R = TypeVar("R")
 Name = int | str  # an argument's position, or its keyword
 InputInfo = tuple[tuple[sint, ...], DType, str]  # shape, dtype, device
+Fixed = dict[Name, Hashable]  # each argument's key (see _key)
+_INPUT = object()  # a Tensor input's place in an argument's key (its shape, dtype, device are checked apart)
+_VAR = object()  # a bound variable argument's key: (_VAR, its variable); the value is passed on each call
+_shown = reprlib.Repr()
+_shown.maxstring = _shown.maxother = 60
 
 
-def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Name], list[Tensor]]:
-    """The Tensor arguments, by position or keyword, then those inside a list, tuple or dict argument (one
-    level deep, so that a model object's weights are not taken for inputs)."""
-    pairs: list[tuple[Name, Any]] = [*enumerate(args), *sorted(kwargs.items())]
+def _input_tensors(pairs: list[tuple[Name, Any]]) -> tuple[list[Name], list[Tensor]]:
+    """The Tensor arguments, by position or keyword (sorted), then those inside a list, tuple or dict argument
+    (one level deep, so that a model object's weights are not taken for inputs)."""
     named = [(n, t) for n, t in pairs if isinstance(t, Tensor)]
     names, tensors = [n for n, _ in named], [t for _, t in named]
-    for x in (*args, *kwargs.values()):
+    for _, x in pairs:  # keywords sorted, as above: their order in the call does not move the inputs
         inner = x if isinstance(x, (list, tuple)) else x.values() if isinstance(x, dict) else ()
         tensors += [t for t in inner if isinstance(t, Tensor) and not any(t is y for y in tensors)]
     return names, tensors
+
+
+class _Same:
+    """An argument compared by identity (a model object, a function, an array, a UOp). Held weakly where it
+    can be, so that a capture keeps nothing alive and a new object at a dead one's address is not taken for
+    it."""
+
+    __slots__ = ("get", "ident")
+
+    def __init__(self, x: object) -> None:
+        self.ident = id(x)
+        try:
+            self.get: Callable[[], object] = weakref.ref(x)
+        except TypeError:
+            self.get = lambda: x
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and (x := self.get()) is not None and x is other.get()
+
+    def __hash__(self) -> int:
+        return self.ident
+
+
+def _key(x: object, depth: int) -> Hashable:
+    """What a call must repeat of a fixed argument: a value's type and value, a container's keys element by
+    element (a Tensor one level deep is an input), anything else's identity."""
+    if isinstance(x, Tensor):
+        return _INPUT if depth <= 1 else _Same(x)
+    if x is None or isinstance(x, (bool, str, bytes, range)):
+        return (type(x), x)
+    if isinstance(x, float):
+        return (type(x), x.hex())  # exact: -0.0 is not 0.0, and NaN equals itself
+    if isinstance(x, numbers.Number):
+        return (type(x), repr(x) if x != x else x)
+    if isinstance(x, slice):
+        return (slice, _key(x.start, 2), _key(x.stop, 2), _key(x.step, 2))
+    if isinstance(x, (list, tuple)):
+        return (type(x), tuple(_key(v, depth + 1) for v in x))
+    if isinstance(x, dict):
+        return (type(x), tuple((_key(k, 2), _key(v, depth + 1)) for k, v in x.items()))
+    if isinstance(x, (set, frozenset)):
+        return (type(x), frozenset(_key(v, 2) for v in x))
+    return _Same(x)
+
+
+def _fixed_arguments(fxn: str, pairs: list[tuple[Name, Any]]) -> tuple[Fixed, dict[str, int]]:
+    """Every argument's key, and the values of the bound variables passed."""
+    keys: Fixed = {}
+    var_vals: dict[str, int] = {}
+    for name, x in pairs:
+        if isinstance(x, UOp) and x.op is Ops.BIND:
+            var, val = x.unbind()
+            if var_vals.setdefault(var.arg[0], val) != val:
+                raise JitError(f"TinyJit {fxn!r} is called with variable {var.arg[0]!r} bound to both "
+                               f"{var_vals[var.arg[0]]} and {val}")
+            keys[name] = (_VAR, _Same(var))
+        else:
+            keys[name] = _key(x, 0)
+    return keys, var_vals
+
+
+def _show(x: object) -> str:
+    """An argument as an error shows it: short, and an object's class and address whole."""
+    if isinstance(x, UOp) and x.op is Ops.BIND:
+        return f"variable {x.src[0].arg[0]!r}"
+    if type(x).__repr__ is object.__repr__:
+        return f"<{type(x).__name__} object at {id(x):#x}>"
+    return _shown.repr(x)
+
+
+def _label(name: Name) -> str:
+    return f"{name}=" if isinstance(name, str) else f"argument {name} = "
 
 
 def _buffer(t: Tensor, k: int) -> UOp:
@@ -73,14 +169,16 @@ def _outputs(ret: object) -> list[Tensor]:
 
 @dataclass(frozen=True)
 class _Launch:
-    """A captured kernel or copy that reads or writes an input: bound again on each replay."""
+    """A captured kernel or copy that reads or writes an input, or reads a variable passed as an argument:
+    bound again on each replay."""
 
     item: UOp
     var_vals: dict[str, int]
     device: Callable[[str], Runner]
     slots: tuple[tuple[int, int], ...]  # (buffer position in the item, input number)
+    live: tuple[str, ...] = ()  # the variables whose values come from each call
 
-    def run(self, inputs: Sequence[UOp]) -> None:
+    def run(self, inputs: Sequence[UOp], var_vals: dict[str, int]) -> None:
         bufs = list(self.item.src[1:])
         for pos, k in self.slots:
             bufs[pos] = inputs[k]
@@ -88,57 +186,69 @@ class _Launch:
             dst, src = bufs[0], bufs[1]
             self.device(str(dst.device)).copyin(dst, self.device(str(src.device)).copyout(src))
             return
+        vals = {**self.var_vals, **{v: var_vals[v] for v in self.live}} if self.live else self.var_vals
         runner = self.device(str(bufs[0].device) if bufs else "")
         if isinstance(runner, CompiledBackend):
-            runner.bind_kernel(self.item, self.var_vals, bufs)()
+            runner.bind_kernel(self.item, vals, bufs)()
         else:
-            runner.run_kernel(self.item.replace(src=(self.item.src[0], *bufs)), self.var_vals)
+            runner.run_kernel(self.item.replace(src=(self.item.src[0], *bufs)), vals)
 
 
 class _Captured:
     """The launches of one captured call, in order, and what the capture returned."""
 
     def __init__(self, rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]],
-                 inputs: Sequence[UOp], ret: object) -> None:
+                 inputs: Sequence[UOp], ret: object, variables: Sequence[str]) -> None:
         where = {b: k for k, b in enumerate(inputs)}
         self.ret = ret
         self.items = [it for it, _, _ in rec]  # keep every buffer (and so its memory) of the capture alive
         self.steps: list[Callable[[], None] | _Launch] = []
+        self.estimates: list[tuple[Any, dict[str, int], tuple[str, ...]]] = []  # kernels with live variables
         written: dict[UOp, None] = {}
         kernels = ops = mem = 0
         for item, var_vals, device in rec:
             body, bufs = item.src[0], item.src[1:]
             slots = tuple((pos, where[b]) for pos, b in enumerate(bufs) if b in where)
             runner = device(str(bufs[0].device) if bufs else "") if body.op is not Ops.COPY else None
+            live: tuple[str, ...] = ()
             if body.op is Ops.COPY:
                 written[bufs[0]] = None
                 mem += int(bufs[0].arg) * bufs[0].dtype.base.itemsize
             elif isinstance(runner, CompiledBackend):
                 k = runner.kernel(item)
                 written.update((bufs[s], None) for s in k.program.outs)
-                o, m = k.program.estimates.at(var_vals) if k.program.vars else k.program.estimates.fixed
+                live = tuple(n for v in k.program.vars if (n := v.arg[0]) in variables)
+                if live:
+                    self.estimates.append((k.program.estimates, var_vals, live))
+                    o, m = 0, 0
+                else:
+                    o, m = k.program.estimates.at(var_vals) if k.program.vars else k.program.estimates.fixed
                 kernels, ops, mem = kernels + 1, ops + o, mem + m
-            if slots or not isinstance(runner, CompiledBackend):
-                self.steps.append(_Launch(item, var_vals, device, slots))
+            else:
+                live = tuple(n for n in var_vals if n in variables)
+            if slots or live or not isinstance(runner, CompiledBackend):
+                self.steps.append(_Launch(item, var_vals, device, slots, live))
             else:
                 self.steps.append(runner.bind_kernel(item, var_vals))
         self.written = [b for b in written if b not in where]
         self.counts = (kernels, ops, mem)
 
-    def __call__(self, inputs: Sequence[UOp]) -> object:
+    def __call__(self, inputs: Sequence[UOp], var_vals: dict[str, int]) -> object:
         Tensor._realize_readers(self.written)  # values built on the old contents keep them (issue 9)
         for step in self.steps:
             if isinstance(step, _Launch):
-                step.run(inputs)
+                step.run(inputs, var_vals)
             else:
                 step()
         overwritten(self.written)
         kernels, ops, mem = self.counts
+        for est, base, live in self.estimates:
+            o, m = est.at({**base, **{v: var_vals[v] for v in live}})
+            ops, mem = ops + o, mem + m
         GlobalCounters.kernel_count += kernels
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
         return self.ret
-
 
 
 def _one_device(t: Tensor) -> str:
@@ -148,6 +258,15 @@ def _one_device(t: Tensor) -> str:
                        "without TinyJit")
     return d
 
+_running = threading.local()  # .stack: the TinyJits running in this thread, outermost first
+
+
+def _stack() -> list[TinyJit[Any]]:
+    if (stack := getattr(_running, "stack", None)) is None:
+        stack = _running.stack = []
+    return cast("list[TinyJit[Any]]", stack)
+
+
 class TinyJit(Generic[R]):
     """Capture a step function on its second call and replay it on later ones (see the module docstring).
     `reset()` forgets the capture; `captured` is None until there is one."""
@@ -156,25 +275,61 @@ class TinyJit(Generic[R]):
         self.fxn = fxn
         self.cnt = 0
         self.captured: _Captured | None = None
-        self._expected: tuple[list[Name], list[InputInfo]] | None = None
+        self._expected: tuple[list[Name], list[InputInfo], Fixed, dict[Name, str]] | None = None
         self._lock = threading.Lock()  # one call at a time: a capture must see only its own launches
         functools.update_wrapper(self, fxn)
 
+    @property
+    def name(self) -> str:
+        """The function's name, for errors."""
+        return str(getattr(self.fxn, "__name__", None) or self.fxn)
+
     def reset(self) -> None:
         """Forget the capture: the next call runs plainly again, the one after captures."""
-        with self._lock:
+        self._enter("reset")
+        try:
             self.cnt, self.captured, self._expected = 0, None, None
+        finally:
+            self._exit()
 
     def __get__(self, obj: object, objtype: type | None = None) -> Callable[..., R]:
         return functools.partial(self.__call__, obj)  # a decorated method gets its instance
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:  # noqa: ANN401  (the wrapped function's arguments)
         """Run, capture or replay (by the number of calls so far); returns what the function returns."""
-        with self._lock:
+        self._enter("called")
+        try:
             return self._call(args, kwargs)
+        finally:
+            self._exit()
+
+    def _enter(self, what: str) -> None:
+        """Take this TinyJit's lock, marked as running in this thread (see the module docstring's Calls)."""
+        stack = _stack()
+        if any(j is self for j in stack):
+            chain = " -> ".join(j.name for j in stack[next(k for k, j in enumerate(stack) if j is self):])
+            raise JitError(f"TinyJit {self.name!r} is {what} while it runs in this thread ({chain} -> "
+                           f"{self.name}): a jitted function cannot call itself, directly or through another "
+                           "TinyJit; call the plain function (its .fxn) inside it")
+        if not stack:
+            self._lock.acquire()
+        elif not self._lock.acquire(blocking=False):
+            raise JitError(f"TinyJit {self.name!r} is {what} from inside TinyJit {stack[-1].name!r} while it "
+                           "runs in another thread: waiting there could deadlock; call it outside the other "
+                           "TinyJit, or give each thread its own")
+        stack.append(self)
+
+    def _exit(self) -> None:
+        _running.stack.pop()
+        self._lock.release()
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        names, tensors = _input_tensors(args, kwargs)
+        if recording() is not None:  # a replay here would launch kernels the capture does not record
+            raise JitError(f"TinyJit {self.name!r} is called while another TinyJit captures; nested "
+                           "TinyJits are not supported")
+        pairs: list[tuple[Name, Any]] = [*enumerate(args), *sorted(kwargs.items())]
+        names, tensors = _input_tensors(pairs)
+        fixed, var_vals = _fixed_arguments(self.name, pairs)
         if tensors:
             Tensor.realize(*tensors)  # (realizes only the unrealized ones)
         info = [(t.shape, t.dtype, _one_device(t)) for t in tensors]
@@ -183,13 +338,10 @@ class TinyJit(Generic[R]):
             raise JitError("the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
                            "(t.contiguous()) for one of them")
         if self._expected is not None:
-            self._check(names, info)
+            self._check(names, info, fixed, pairs)
         if self.cnt >= 2 and self.captured is not None:
             self.cnt += 1
-            return cast(R, self.captured(bufs))
-        if recording() is not None:
-            raise JitError(f"TinyJit {self.fxn.__name__!r} is called while another TinyJit captures; nested "
-                           "TinyJits are not supported")
+            return cast(R, self.captured(bufs, var_vals))
         compiled = all(isinstance(Device[d], CompiledBackend) for _, _, d in info)
         rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] = []
         if self.cnt == 1 and compiled:
@@ -200,26 +352,39 @@ class TinyJit(Generic[R]):
                 Tensor.realize(*outs)
         finally:
             set_recording(None)
-        self._expected = (names, info)
+        self._expected = (names, info, fixed, {n: _show(x) for n, x in pairs if not isinstance(x, Tensor)})
         if self.cnt == 1 and compiled:
             if not rec:
-                raise JitError(f"TinyJit {self.fxn.__name__!r} ran no kernels on its second call: there is "
+                raise JitError(f"TinyJit {self.name!r} ran no kernels on its second call: there is "
                                "nothing to capture (does it return the Tensors it computes?)")
             if not isinstance(ret, (Tensor, list, tuple, dict)) and ret is not None:
-                raise JitError(f"TinyJit {self.fxn.__name__!r} returned a {type(ret).__name__}; a captured "
+                raise JitError(f"TinyJit {self.name!r} returned a {type(ret).__name__}; a captured "
                                "step returns Tensors (or a list, tuple or dict of them), or None")
-            self.captured = _Captured(rec, bufs, ret)
+            self.captured = _Captured(rec, bufs, ret, list(var_vals))
         self.cnt += 1
         return ret
 
-    def _check(self, names: list[Name], info: list[InputInfo]) -> None:
+    def _check(self, names: list[Name], info: list[InputInfo], fixed: Fixed, pairs: list[tuple[Name, Any]],
+               ) -> None:
         assert self._expected is not None
-        want_names, want = self._expected
+        want_names, want, want_fixed, shown = self._expected
+        if list(fixed) != list(want_fixed):
+            raise JitError(f"TinyJit {self.name!r} was captured with the arguments {list(want_fixed)}, not "
+                           f"{list(fixed)}: pass the same ones, by position or keyword as at capture")
         if names != want_names or len(info) != len(want):
-            raise JitError(f"TinyJit {self.fxn.__name__!r} was captured with Tensor arguments {want_names} "
+            raise JitError(f"TinyJit {self.name!r} was captured with Tensor arguments {want_names} "
                            f"({len(want)} tensors), not {names} ({len(info)} tensors)")
         for k, (got, exp) in enumerate(zip(info, want)):
             if got != exp:
-                raise JitError(f"TinyJit {self.fxn.__name__!r}: input {k} is shape {got[0]}, {got[1]!r} on "
+                raise JitError(f"TinyJit {self.name!r}: input {k} is shape {got[0]}, {got[1]!r} on "
                                f"{got[2]}; it was captured with shape {exp[0]}, {exp[1]!r} on {exp[2]}. Use "
                                "another TinyJit (or reset()) for other inputs")
+        for name, x in pairs:
+            if (key := fixed[name]) != (want_key := want_fixed[name]):
+                same = isinstance(key, _Same) and isinstance(want_key, _Same)
+                was, now = _label(name) + shown.get(name, "a Tensor"), _label(name) + _show(x)
+                raise JitError(f"TinyJit {self.name!r} was captured with {was} and is now called with {now}"
+                               f"{' (another object)' * same}: an "
+                               "argument other than a Tensor is fixed at capture. Pass a value that changes "
+                               "as a Tensor (or an int as a bound variable, UOp.variable(...).bind(v)), or "
+                               "use another TinyJit (one per object, for a method), or reset()")
