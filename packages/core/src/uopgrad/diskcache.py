@@ -430,6 +430,20 @@ class Info(TypedDict):
     old_bytes: int
 
 
+@contextlib.contextmanager
+def _for_user(root: str, what: str) -> Iterator[None]:
+    """Under the lock; a refusal or failure of `what` (the CLI's info or clear) is a ConfigError saying so."""
+    with _lock:
+        try:
+            yield
+        except _Refused as e:
+            raise ConfigError(f"not {what} the compile cache: {e}") from None
+        except (OSError, sqlite3.Error) as e:
+            _forget()
+            raise ConfigError(f"{what} the compile cache in {root} failed ({type(e).__name__}: {e}); set "
+                              f"UOPGRAD_CACHE_DIR to use another directory") from None
+
+
 def info() -> Info:
     """Where the cache is, its state, entries, sizes and bound. Raises ConfigError for a directory it may
     not use."""
@@ -440,26 +454,19 @@ def info() -> Info:
         bound, bound_error = DEFAULT_LIMIT, str(e)
     out = Info(path=root, state="absent", entries=0, bytes=0, file_bytes=0, limit=bound,
                limit_error=bound_error, old_entries=0, old_bytes=0)
-    with _lock:
-        try:
-            if _own(root, create=False):
-                out["state"] = "ready"
-                if (conn := _connect(root, create=False)) is not None:
-                    out["entries"] = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
-                    out["bytes"] = conn.execute("SELECT bytes FROM total").fetchone()[0]
-                    out["file_bytes"] = sum(st.st_size for n in _SQLITE_FILES
-                                            if (st := _check_file(root, n)) is not None)
-            elif os.path.isdir(root):
-                out["state"] = "unclaimed"
-            if out["state"] != "absent":
-                old = [e.stat(follow_symlinks=False).st_size for e in _old_entries(root)]
-                out["old_entries"], out["old_bytes"] = len(old), sum(old)
-        except _Refused as e:
-            raise ConfigError(f"not using the compile cache: {e}") from None
-        except (OSError, sqlite3.Error) as e:
-            _forget()
-            raise ConfigError(f"the compile cache in {root} can't be read ({type(e).__name__}: {e}); set "
-                              f"UOPGRAD_CACHE_DIR to use another directory") from None
+    with _for_user(root, "reading"):
+        if _own(root, create=False):
+            out["state"] = "ready"
+            if (conn := _connect(root, create=False)) is not None:
+                out["entries"] = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+                out["bytes"] = conn.execute("SELECT bytes FROM total").fetchone()[0]
+                out["file_bytes"] = sum(st.st_size for n in _SQLITE_FILES
+                                        if (st := _check_file(root, n)) is not None)
+        elif os.path.isdir(root):
+            out["state"] = "unclaimed"
+        if out["state"] != "absent":
+            old = [e.stat(follow_symlinks=False).st_size for e in _old_entries(root)]
+            out["old_entries"], out["old_bytes"] = len(old), sum(old)
     return out
 
 
@@ -467,23 +474,16 @@ def clear() -> int:
     """Delete every entry (rows: no file is removed); returns how many there were. Raises ConfigError for a
     directory the cache may not use."""
     root = str(cache_dir())
-    with _lock:
-        try:
-            if (conn := _connect(root, create=False)) is None:
-                return 0
-            with _transaction(conn):
-                n: int = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
-                conn.execute("DELETE FROM entries")
-            _vacuum(conn)
-            with contextlib.suppress(sqlite3.OperationalError):  # busy readers: the log shrinks later
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            return n
-        except _Refused as e:
-            raise ConfigError(f"not clearing the compile cache: {e}") from None
-        except (OSError, sqlite3.Error) as e:
-            _forget()
-            raise ConfigError(f"the compile cache in {root} can't be cleared ({type(e).__name__}: {e}); set "
-                              f"UOPGRAD_CACHE_DIR to use another directory") from None
+    with _for_user(root, "clearing"):
+        if (conn := _connect(root, create=False)) is None:
+            return 0
+        with _transaction(conn):
+            n: int = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+            conn.execute("DELETE FROM entries")
+        _vacuum(conn)
+        with contextlib.suppress(sqlite3.OperationalError):  # busy readers: the log shrinks later
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return n
 
 
 # ---------------------------------------------------------------------- the command line
