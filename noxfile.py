@@ -32,7 +32,7 @@ nox.options.error_on_missing_interpreters = True
 RUFF = "ruff==0.17.6"
 MYPY = "mypy==2.4.1"
 IMPORT_LINTER = "import-linter==2.17"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "z3-solver>=4.12.4"]  # z3: spec/test_symbolic_z3.py
 XDIST = "pytest-xdist>=3"
 # Oracles for the tests session only, never dependencies of a package: the Tensor ops, layers and
 # optimisers are checked against PyTorch, safetensors files against the safetensors package (the tests

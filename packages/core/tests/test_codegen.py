@@ -239,7 +239,7 @@ def test_golden_elementwise_program():
         "   6 RANGE       dtypes.int             (2) (0, 'loop')",
         "   7 MUL         dtypes.int             (6, 3)",
         "   8 RANGE       dtypes.int             (3) (1, 'loop')",
-        "   9 ADD         dtypes.int             (8, 7)",
+        "   9 ADD         dtypes.int             (7, 8)",
         "  10 INDEX       dtypes.float.ptr(12)   (0, 9)",
         "  11 INDEX       dtypes.float.ptr(12)   (1, 9)",
         "  12 LOAD        dtypes.float           (11)",
@@ -266,7 +266,7 @@ def test_golden_reduce_program():
         "   8 MUL         dtypes.int             (5, 4)",      # hoisted out of the reduce loop
         "   9 RANGE       dtypes.int             (4) (1, 'reduce')",
         "  10 LOAD        dtypes.float           (6, 9)",
-        "  11 ADD         dtypes.int             (9, 8)",
+        "  11 ADD         dtypes.int             (8, 9)",
         "  12 INDEX       dtypes.float.ptr(12)   (1, 11)",
         "  13 LOAD        dtypes.float           (12)",
         "  14 MAX         dtypes.float           (10, 13)",

@@ -58,7 +58,9 @@ def test_structurally_equal_graphs_built_twice_are_one_object():
 
 def test_eq_is_identity_and_truthiness_is_an_error():
     x = var("x")
-    assert x == x and x != var("y")
+    assert x == x and x is not var("y")
+    # != builds a comparison node, as in the reference (only == is identity)
+    assert (x != var("y")).op is Ops.CMPNE and (x != 3).src == (x, x.const_like(3))
     assert {x: 1}[var("x")] == 1
     with pytest.raises(TypeError):
         bool(x)

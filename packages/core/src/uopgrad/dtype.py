@@ -154,6 +154,7 @@ class dtypes:
 
     void: Final = DType(-1, 0, "void", None)
     index: Final = DType(-1, 8, "index", None)  # abstract integer of shapes and indices (int64 width)
+    weakint: Final = index  # the reference's later name for `index`
     bool: Final = DType(0, 1, "bool", "?")
     int8: Final = DType(1, 1, "char", "b")
     uint8: Final = DType(2, 1, "uchar", "B")
@@ -226,7 +227,10 @@ class dtypes:
 
     @staticmethod
     def as_const(value: ConstType, dtype: DType) -> ConstType:
-        """Canonical constant of `dtype`: FloatConst for floats, int for ints (wrapped), bool for bool."""
+        """Canonical constant of `dtype`: FloatConst for floats, int for ints (wrapped), bool for bool;
+        `Invalid` (a gated index's false branch) stays itself in every dtype."""
+        if value is Invalid:
+            return value
         dt = dtype.scalar()
         if dtypes.is_float(dt):
             return FloatConst(truncate(dt, float(value)))
@@ -291,7 +295,8 @@ class dtypes:
     @staticmethod
     def fields() -> dict[str, DType]:
         """Every public name of a dtype (aliases included) -> DType."""
-        return {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")}
+        return {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")
+                and k != "weakint"}
 
     @staticmethod
     def to_numpy(dtype: DType) -> np.dtype:

@@ -168,7 +168,7 @@ def _pad(u: UOp, src: Shape) -> Shape:
     b, e = _pairs(u, src)
     if any(isinstance(x, int) and x < 0 for x in b + e):
         raise MovementError(f"PAD {tuple(zip(b, e))} must be non-negative")
-    return tuple(_sadd(_sadd(s, bb), ee) for s, bb, ee in zip(src, b, e))
+    return tuple(_simplified(_sadd(_sadd(s, bb), ee)) for s, bb, ee in zip(src, b, e))
 
 
 def _shrink(u: UOp, src: Shape) -> Shape:
@@ -228,6 +228,17 @@ def _same_on_every_device(x: sint) -> sint:
         return x
     vals = {_at(x, i) for i in range(int(dvars[0].arg[1]), int(dvars[0].arg[2]) + 1)}
     return next(iter(vals)) if len(vals) == 1 and None not in vals else x  # type: ignore[return-value]
+
+
+def _simplified(x: sint) -> sint:
+    """A symbolic size simplified (so a pad of a width-2 window by (v, 5-(v+2)) has size 5, not a sum)."""
+    if isinstance(x, int):
+        return x
+    try:
+        s = x.simplify()
+    except ConfigError:  # no simplifier registered yet (uopgrad.symbolic not imported)
+        return x
+    return cast("sint", s.arg) if s.op is Ops.CONST else s
 
 
 def _ssub(a: sint, b: sint) -> sint:
@@ -403,8 +414,11 @@ def _param_range(u: UOp, _mm: list[Bounds]) -> Bounds | None:
 
 def _cast_range(u: UOp, mm: list[Bounds]) -> Bounds | None:
     dt = u.dtype.scalar()
-    if not ((dtypes.is_int(dt) or dt == dtypes.bool) and dtypes.is_int(u.src[0].dtype)):
+    src = u.src[0].dtype.scalar()
+    if not ((dtypes.is_int(dt) or dt == dtypes.bool) and (dtypes.is_int(src) or src == dtypes.bool)):
         return None
+    if src == dtypes.bool and dt != dtypes.bool:  # False/True become 0/1
+        return (int(mm[0][0]), int(mm[0][1]))
     lo, hi = dtypes.min(dt), dtypes.max(dt)
     return (max(lo, mm[0][0]), min(hi, mm[0][1])) if lo <= mm[0][0] and mm[0][1] <= hi else (lo, hi)
 
@@ -417,11 +431,86 @@ def _const_divisor(mm: list[Bounds]) -> bool:
     return mm[1][0] == mm[1][1] and mm[1][0] > 0
 
 
-def _floormod(_u: UOp, mm: list[Bounds]) -> Bounds | None:
-    if not _const_divisor(mm):
+def _ints(mm: list[Bounds]) -> bool:
+    return all(type(b) is int for m in mm for b in m)
+
+
+def _floordiv(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if _const_divisor(mm):  # a positive constant divisor keeps infinite bounds infinite
+        return (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
+    if not _ints(mm):
         return None
-    c = mm[1][0]
-    return (mm[0][0] % c, mm[0][1] % c) if mm[0][0] // c == mm[0][1] // c else (0, c - 1)
+    (a0, a1), (b0, b1) = mm
+    if a0 > a1:
+        return (0, 0)  # an empty numerator range (a RANGE with end 0)
+    if b0 * b1 > 0:  # the divisor keeps one sign: the extremes are at the corners
+        corners = (a0 // b0, a0 // b1, a1 // b0, a1 // b1)
+        return (min(corners), max(corners))
+    return None
+
+
+def _floormod(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if not _ints(mm):
+        return (0, mm[1][0] - 1) if _const_divisor(mm) and type(mm[1][0]) is int else None
+    (a0, a1), (b0, b1) = mm
+    if a0 > a1:
+        return (0, 0)
+    if b0 == b1 != 0:
+        c = b0
+        if a0 // c == a1 // c:
+            return (a0 % c, a1 % c)
+        return (0, c - 1) if c > 0 else (c + 1, 0)
+    if b0 > 0:
+        return (0, b1 - 1)
+    if b1 < 0:
+        return (b0 + 1, 0)
+    return None
+
+
+def _cdiv(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if not _ints(mm) or mm[1][0] * mm[1][1] <= 0:
+        return None
+    (a0, a1), (b0, b1) = mm
+    corners = [(abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) for a in (a0, a1) for b in (b0, b1)]
+    return (min(corners), max(corners))
+
+
+def _cmod(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if not _ints(mm):
+        return None
+    (a0, a1), (b0, b1) = mm
+    if (c := b0) == b1 > 0:
+        lo = 0 if a0 > 0 else a0 if 0 >= a0 > -c else -(b1 - 1)
+        return (lo, 0 if a1 < 0 else a1 if 0 <= a1 < c else c - 1)
+    m = b1 - 1 if b0 > 0 else -b0 - 1 if b1 < 0 else None
+    if m is None:
+        return None
+    return (0, m) if a0 >= 0 else (-m, 0) if a1 <= 0 else (-m, m)
+
+
+def _and(u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if u.dtype.scalar() == dtypes.bool:
+        return (mm[0][0] and mm[1][0], mm[0][1] and mm[1][1])
+    if mm[1][0] == mm[1][1] and type(mm[1][0]) is int and mm[1][0] >= 0:  # a non-negative mask
+        return (0, mm[1][1] if not (type(mm[0][0]) is int and mm[0][0] >= 0) else min(mm[0][1], mm[1][1]))
+    return None
+
+
+def _or(u: UOp, mm: list[Bounds]) -> Bounds | None:
+    return (mm[0][0] or mm[1][0], mm[0][1] or mm[1][1]) if u.dtype.scalar() == dtypes.bool else None
+
+
+def _shift(u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if not _ints(mm) or mm[1][0] != mm[1][1] or mm[1][0] < 0:
+        return None
+    (lo, hi), k = (int(b) for b in mm[0]), int(mm[1][0])
+    return (lo << k, hi << k) if u.op is Ops.SHL else (lo >> k, hi >> k)
+
+
+def _xor(_u: UOp, mm: list[Bounds]) -> Bounds | None:
+    if mm[1][0] == mm[1][1] == -1 and _ints(mm[:1]):
+        return (~int(mm[0][1]), ~int(mm[0][0]))  # x ^ -1 is ~x, which reverses the order
+    return None
 
 
 def _mul(_u: UOp, mm: list[Bounds]) -> Bounds:
@@ -442,20 +531,23 @@ VALUE_RANGE_RULES: dict[Ops, RangeRule] = {
     Ops.WHERE: lambda _u, mm: (min(mm[1][0], mm[2][0]), max(mm[1][1], mm[2][1])),
     Ops.CMPLT: _cmplt,
     Ops.CMPNE: _cmpne,
+    Ops.AND: _and,
+    Ops.OR: _or,
 }
 # integer arithmetic: the result's range, unless it leaves the dtype's (then the dtype's bounds: it wraps)
 INT_RANGE_RULES: dict[Ops, RangeRule] = {
     Ops.ADD: lambda _u, mm: (mm[0][0] + mm[1][0], mm[0][1] + mm[1][1]),
     Ops.MUL: _mul,
     Ops.NEG: lambda _u, mm: (-mm[0][1], -mm[0][0]),
+    Ops.TRUNC: lambda _u, mm: mm[0],  # the identity on integers
     Ops.MAX: _max,
-    Ops.FLOORDIV: lambda _u, mm: (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
-    if _const_divisor(mm) else None,
+    Ops.FLOORDIV: _floordiv,
     Ops.FLOORMOD: _floormod,
-    Ops.CDIV: lambda _u, mm: (_div_bound(mm[0][0], mm[1][0]), _div_bound(mm[0][1], mm[1][0]))
-    if _const_divisor(mm) and mm[0][0] >= 0 else None,
-    Ops.CMOD: lambda _u, mm: (0, min(mm[0][1], mm[1][0] - 1))
-    if _const_divisor(mm) and mm[0][0] >= 0 else None,
+    Ops.CDIV: _cdiv,
+    Ops.CMOD: _cmod,
+    Ops.SHL: _shift,
+    Ops.SHR: _shift,
+    Ops.XOR: _xor,
 }
 # every other op: its dtype's bounds (unbounded for `index`)
 DTYPE_RANGE_OPS = frozenset(Ops) - set(VALUE_RANGE_RULES) - set(INT_RANGE_RULES)

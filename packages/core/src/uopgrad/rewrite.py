@@ -109,6 +109,14 @@ class UPat(MathMixin):
         return UPat.any(self if name is None else self.named(name),
                         UPat(Ops.AFTER, name=name, src=(self,), allow_any_len=True))
 
+    def cast(self, dtype: DType | tuple[DType, ...] | None = None, name: str | None = None) -> UPat:
+        """A CAST (to `dtype`, one of them, or any) of this pattern."""
+        return UPat(Ops.CAST, dtype, (self,), name=name)
+
+    def bitcast(self, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
+        """A BITCAST (to `dtype`, or any) of this pattern."""
+        return UPat(Ops.BITCAST, dtype, (self,))
+
     # MathMixin hooks: arithmetic on patterns builds ALU patterns; commutative ops try both orders
     def alu(self, op: Ops, *src: UPat) -> UPat:
         """An ALU pattern; commutative ops get list sources (both orders tried), compares are bool."""

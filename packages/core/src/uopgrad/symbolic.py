@@ -14,9 +14,14 @@ import numpy as np
 from uopgrad.dtype import ConstType, DType, dtypes, truncate
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.symbolic_divmod import pm_div_mod
+from uopgrad.symbolic_rules import pm_commutative, pm_propagate_invalid, pm_symbolic_index, pm_symbolic_simple
+from uopgrad.symbolic_valid import pm_move_where_on_load, pm_simplify_valid
 from uopgrad.uop import UOp, register_simplifier
+from uopgrad.uop_index import register_exec_alu, sym_infer
 
-__all__ = ["exec_alu", "sym"]
+__all__ = ["exec_alu", "pm_commutative", "pm_laws", "pm_move_where_on_load", "pm_simplify_valid",
+           "pm_symbolic", "sym", "sym_infer"]
 
 _INTS = (*dtypes.ints, dtypes.index)
 _INTS_BOOL = (*_INTS, dtypes.bool)
@@ -175,11 +180,13 @@ def _fold_range(x: UOp) -> UOp | None:
 # ---------------------------------------------------------------------- the table
 _x, _y, _a, _b = UPat.var("x"), UPat.var("y"), UPat.var("a"), UPat.var("b")
 _xi, _xib, _xb = UPat.var("x", _INTS), UPat.var("x", _INTS_BOOL), UPat.var("x", dtypes.bool)
+# fixed-width ints: index division and ranges follow the reference's normal form (uopgrad.symbolic_divmod)
+_xw = UPat.var("x", dtypes.ints)
 _xf = UPat.var("x", dtypes.floats)
 # CONST only (not VCONST): the helpers read `c.arg` as one number
 _c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.CONST, name="c2")
 
-sym = PatternMatcher([
+pm_laws = PatternMatcher([
     # ** constant folding **
     (UPat(_FOLDABLE, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
     (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
@@ -214,22 +221,37 @@ sym = PatternMatcher([
     (_xb.ne(False), lambda x: x),  # x!=False -> x
     (_xb.ne(True).ne(True), lambda x: x),  # not(not(x)) -> x
     # ** floor division and modulo of integers: c != 0, and the dividend must not wrap where that matters **
-    ((_xi % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
-    ((_xi % _c) + (_xi // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
-    ((_xi // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0
-    ((_xi * _c) // _c, lambda x, c: x if _no_wrap(x, c) else None),  # (x*c)//c -> x
-    ((_xi * _c) % _c, lambda x, c: x.const_like(0) if _no_wrap(x, c) else None),  # (x*c)%c -> 0
-    ((_xi * _c + _y) // _c,
+    ((_xw % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
+    ((_xw % _c) + (_xw // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
+    ((_xw // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0
+    ((_xw * _c) // _c, lambda x, c: x if _no_wrap(x, c) else None),  # (x*c)//c -> x
+    ((_xw * _c) % _c, lambda x, c: x.const_like(0) if _no_wrap(x, c) else None),  # (x*c)%c -> 0
+    ((_xw * _c + _y) // _c,
      lambda x, c, y: x + y // c if _no_wrap(x, c, y) else None),  # (x*c+y)//c -> x+y//c
-    ((_xi * _c + _y) % _c,
+    ((_xw * _c + _y) % _c,
      lambda x, c, y: y % c if _no_wrap(x, c, y) else None),  # (x*c+y)%c -> y%c
     # when all of x's range [vmin, vmax] has one quotient q = vmin//c = vmax//c:
-    (_xi // _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x.const_like(q)),  # x//c -> q
-    (_xi % _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x - q * c.arg),  # x%c -> x-q*c
+    (_xw // _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x.const_like(q)),  # x//c -> q
+    (_xw % _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x - q * c.arg),  # x%c -> x-q*c
     # ** value ranges (vmin/vmax) **
-    (UPat(GroupOp.ALU, _INTS, name="x"), _fold_range),  # x -> c when vmin == vmax == c (ints)
+    (UPat(GroupOp.ALU, dtypes.ints, name="x"), _fold_range),  # x -> c when vmin == vmax == c (ints)
     (UPat(GroupOp.Comparison, src=(UPat(dtype=_INTS_BOOL), UPat(dtype=_INTS_BOOL)), name="x"),
      _fold_range),  # a<b, a!=b -> True/False when the ranges of a and b decide it
 ])
 
-register_simplifier(lambda u: graph_rewrite(u, sym, name="simplify"))
+_index = UPat(Ops.INDEX, name="index")
+# the index-arithmetic normal form of the reference, after the laws above
+pm_symbolic = pm_propagate_invalid + pm_laws + pm_symbolic_simple + pm_commutative + pm_symbolic_index + \
+    pm_div_mod
+sym = pm_symbolic + pm_simplify_valid + PatternMatcher([
+    # where(s, a, b).cast() -> where(s, a.cast(), b.cast())
+    (UPat.var("s").where(_a, _b).cast().named("cast"), lambda s, a, b, cast: s.where(a.cast(cast.dtype),
+                                                                                       b.cast(cast.dtype))),
+    (-1 * (_xi + _y), lambda x, y: (-x) + (-y)),  # -(x+y) -> -x + -y (ints)
+    ((UPat.var("x", dtypes.index) + _y) * _c, lambda x, y, c: x * c + y * c),  # (x+y)*c -> x*c+y*c (index)
+    # storing what was just loaded from the same element does nothing
+    (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: UOp(Ops.NOOP)),
+])
+
+register_simplifier(lambda u: graph_rewrite(u, pm_symbolic, name="simplify"))
+register_exec_alu(exec_alu)
