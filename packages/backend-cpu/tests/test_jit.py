@@ -173,11 +173,20 @@ def test_errors_of_what_cannot_be_captured() -> None:
 
     @TinyJit
     def number(x: Tensor) -> float:
-        return float((x * 2).sum().item())
+        (x * 2).sum().realize()
+        return float(x.shape[0])
 
     with pytest.raises(JitError, match="returned a float"):
         for k in range(2):
             number(Tensor(data(k, 3), device=DEV))
+
+    @TinyJit
+    def reads(x: Tensor) -> Tensor:
+        return x * (x * 2).sum().item()  # a host read during the capture would freeze the value
+
+    with pytest.raises(JitError, match="baked into every replay"):
+        for k in range(2):
+            reads(Tensor(data(k, 3), device=DEV))
 
     @TinyJit
     def outer(x: Tensor) -> Tensor:

@@ -21,5 +21,10 @@ CPU_DTYPES = frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats})
 class CPUBackend(CompiledBackend):
     """The host CPU: every kernel is a C function; the outer loop of large kernels runs on all cores."""
 
+    graph = None  # no graph executor: a TinyJit replays its captured launches one by one (jit.graph_class)
+
     def __init__(self, device: str) -> None:
         super().__init__(device, CRenderer(), CCompiler(), CPUAllocator(), CPUProgram, CPU_DTYPES)
+
+    def synchronize(self) -> None:
+        """Wait for the launched kernels: each returns when it has finished, so there is nothing to do."""

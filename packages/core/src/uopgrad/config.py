@@ -31,9 +31,9 @@ from typing import Literal, cast
 
 from uopgrad.errors import ConfigError
 
-__all__ = ["ALLOW_DEVICE_USAGE", "ENVIRONMENT", "KERNEL_OPS", "Context", "ContextVar", "DEBUG", "EnvVar",
-           "TRACK_MATCH_STATS", "VERIFY", "declare", "getenv", "getenv_bytes", "getenv_float",
-           "getenv_is_set", "getenv_path", "getenv_str", "parse_bytes", "table"]
+__all__ = ["ALLOW_DEVICE_USAGE", "CAPTURING", "ENVIRONMENT", "JIT", "KERNEL_OPS", "Context", "ContextVar",
+           "DEBUG", "EnvVar", "TRACK_MATCH_STATS", "VERIFY", "declare", "getenv", "getenv_bytes",
+           "getenv_float", "getenv_is_set", "getenv_path", "getenv_str", "parse_bytes", "table"]
 
 Kind = Literal["int", "bool", "float", "size", "choice", "str", "path", "command", "presence"]
 Value = int | float | str
@@ -189,6 +189,10 @@ declare("TRACK_MATCH_STATS", "bool", 0, "count rule hits per PatternMatcher row 
 declare("ALLOW_DEVICE_USAGE", "bool", 1, "0: realize is an error (set while a `function` is traced)")
 declare("UOPGRAD_KERNEL_OPS", "int", 4096, "the most ops one scheduled kernel's expression may hold before "
         "the scheduler cuts it; 0: never cut (`Context(KERNEL_OPS=n)`)", lo=0, hi=1_000_000)
+declare("JIT", "int", 1, "0: a TinyJit runs its function on every call and captures nothing; 1 and 2 "
+        "(tinygrad's no-graph) both replay the captured launches one by one (`Context(JIT=0)`)", lo=0, hi=2)
+declare("CAPTURING", "bool", 1, "0: what runs is kept out of the capture of a TinyJit capturing in this "
+        "thread (`with Context(CAPTURING=0):` around one-off work in a step)")
 declare("BEAM", "int", 0, "time the opt pass's tile shapes of each new kernel and keep the n fastest for a "
         "longer second timing; 0: the heuristic's shape (spec/opt.md §3)", lo=0, hi=100)
 declare("OPT", "int", 1, "0: no optimisation pass (the plain kernels of spec/opt.md); 1: the heuristic",
@@ -373,3 +377,5 @@ TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)    # count rule hits per 
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0 while tracing a function: realize is an error
 # the most ops one scheduled kernel's expression may hold before the scheduler cuts it (0: never cut)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 4096, env="UOPGRAD_KERNEL_OPS")
+JIT = ContextVar("JIT", 1)                                # 0: TinyJit runs the function on every call
+CAPTURING = ContextVar("CAPTURING", 1)                    # 0: a TinyJit capturing here does not record

@@ -18,14 +18,22 @@ Arguments (tinygrad's rule, made strict where tinygrad ignores a change; spec/re
   tinygrad replays the captured ones silently: pass a value that changes as a Tensor or a bound variable, or
   use another TinyJit.
 
-What the function does besides launching kernels is not replayed: Python side effects, host values it
-read, random numbers or constants made on the host are those of the capture, and so is a tensor it leaves
-unrealized (a `.grad` the optimiser did not realize). Replayed kernels add to GlobalCounters, untimed. The
-buffers it writes in place (parameters, optimiser state, the gradients it keeps) are written again by each
-replay, under the rules of spec/realize.md: live unrealized values that read them are computed first, and a
-gradient that would need their old contents raises. A device that launches no kernels (REFERENCE) captures
-nothing: the function runs on every call, with the same checks of its inputs; REFERENCE work inside a step
-captured on a compiled device is a JitError.
+What the function does besides launching kernels is not replayed: Python side effects and host values it
+read are those of the capture, and so is a tensor it leaves unrealized (a `.grad` the optimiser did not
+realize). Two kinds of host data are: random values (rand, randn, randint, dropout...) are drawn anew on
+each replay from the generator of that moment, so a replay gives the values a plain call would (the
+generator is an input of the step, as tinygrad's RNG counter is); a tensor made from host data that a
+captured kernel writes into is filled again before each replay. A returned Tensor that holds an input's
+buffer (`b.assign(...)` returned) is this call's input, not the capture's; an input that is a buffer the
+step writes (its returned output passed back in) is copied first. `TinyJit(f, prune=True)` replays only
+the launches that depend on an input, a random draw or a variable passed in; `captured.linear` is a LINEAR
+of the kernel and copy CALLs a replay launches. `Context(JIT=0)` runs the function on every call;
+`Context(CAPTURING=0)` keeps what runs inside it out of a capture. Replayed kernels add to GlobalCounters,
+untimed. The buffers it writes in place (parameters, optimiser state, the gradients it keeps) are written
+again by each replay, under the rules of spec/realize.md: live unrealized values that read them are
+computed first, and a gradient that would need their old contents raises. A device that launches no
+kernels (REFERENCE) captures nothing: the function runs on every call, with the same checks of its inputs;
+REFERENCE work inside a step captured on a compiled device is a JitError.
 
 Calls: one at a time per TinyJit. A call from another thread waits for the running one, unless the caller
 is itself inside a TinyJit: then it raises JitError rather than wait (a thread waits only while it holds no
@@ -45,19 +53,20 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from uopgrad.backend import CompiledBackend, Device, GlobalCounters
-from uopgrad.dtype import DType
+from uopgrad.config import JIT
+from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import JitError
-from uopgrad.ops import Ops
-from uopgrad.pipeline import Runner, recording, set_recording
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.pipeline import HostFill, Recorded, Runner, recording, set_recording
 from uopgrad.realized import overwritten, realized_view
 from uopgrad.tensor import Tensor
 from uopgrad.uop import UOp, sint
 
-__all__ = ["TinyJit"]
+__all__ = ["JitError", "TinyJit", "graph_class"]
 
 R = TypeVar("R")
 Name = int | str  # an argument's position, or its keyword
-InputInfo = tuple[tuple[sint, ...], DType, str]  # shape, dtype, device
+InputInfo = tuple[tuple[sint, ...], DType, str, UOp]  # shape, dtype, device, view of the buffer
 Fixed = dict[Name, Hashable]  # each argument's key (see _key)
 _INPUT = object()  # a Tensor input's place in an argument's key (its shape, dtype, device are checked apart)
 _VAR = object()  # a bound variable argument's key: (_VAR, its variable); the value is passed on each call
@@ -148,15 +157,32 @@ def _label(name: Name) -> str:
     return f"{name}=" if isinstance(name, str) else f"argument {name} = "
 
 
-def _buffer(t: Tensor, k: int) -> UOp:
-    """The BUFFER a realized input tensor is a (reshaped) view of."""
+def _buffer(t: Tensor, k: int, var_vals: dict[str, int]) -> tuple[UOp, UOp]:
+    """The BUFFER a realized input tensor is a view of, and that view with the buffer and the bound
+    variables' values taken out (the part a later call must repeat; tinygrad's rule). The values go into
+    `var_vals`: a view bound to this call's values (`a[:, :Variable("i", 1, 10).bind(n)]`) is read with
+    them on replay."""
     u = realized_view(t.uop)
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    if u.op is not Ops.BUFFER:
-        raise JitError(f"TinyJit input {k} ({t.shape}, {t.dtype!r}) is a view into part of a buffer; pass "
-                       "t.contiguous() so that it has a buffer of its own")
-    return u
+    base = u
+    while base.op in GroupOp.Movement:
+        base = base.src[0]
+    if base.op is not Ops.BUFFER:
+        raise JitError(f"TinyJit input {k} ({t.shape}, {t.dtype!r}) is not a buffer or a view of one; pass "
+                       "t.contiguous()")
+    binds = {b: b.src[0] for b in u.toposort() if b.op is Ops.BIND}
+    for b in binds:
+        var, val = b.unbind()
+        if var_vals.setdefault(var.arg[0], val) != val:
+            raise JitError(f"TinyJit input {k} binds variable {var.arg[0]!r} to {val}, another to "
+                           f"{var_vals[var.arg[0]]}")
+    view = u.substitute({base: UOp(Ops.NOOP), **binds}, walk=True) if u is not base else UOp(Ops.NOOP)
+    return base, view
+
+
+def _unbound_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
+    """A shape with its bound variables' values taken out (they may change from call to call)."""
+    return tuple(s.substitute({b: b.src[0] for b in s.toposort() if b.op is Ops.BIND}, walk=True)
+                 if isinstance(s, UOp) else s for s in shape)
 
 
 def _outputs(ret: object) -> list[Tensor]:
@@ -165,6 +191,30 @@ def _outputs(ret: object) -> list[Tensor]:
         return [ret]
     inner = ret if isinstance(ret, (list, tuple)) else ret.values() if isinstance(ret, dict) else ()
     return [t for t in inner if isinstance(t, Tensor)]
+
+
+def _places(ret: object) -> list[tuple[object, Tensor]]:
+    """The returned Tensors by place: None for a Tensor returned alone, else its index or key."""
+    if isinstance(ret, Tensor):
+        return [(None, ret)]
+    inner = enumerate(ret) if isinstance(ret, (list, tuple)) else ret.items() if isinstance(ret, dict) else ()
+    return [(k, t) for k, t in inner if isinstance(t, Tensor)]
+
+
+def _returned_inputs(ret: object, tensors: Sequence[Tensor], bufs: Sequence[UOp],
+                     ) -> dict[object, tuple[int, bool]]:
+    """The returned Tensors that hold an input's buffer (`b.assign(...)` returned): by place, the input's
+    number and whether it is that very input Tensor. A replay returns this call's input there, not the
+    capture's, whose buffer the replay does not write."""
+    where = {b: k for k, b in enumerate(bufs)}
+    out: dict[object, tuple[int, bool]] = {}
+    for place, t in _places(ret):
+        u = realized_view(t.uop)
+        while u.op is Ops.RESHAPE:
+            u = u.src[0]
+        if (k := where.get(u)) is not None:
+            out[place] = (k, t is tensors[k])
+    return out
 
 
 @dataclass(frozen=True)
@@ -194,50 +244,135 @@ class _Launch:
             runner.run_kernel(self.item.replace(src=(self.item.src[0], *bufs)), vals)
 
 
-class _Captured:
-    """The launches of one captured call, in order, and what the capture returned."""
+def _step_of(entry: tuple[UOp, dict[str, int], Callable[[str], Runner]], where: dict[UOp, int],
+             variables: Sequence[str]) -> tuple[Callable[[], None] | _Launch, tuple[str, ...]]:
+    """A captured launch as a replay step (bound once where it reads no input and no live variable), and
+    the variables whose values come from each call."""
+    item, var_vals, device = entry
+    body, bufs = item.src[0], item.src[1:]
+    slots = tuple((pos, where[b]) for pos, b in enumerate(bufs) if b in where)
+    runner = device(str(bufs[0].device) if bufs else "") if body.op is not Ops.COPY else None
+    if isinstance(runner, CompiledBackend):
+        live = tuple(n for v in runner.kernel(item).program.vars if (n := v.arg[0]) in variables)
+    else:
+        live = tuple(n for n in var_vals if n in variables) if body.op is not Ops.COPY else ()
+    if slots or live or not isinstance(runner, CompiledBackend):
+        return _Launch(item, var_vals, device, slots, live), live
+    return runner.bind_kernel(item, var_vals), live
 
-    def __init__(self, rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]],
-                 inputs: Sequence[UOp], ret: object, variables: Sequence[str]) -> None:
+
+def _pruned(entries: list[Recorded], seeds: set[UOp], variables: Sequence[str]) -> list[Recorded]:
+    """TinyJit(prune=True): the launches that read or write a buffer that depends on an input (or on the
+    random values a replay draws, or on a variable passed in), by the order of capture; the others made
+    the same values at capture and are not replayed (tinygrad's prune)."""
+    needed, kept = set(seeds), cast("list[Recorded]", [])
+    for e in entries:
+        if isinstance(e, HostFill):
+            kept.append(e)
+            continue
+        bufs = set(e[0].src[1:])
+        if not needed.isdisjoint(bufs) or any(n in variables for n in e[1]):
+            kept.append(e)
+            needed |= bufs
+    return kept
+
+
+class _Captured:
+    """The launches of one captured call, in order, and what the capture returned. `linear` is a LINEAR of
+    the kernel and copy CALLs each replay launches (tinygrad's `captured.linear`); host fills (random
+    draws, and host data a captured kernel writes into) are replayed besides."""
+
+    def __init__(self, rec: list[Recorded], inputs: Sequence[UOp], ret: object, variables: Sequence[str],
+                 prune: bool = False) -> None:
         where = {b: k for k, b in enumerate(inputs)}
-        self.ret = ret
-        self.items = [it for it, _, _ in rec]  # keep every buffer (and so its memory) of the capture alive
-        self.steps: list[Callable[[], None] | _Launch] = []
-        self.estimates: list[tuple[Any, dict[str, int], tuple[str, ...]]] = []  # kernels with live variables
+        self.ret, self.inputs = ret, list(inputs)
+        self.returned_inputs: dict[object, tuple[int, bool]] = {}  # set by TinyJit: see _returned_inputs
+        fills: dict[UOp, HostFill] = {}  # a buffer's last note says how to make its values again
+        entries: list[Recorded] = []
+        for e in rec:
+            if isinstance(e, HostFill):
+                if e.buf not in fills:
+                    entries.append(e)
+                fills[e.buf] = HostFill(e.buf, e.values, e.fresh or (e.buf in fills and fills[e.buf].fresh))
+            else:
+                entries.append(e)
+        if prune:
+            entries = _pruned(entries, set(where) | {b for b, f in fills.items() if f.fresh}, variables)
+        launches = [e for e in entries if not isinstance(e, HostFill)]
+        self.items = [it for it, _, _ in launches]  # keep every buffer (and so its memory) alive
+        self.linear = UOp(Ops.LINEAR, dtypes.void, src=tuple(self.items))
         written: dict[UOp, None] = {}
+        self.estimates: list[tuple[Any, dict[str, int], tuple[str, ...]]] = []  # kernels with live variables
         kernels = ops = mem = 0
-        for item, var_vals, device in rec:
+        for item, var_vals, device in launches:
             body, bufs = item.src[0], item.src[1:]
-            slots = tuple((pos, where[b]) for pos, b in enumerate(bufs) if b in where)
             runner = device(str(bufs[0].device) if bufs else "") if body.op is not Ops.COPY else None
-            live: tuple[str, ...] = ()
             if body.op is Ops.COPY:
                 written[bufs[0]] = None
                 mem += int(bufs[0].arg) * bufs[0].dtype.base.itemsize
             elif isinstance(runner, CompiledBackend):
                 k = runner.kernel(item)
                 written.update((bufs[s], None) for s in k.program.outs)
-                live = tuple(n for v in k.program.vars if (n := v.arg[0]) in variables)
-                if live:
+                if live := tuple(n for v in k.program.vars if (n := v.arg[0]) in variables):
                     self.estimates.append((k.program.estimates, var_vals, live))
                     o, m = 0, 0
                 else:
                     o, m = k.program.estimates.at(var_vals) if k.program.vars else k.program.estimates.fixed
                 kernels, ops, mem = kernels + 1, ops + o, mem + m
+        # a fill is replayed where its values change (random) or a captured launch writes into its buffer
+        keep = {b for b, f in fills.items() if (f.fresh or b in written) and int(b.arg) > 0}
+        self.steps: list[Callable[[], None] | _Launch | HostFill] = []
+        for e in entries:
+            if isinstance(e, HostFill):
+                if e.buf in keep:
+                    self.steps.append(fills[e.buf])
+                    written.setdefault(e.buf, None)
             else:
-                live = tuple(n for n in var_vals if n in variables)
-            if slots or live or not isinstance(runner, CompiledBackend):
-                self.steps.append(_Launch(item, var_vals, device, slots, live))
-            else:
-                self.steps.append(runner.bind_kernel(item, var_vals))
+                self.steps.append(_step_of(e, where, variables)[0])
         self.written = [b for b in written if b not in where]
+        self._written = set(self.written)
         self.counts = (kernels, ops, mem)
 
+    def _own_copy(self, buf: UOp) -> UOp:
+        """A copy of an input that is also a buffer the step writes (a returned output passed back in): the
+        step reads it whole before it writes it (tinygrad copies such an input too)."""
+        dev = Device[str(buf.device)]
+        new = UOp.new_buffer(str(buf.device), int(buf.arg), buf.dtype)
+        dev.copyin(new, dev.copyout(buf))
+        return new
+
+    def replay(self, tensors: Sequence[Tensor], inputs: Sequence[UOp], var_vals: dict[str, int]) -> object:
+        """Run the step on these inputs; what the capture returned, with this call's inputs in the places
+        where it returned an input (a view of one: the same view of this call's)."""
+        ret = self(inputs, var_vals)
+        if not self.returned_inputs:
+            return ret
+
+        def now(place: object, t: Tensor) -> Tensor:
+            if (hit := self.returned_inputs.get(place)) is None:
+                return t
+            k, same = hit
+            return tensors[k] if same else Tensor(t.uop.substitute({self.inputs[k]: inputs[k]}),
+                                                  requires_grad=t.requires_grad)
+        if isinstance(ret, Tensor):
+            return now(None, ret)
+        if isinstance(ret, dict):
+            return {key: now(key, v) if isinstance(v, Tensor) else v for key, v in ret.items()}
+        seq = cast("list[object] | tuple[object, ...]", ret)
+        items = [now(i, v) if isinstance(v, Tensor) else v for i, v in enumerate(seq)]
+        if isinstance(seq, list):
+            return items
+        return tuple(items) if type(seq) is tuple else cast(Any, type(seq))(*items)  # a namedtuple
+
     def __call__(self, inputs: Sequence[UOp], var_vals: dict[str, int]) -> object:
+        if not self._written.isdisjoint(inputs):
+            inputs = [self._own_copy(b) if b in self._written else b for b in inputs]
         Tensor._realize_readers(self.written)  # values built on the old contents keep them (issue 9)
         for step in self.steps:
             if isinstance(step, _Launch):
                 step.run(inputs, var_vals)
+            elif isinstance(step, HostFill):
+                Device[str(step.buf.device)].copyin(step.buf, step.values())
             else:
                 step()
         overwritten(self.written)
@@ -249,6 +384,12 @@ class _Captured:
         GlobalCounters.global_ops += ops
         GlobalCounters.global_mem += mem
         return self.ret
+
+
+def graph_class(dev: object) -> type | None:
+    """The class that runs a device's captured launches as one graph (tinygrad's name): uopgrad replays
+    them one by one, so it is the device's `graph` attribute, None on every backend so far."""
+    return cast("type | None", getattr(dev, "graph", None))
 
 
 def _one_device(t: Tensor) -> str:
@@ -269,10 +410,13 @@ def _stack() -> list[TinyJit[Any]]:
 
 class TinyJit(Generic[R]):
     """Capture a step function on its second call and replay it on later ones (see the module docstring).
-    `reset()` forgets the capture; `captured` is None until there is one."""
+    `reset()` forgets the capture; `captured` is None until there is one. `prune=True` replays only the
+    launches that depend on an input, a random draw or a variable passed in: the others (weights
+    computed from weights) keep the values the capture made."""
 
-    def __init__(self, fxn: Callable[..., R]) -> None:
+    def __init__(self, fxn: Callable[..., R], prune: bool = False) -> None:
         self.fxn = fxn
+        self.prune = prune
         self.cnt = 0
         self.captured: _Captured | None = None
         self._expected: tuple[list[Name], list[InputInfo], Fixed, dict[Name, str]] | None = None
@@ -325,44 +469,61 @@ class TinyJit(Generic[R]):
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         if recording() is not None:  # a replay here would launch kernels the capture does not record
-            raise JitError(f"TinyJit {self.name!r} is called while another TinyJit captures; nested "
-                           "TinyJits are not supported")
+            raise JitError(f"TinyJit {self.name!r} is called while another TinyJit captures: having "
+                           "TinyJit inside another TinyJit is not supported (nested TinyJits)")
         pairs: list[tuple[Name, Any]] = [*enumerate(args), *sorted(kwargs.items())]
         names, tensors = _input_tensors(pairs)
         fixed, var_vals = _fixed_arguments(self.name, pairs)
         if tensors:
             Tensor.realize(*tensors)  # (realizes only the unrealized ones)
-        info = [(t.shape, t.dtype, _one_device(t)) for t in tensors]
-        bufs = [_buffer(t, k) for k, t in enumerate(tensors)]
+        for t in tensors:
+            _one_device(t)  # a sharded input is refused by name before its storage is looked at
+        views = [_buffer(t, k, var_vals) for k, t in enumerate(tensors)]
+        bufs = [b for b, _ in views]
+        info = [(_unbound_shape(t.shape), t.dtype, _one_device(t), v) for t, (_, v) in zip(tensors, views)]
         if len(set(bufs)) != len(bufs):
             raise JitError("the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
                            "(t.contiguous()) for one of them")
         if self._expected is not None:
             self._check(names, info, fixed, pairs)
+        if not JIT:  # Context(JIT=0): every call runs the function (and counts for nothing)
+            return self._run(args, kwargs)
         if self.cnt >= 2 and self.captured is not None:
             self.cnt += 1
-            return cast(R, self.captured(bufs, var_vals))
-        compiled = all(isinstance(Device[d], CompiledBackend) for _, _, d in info)
-        rec: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] = []
+            return cast(R, self.captured.replay(tensors, bufs, var_vals))
+        compiled = all(isinstance(Device[i[2]], CompiledBackend) for i in info)
+        rec: list[Recorded] = []
         if self.cnt == 1 and compiled:
             set_recording(rec)
         try:
-            ret = self.fxn(*args, **kwargs)
-            if outs := _outputs(ret):
-                Tensor.realize(*outs)
+            ret = self._run(args, kwargs)
         finally:
             set_recording(None)
         self._expected = (names, info, fixed, {n: _show(x) for n, x in pairs if not isinstance(x, Tensor)})
         if self.cnt == 1 and compiled:
-            if not rec:
-                raise JitError(f"TinyJit {self.name!r} ran no kernels on its second call: there is "
-                               "nothing to capture (does it return the Tensors it computes?)")
-            if not isinstance(ret, (Tensor, list, tuple, dict)) and ret is not None:
-                raise JitError(f"TinyJit {self.name!r} returned a {type(ret).__name__}; a captured "
-                               "step returns Tensors (or a list, tuple or dict of them), or None")
-            self.captured = _Captured(rec, bufs, ret, list(var_vals))
+            self._capture(rec, ret, tensors, bufs, list(var_vals))
         self.cnt += 1
         return ret
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        ret = self.fxn(*args, **kwargs)
+        if outs := _outputs(ret):
+            Tensor.realize(*outs)
+        return ret
+
+    def _capture(self, rec: list[Recorded], ret: object, tensors: list[Tensor], bufs: list[UOp],
+                 variables: list[str]) -> None:
+        """Keep what the second call recorded as the capture (see the module docstring)."""
+        if not rec:
+            raise JitError(f"TinyJit {self.name!r} ran no kernels on its second call: there is "
+                           "nothing to capture (does it return the Tensors it computes?)")
+        if not isinstance(ret, (Tensor, list, tuple, dict)) and ret is not None:
+            raise JitError(f"TinyJit {self.name!r} returned a {type(ret).__name__}; a captured "
+                           "step returns Tensors (or a list, tuple or dict of them), or None")
+        if all(isinstance(Device[str(e.buf.device)], CompiledBackend) for e in rec
+               if isinstance(e, HostFill)):  # host values on REFERENCE: run plainly, as there
+            self.captured = _Captured(rec, bufs, ret, variables, self.prune)
+            self.captured.returned_inputs = _returned_inputs(ret, tensors, bufs)
 
     def _check(self, names: list[Name], info: list[InputInfo], fixed: Fixed, pairs: list[tuple[Name, Any]],
                ) -> None:
@@ -375,6 +536,11 @@ class TinyJit(Generic[R]):
             raise JitError(f"TinyJit {self.name!r} was captured with Tensor arguments {want_names} "
                            f"({len(want)} tensors), not {names} ({len(info)} tensors)")
         for k, (got, exp) in enumerate(zip(info, want)):
+            if got[:3] == exp[:3] and got[3] is not exp[3]:
+                raise JitError(f"TinyJit {self.name!r}: input {k} is another view of its buffer than at "
+                               "capture (another offset or stride): the captured kernels read the captured "
+                               "view. Pass t.contiguous(), or the same view (a variable offset: a bound "
+                               "variable)")
             if got != exp:
                 raise JitError(f"TinyJit {self.name!r}: input {k} is shape {got[0]}, {got[1]!r} on "
                                f"{got[2]}; it was captured with shape {exp[0]}, {exp[1]!r} on {exp[2]}. Use "

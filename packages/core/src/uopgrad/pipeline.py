@@ -29,7 +29,7 @@ from uopgrad.codegen.linearize import linearize
 from uopgrad.codegen.opt import OPT, Choice, optimize
 from uopgrad.codegen.program import check, pm_spec_lowered, pm_spec_program
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
-from uopgrad.config import VERIFY
+from uopgrad.config import CAPTURING, VERIFY
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import BackendError, LoweringError
 from uopgrad.ops import GroupOp, Ops
@@ -37,9 +37,9 @@ from uopgrad.rewrite import PatternMatcher, graph_rewrite
 from uopgrad.uop import KernelInfo, UOp
 from uopgrad.verify import verify
 
-__all__ = ["CODEGEN_PASSES", "LowerContext", "Pass", "clear_program_cache", "lower", "pass_stats",
-           "program_cache_info", "recording", "rewrite_pass", "run_passes", "run_schedule", "set_recording",
-           "tracers"]
+__all__ = ["CODEGEN_PASSES", "HostFill", "LowerContext", "Pass", "clear_program_cache", "lower",
+           "note_host_fill", "pass_stats", "program_cache_info", "recording", "rewrite_pass", "run_passes",
+           "run_schedule", "set_recording", "tracers"]
 
 
 @dataclass
@@ -255,29 +255,51 @@ class Runner(Protocol):
         """Launch the kernel CALL `item` (its buffers live on this device)."""
 
 
+@dataclass(frozen=True)
+class HostFill:
+    """Host values copied into a fresh BUFFER while this thread records: `values()` makes them again (a
+    random draw draws anew from the generator of that moment), so that a replay refills the buffer as the
+    step would. `fresh`: the values differ from call to call (random), not a constant."""
+
+    buf: UOp
+    values: Callable[[], np.ndarray]
+    fresh: bool
+
+
+Recorded: TypeAlias = "tuple[UOp, dict[str, int], Callable[[str], Runner]] | HostFill"
+
+
 class _Recording(threading.local):
-    items: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None = None
+    items: list[Recorded] | None = None
 
 
 _recording = _Recording()  # per thread: a capture sees only the launches of the thread that captures
 
 
-def recording() -> list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None:
+def recording() -> list[Recorded] | None:
     """The list `run_schedule` appends each item it runs to (with its variable values and its device
-    lookup), while this thread captures (uopgrad.jit); None otherwise."""
+    lookup), and `note_host_fill` each buffer made from host values, while this thread captures
+    (uopgrad.jit); None otherwise."""
     return _recording.items
 
 
-def set_recording(items: list[tuple[UOp, dict[str, int], Callable[[str], Runner]]] | None) -> None:
-    """Start (a list) or stop (None) recording this thread's schedule items."""
+def set_recording(items: list[Recorded] | None) -> None:
+    """Start (a list) or stop (None) recording this thread's schedule items and host fills."""
     _recording.items = items
+
+
+def note_host_fill(buf: UOp, values: Callable[[], np.ndarray], fresh: bool = False) -> None:
+    """While this thread records, note that BUFFER `buf` was just filled from the host with `values()`; a
+    later note for the same buffer (a random creator's, after the copy's) says how to make them again."""
+    if (rec := _recording.items) is not None and CAPTURING:
+        rec.append(HostFill(buf, values, fresh))
 
 
 def run_schedule(items: Sequence[UOp], var_vals: dict[str, int], device: Callable[[str], Runner]) -> None:
     """Run scheduled CALLs in order: a kernel on the device its buffers live on (`device(name)`), a COPY
     from its source's device to its destination's. While this thread records (`recording()`), every item
     is noted too."""
-    if (rec := _recording.items) is not None:
+    if (rec := _recording.items) is not None and CAPTURING:  # Context(CAPTURING=0): one-off work
         rec.extend((it, var_vals, device) for it in items)
     for item in items:
         body, bufs = item.src[0], item.src[1:]
