@@ -28,6 +28,7 @@ from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import DeviceError, ShapeError
 from uopgrad.facts import infer_axis
 from uopgrad.ops import GroupOp, Ops
+from uopgrad.realized import is_realized_after, realized_view
 from uopgrad.uop import DEVICE_NUM, UOp
 
 __all__ = ["AllReduce", "Lowering", "has_multi", "in_use", "inline", "mark_used", "multi_buffer",
@@ -146,6 +147,8 @@ class Lowering:
 
     def parts(self, u: UOp) -> Parts:
         """The per-device graphs of `u` (a value on a device tuple) and the axis they split."""
+        if is_realized_after(u):  # a value computed already: read from its storage
+            return self.parts(realized_view(u))
         if u not in self._parts:
             self._warm(u)
             devices = cast("tuple[str, ...]", u.device)
@@ -169,7 +172,9 @@ class Lowering:
         if key in self._local:
             return self._local[key]
         devices = u.device
-        if not isinstance(devices, tuple):
+        if is_realized_after(u):
+            ret = self.local(realized_view(u), i)
+        elif not isinstance(devices, tuple):
             ret = self.single(u)
         elif u.op is Ops.DEVICE:
             ret = UOp(Ops.DEVICE, arg=devices[i])
@@ -261,11 +266,16 @@ class Lowering:
             if axis is not None and axis in u.arg[1]:
                 return self.allreduce(local, u.arg[0], devices), None
             return tuple(local), axis
+        if op is Ops.ALLREDUCE:
+            parts, axis = self.parts(u.src[0])
+            return self.allreduce(parts, u.arg, devices), axis
         if op in GroupOp.Movement:
             return self._movement(u, devices)
         if op is Ops.AFTER and len(u.src) == 2 and u.src[1].op is Ops.STORE:  # an assign, per device
             (dest, axis), store = self.parts(u.src[0]), u.src[1]
             target = self.reshard(self.parts(store.src[0]), axis, devices)
+            if not all(_writable(t) for t in target):  # a view that cuts across shards: write whole shards
+                return self.parts(_through_whole(u))
             value = self.reshard(self._operand(store.src[1], devices), axis, devices)
             return tuple(d.after(t.store(v)) for d, t, v in zip(dest, target, value)), axis
         if op is Ops.GETTUPLE and u.src[0].op is Ops.TUPLE:
@@ -319,6 +329,47 @@ def inline(k: UOp, i: int) -> UOp:
         elif n.op is Ops.MULTI and n.src and n.src[0].op is Ops.PARAM:
             mapping[n] = args[n.src[0].arg]
     return elem.substitute(mapping, walk=True)
+
+
+def _writable(u: UOp) -> bool:
+    """A chain of movement ops and DETACHes over a BUFFER (a per-device view a STORE can write through)."""
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH:
+        u = u.src[0]
+    return u.op is Ops.BUFFER
+
+
+def _through_whole(u: UOp) -> UOp:
+    """An assign AFTER(view, STORE(view, value)) into a view of a sharded value that no shard holds alone
+    (a SHRINK or FLIP of the sharded axis), as the assign of the whole value (`value` where the view reads,
+    the old value elsewhere) with the same view on top, so that each device writes its whole shard."""
+    view, value = u.src[1].src
+    chain: list[UOp] = []
+    base = view
+    while base.op in GroupOp.Movement or base.op is Ops.DETACH:
+        chain.append(base)
+        base = base.src[0]
+    if base.op is not Ops.MULTI:
+        raise DeviceError(f"an assign into {view.short()} on {u.device} writes no buffer")
+    mask = UOp.const(dtypes.bool, True).reshape((1,) * len(view.shape)).expand(view.shape)
+    for node in chain:  # undo each view op, outermost first: `value` and `mask` in the base's positions
+        shape, arg = cast("tuple[int, ...]", node.src[0].shape), node.marg
+        if node.op is Ops.SHRINK:
+            undo = (Ops.PAD, tuple((b, s - e) for (b, e), s in zip(arg, shape)))
+        elif node.op is Ops.PAD:
+            undo = (Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(arg, shape)))
+        elif node.op is Ops.PERMUTE:
+            undo = (Ops.PERMUTE, tuple(sorted(range(len(arg)), key=lambda a: arg[a])))
+        elif node.op in (Ops.FLIP, Ops.RESHAPE):
+            undo = (node.op, arg if node.op is Ops.FLIP else shape)
+        elif node.op is Ops.DETACH:
+            continue
+        else:
+            raise DeviceError(f"can't assign into a {node.op} view of a sharded tensor")
+        value, mask = value._mop(*undo), mask._mop(*undo)
+    whole = base.after(base.store(mask.where(value, base)))
+    for node in reversed(chain):
+        whole = node.replace(src=(whole, *node.src[1:]))
+    return whole
 
 
 def _acc(x: UOp) -> DType:

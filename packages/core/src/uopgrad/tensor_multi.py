@@ -5,18 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from uopgrad import tensor_registry as registry
 from uopgrad.backend import Device
+from uopgrad.dtype import DType
 from uopgrad.errors import DeviceError
 from uopgrad.multi import Lowering, in_use, mark_used, multi_buffer
 from uopgrad.ops import Ops
-from uopgrad.realized import realized, strip_realized
+from uopgrad.realized import effects_under, realized, realized_effect, settle, strip_realized
 from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
-__all__ = ["MultiMixin", "canonical_devices", "device_arg", "merge_devices", "realize_multi", "replicate"]
+__all__ = ["MultiMixin", "canonical_devices", "device_arg", "empty_multi", "merge_devices",
+           "per_device_roots", "realize_multi", "replicate"]
 
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
@@ -50,6 +53,20 @@ def replicate(u: UOp, devices: tuple[str, ...] | None) -> UOp:
     return u.copy_to_device(devices)
 
 
+def empty_multi(shape: tuple[int, ...], dtype: DType, devices: tuple[str, ...], axis: int | None) -> UOp:
+    """Fresh storage on every device of `devices` for a value of `shape`: the whole of it on each (axis None)
+    or one slice along `axis` each (a BUFFER on the device tuple, one per device, realized when written)."""
+    n = len(devices)
+    if axis is not None and shape[axis] % n:
+        raise DeviceError(f"can't split axis {axis} of {shape} into {n} equal shards")
+    local = tuple(s // n if a == axis else s for a, s in enumerate(shape))
+    size = 1
+    for s in local:
+        size *= s
+    u = multi_buffer([UOp.new_buffer(d, size, dtype) for d in devices]).reshape(local)
+    return u if axis is None else u.multi(axis)
+
+
 class MultiMixin:
     """Sharding across devices."""
 
@@ -68,6 +85,15 @@ class MultiMixin:
         else:
             uop = t.uop.shard(devs, t._axis(axis))
         return type(t)(uop, requires_grad=t.requires_grad)
+
+    def shard_like(self, y: Tensor) -> Tensor:
+        """This tensor on y's device(s), split as y is (itself when it already is)."""
+        t = _t(self)
+        if not isinstance(devs := y.device, tuple):
+            return t.to(devs)
+        if isinstance(t.device, tuple) and (t.device, t.uop.axis) == (devs, y.uop.axis):
+            return t
+        return t.shard(devs, y.uop.axis)
 
     def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
         """Shard in place: this tensor becomes its sharded value (gradients are then taken for that)."""
@@ -97,6 +123,17 @@ def lower_gathers(roots: tuple[UOp, ...]) -> tuple[UOp, ...]:
     return tuple(low.single(u) for u in roots)
 
 
+def per_device_roots(roots: Sequence[UOp]) -> list[UOp]:
+    """Stripped graphs to schedule without running them: a value on a device tuple as its per-device graphs
+    (uopgrad.multi's lowering), any other with the sharded values it gathers lowered."""
+    if not in_use():
+        return list(roots)
+    low, out = Lowering(), []
+    for u in roots:
+        out.extend(low.parts(u)[0] if isinstance(u.device, tuple) else (low.single(u),))
+    return out
+
+
 def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool]) -> list[Tensor]:
     """Realize the tensors on device tuples: each device's graph runs on that device (uopgrad.multi lowers
     them), and each is left as the realized form of a BUFFER on its device tuple. Returns the others."""
@@ -106,19 +143,32 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
         return rest
     low, cls = Lowering(), type(tensors[0])
     done: dict[UOp, tuple[list[Tensor], int | None]] = {}
+    assigns: set[UOp] = set()  # the tensors that are an assign on every device
     for t in tensors:
         if t.uop not in done:
             parts, axis = low.parts(strip_realized(t.uop))
+            if t.uop.op is Ops.AFTER and t.uop.src[1].op is Ops.STORE:
+                assigns.add(t.uop)
             # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
             done[t.uop] = ([cls(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
                             for p in parts], axis)
     cls._realize([p for ps, _ in done.values() for p in ps])
     becomes: dict[UOp, UOp] = {}
     for u, (ps, axis) in done.items():
+        if u in assigns:
+            # an assign wrote into the buffer on the device tuple (or a view of it): the tensor reads that
+            # storage again, the very BUFFER, so every other view of it sees later writes too
+            becomes[u] = realized_effect(u)
+            continue
         views = [strip_realized(p.uop) for p in ps]
         bufs = [v.base for v in views]
         view = multi_buffer(bufs).reshape(views[0].shape)
         becomes[u] = realized(view if axis is None else view.multi(axis), u)
     for t in tensors:
         t.uop = becomes.get(t.uop, t.uop)
+    # the other tensors holding an assign that ran (`v = t[:, 1:2]; v += 1` pends the write on t too) read the
+    # written storage from now on: the write never runs again
+    if ran := effects_under(assigns):
+        for t in registry.pending():
+            t.uop = settle(t.uop, ran)
     return rest
