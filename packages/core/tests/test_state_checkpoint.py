@@ -232,7 +232,7 @@ def test_load_state_dict_names_the_key_and_changes_nothing_on_error(trained: Any
     state = safe_load(ckpt)
     before = {k: v.numpy().copy() for k, v in get_state_dict(net).items()}
     bad_shape = {**state, "l2.weight": Tensor(np.zeros((3, 8), np.float32))}
-    with pytest.raises(ValueError, match=r"l2.weight has shape \(2, 8\) in the model, \(3, 8\) in the dict"):
+    with pytest.raises(ValueError, match=r"layer `l2.weight`: Expected shape \(2, 8\), but found \(3, 8\)"):
         load_state_dict(net, bad_shape)
     with pytest.raises(TypeError, match="l2.bias is ndarray in the dict, not a Tensor"):
         load_state_dict(net, {**state, "l2.bias": np.zeros(2, np.float32)})

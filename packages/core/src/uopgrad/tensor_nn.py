@@ -14,6 +14,7 @@ from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from uopgrad.dtype import dtypes, least_upper_dtype
+from uopgrad.errors import ArgumentError, DeviceError, OperandShapeError
 from uopgrad.mixin import concrete_size
 from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_shape import pad_pairs
@@ -109,7 +110,8 @@ class NNMixin:
         noop: list[tuple[int, int] | None] = [None] * len(lead)
         o_ = [math.ceil((i - d * (k - 1)) / s) for i, d, k, s in zip(i_, d_, k_, s_)]
         if any(o <= 0 for o in o_):
-            raise ValueError(f"the window {tuple(k_)} (dilation {d_}) does not fit the input {i_}")
+            raise ArgumentError(f"the window {tuple(k_)} (dilation {d_}) does not fit the input {i_}; pad "
+                                "the input or use a smaller kernel")
         if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
             # windows don't overlap: cut to out*stride, split each dim into (out, stride), keep k of stride
             x = x.pad([*noop, *((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_))])
@@ -219,13 +221,55 @@ class NNMixin:
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   ceil_mode: bool = False) -> Tensor:
-        """Max over sliding windows of the last len(kernel_size) dims (stride defaults to the kernel)."""
+                   ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Max over sliding windows of the last len(kernel_size) dims (stride defaults to the kernel). With
+        return_indices, also the int32 position of each max in its input plane (flattened, row-major; the
+        first one where a window holds it more than once), as PyTorch's; `max_unpool2d` inverts it."""
         x = _t(self)
         k, s, d, flat = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
         win = x._pad_spatial(flat, len(k), low)._pool(k, s, d)
-        return win.max(tuple(-1 - j for j in range(len(k))))
+        axes = tuple(-1 - j for j in range(len(k)))
+        mx = win.max(axes)
+        if not return_indices:
+            return mx
+        plane = tuple(_int(v) for v in x.shape[-len(k):])
+        size = math.prod(plane)
+        # rank = size - flat position (so the first position ranks highest); padding ranks 0, below them all
+        rank = x.arange(size, 0, -1, device=x.device, dtype=dtypes.int32).reshape(plane)
+        rank_win = rank._pad_spatial(flat, len(k), 0)._pool(k, s, d)
+        best = (win == mx.reshape(mx.shape + (1,) * len(k))).where(rank_win, 0).max(axes)
+        return mx, (size - best).cast(dtypes.int32)
+
+    def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                     stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+        """The partial inverse of max_pool2d(return_indices=True): each value of self (N, C, *pooled) at its
+        index in a zero plane of the input's size (`output_size`, whose last dims count, disambiguates)."""
+        x = _t(self)
+        bs, c, *pooled = (_int(v) for v in x.shape)
+        n = len(pooled)
+        if output_size is None:
+            k = _tuple(kernel_size, n, "kernel_size")
+            s = k if stride is None else _tuple(stride, n, "stride")
+            d = _tuple(dilation, n, "dilation")
+            if isinstance(padding, int):
+                pads = [(padding, padding)] * n
+            elif len(padding) == n:
+                pads = [(p, p) for p in padding]
+            else:
+                pads = [(int(a), int(b)) for a, b in cast("list[tuple[int, int]]", pad_pairs(n, padding))]
+            # the input size whose pooling gives `pooled` with the last window ending at the input's end
+            out = tuple((i - 1) * st - (pa + pb) + dl * (kk - 1) + 1
+                        for i, kk, st, dl, (pa, pb) in zip(pooled, k, s, d, pads))
+        else:
+            out = tuple(output_size)[-n:]
+        size = math.prod(out)
+        hit = indices.reshape(bs, c, 1, -1)._one_hot_along_dim(size, 2)  # (N, C, size, pooled)
+        # overlapping windows can name one position more than once, always with its one value: take it once
+        low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
+        picked = hit.where(x.reshape(bs, c, 1, -1), low).max(3)
+        return hit.any(3).where(picked, 0).reshape(bs, c, *out)
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
@@ -295,8 +339,9 @@ class NNMixin:
             return _reduce(-(logp * probs).sum(cdim), reduction)
         want = tuple(s for d, s in enumerate(x.shape) if d != cdim)
         if tuple(Y.shape) != want:
-            raise ValueError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits of "
-                             f"shape {x.shape}; they need shape {want} (or be probabilities, logits' shape)")
+            raise OperandShapeError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits "
+                                    f"of shape {x.shape}; they need shape {want} (or be probabilities, "
+                                    "logits' shape)")
         y = Y.to(x.device)
         valid = y != ignore_index
         safe = valid.where(y, 0).unsqueeze(cdim)
@@ -325,6 +370,48 @@ class NNMixin:
         pos = Y * log_p if pos_weight is None else pos_weight * Y * log_p
         return _reduce(-(pos + (1 - Y) * log_1mp), reduction)
 
+    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Tensor:
+        """Cross entropy of logits self (classes on the LAST axis, unlike cross_entropy) against int class
+        indices Y; targets equal to ignore_index count for nothing (the mean is over the others), and
+        label_smoothing mixes in the uniform distribution, as PyTorch's CrossEntropyLoss."""
+        x = _t(self)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
+        if Y.device != x.device:
+            raise DeviceError(f"sparse_categorical_crossentropy: targets on {Y.device}, logits on {x.device}")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
+        logp = x.log_softmax(-1)
+        keep = Y != ignore_index
+        # pick with WHERE, not a multiply: a -inf log-probability off the target times 0 would be NaN
+        picked = Y.unsqueeze(-1)._one_hot_along_dim(_int(x.shape[-1]), -1).where(logp, 0).sum(-1)
+        loss = -picked * (1 - label_smoothing)
+        if label_smoothing:
+            loss = loss - logp.mean(-1) * label_smoothing
+        loss = keep.where(loss, 0)
+        if reduction == "mean":
+            return loss.sum() / keep.cast(loss.dtype).sum()
+        return _reduce(loss, reduction)
+
+    def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+        """Approximately orthogonalise the last two dims (Muon's step): X / |X|_F, then `steps` times
+        X <- sum_i params[i] * (X X^T)^i X (an odd polynomial), on the wide orientation of X."""
+        x = _t(self)
+        if x.ndim < 2:
+            raise ValueError(f"newton_schulz needs at least 2 dims, not shape {x.shape}")
+        if _int(x.shape[-2]) > _int(x.shape[-1]):
+            return x.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        g = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram = g @ g.transpose(-2, -1)
+            term, acc = g, g * params[0]
+            for p in params[1:]:
+                term = gram @ term
+                acc = acc + term * p
+            g = acc
+        return g
+
     # ------------------------------------------------------------------ dropout and attention
     def dropout(self, p: float = 0.5) -> Tensor:
         """While Tensor.training, zero each element with probability p and scale the rest by 1/(1-p)."""
@@ -339,15 +426,23 @@ class NNMixin:
         return keep.where(x * (1 / (1 - p)), 0)
 
     def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                     dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     enable_gqa: bool = False) -> Tensor:
         """softmax(self @ key^T / sqrt(d) + mask) @ value; a bool mask keeps where True; is_causal masks
-        the future (the upper triangle)."""
+        the future (the upper triangle). enable_gqa: key and value have fewer heads (dim -3) than the query,
+        each shared by a run of query heads (grouped-query attention)."""
         x = _t(self)
+        if enable_gqa:
+            hq, hk, hv = (_int(t.shape[-3]) for t in (x, key, value))
+            if hq % hk or hq % hv:
+                raise ValueError(f"enable_gqa: {hq} query heads are not a multiple of the {hk} key and {hv} "
+                                 "value heads")
+            key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
         qk = x.matmul(key.transpose(-2, -1), dtype=least_upper_dtype(x.dtype, key.dtype, dtypes.float32))
         qk = qk / math.sqrt(_int(x.shape[-1]))
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+                raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
             ones = x.ones(_int(qk.shape[-2]), _int(qk.shape[-1]), device=x.device, dtype=dtypes.bool)
             attn_mask = ones.tril(0)
         if attn_mask is not None:

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from uopgrad._util import prod
+from uopgrad.dtype import dtypes
 from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
 from uopgrad.tensor_nn import no_grad
 
-__all__ = ["BatchNorm", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Embedding", "GroupNorm",
-           "LayerNorm", "Linear", "RMSNorm", "no_grad"]
+__all__ = ["BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d",
+           "ConvTranspose2d", "Embedding", "GroupNorm", "InstanceNorm", "LSTMCell", "LayerNorm",
+           "LayerNorm2d", "Linear", "RMSNorm", "no_grad", "optim", "state"]
 
 
 def _tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
@@ -57,8 +59,10 @@ class Conv2d:
         self.kernel_size = _tuple(kernel_size, 2)
         self.stride, self.dilation, self.groups = stride, dilation, groups
         if isinstance(padding, str):
-            if padding != "same":
+            if padding.lower() != "same":
                 raise ValueError(f"padding must be an int, a tuple or 'same', not {padding!r}")
+            if any(s != 1 for s in _tuple(stride, len(self.kernel_size))):
+                raise ValueError("padding='same' needs stride 1")
             d = _tuple(dilation, len(self.kernel_size))
             pads = [(dk * (k - 1)) for dk, k in zip(d, self.kernel_size)]
             self.padding: int | Sequence[int] = [v for p in reversed(pads) for v in (p // 2, p - p // 2)]
@@ -82,7 +86,7 @@ class Conv1d(Conv2d):
 
 
 class ConvTranspose2d:
-    """Transposed 2-d convolution; weight (Cin, Cout/groups, *kernel)."""
+    """Transposed 2-d convolution (N, Cin, H, W) -> (N, Cout, H', W'); weight (Cin, Cout/groups, *kernel)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                  stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
@@ -101,6 +105,16 @@ class ConvTranspose2d:
                                   self.padding, self.output_padding)
 
 
+class ConvTranspose1d(ConvTranspose2d):
+    """Transposed 1-d convolution (N, Cin, L) -> (N, Cout, L'); weight (Cin, Cout/groups, kernel)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
+                 bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation,
+                         groups, bias)
+
+
 class BatchNorm:
     """Batch normalisation over every axis but 1 (channels): batch statistics while Tensor.training
     (and the running statistics updated with `momentum`, variance unbiased, as PyTorch), else the
@@ -111,7 +125,7 @@ class BatchNorm:
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight: Tensor | None = _filled(1.0, sz) if affine else None
         self.bias: Tensor | None = _filled(0.0, sz) if affine else None
-        self.num_batches_tracked = Tensor(np.zeros((1,), np.int32), requires_grad=False)
+        self.num_batches_tracked = Tensor(np.zeros((), np.int64), requires_grad=False)  # 0-d int64, as torch
         if track_running_stats:
             self.running_mean = _filled(0.0, sz).requires_grad_(False)
             self.running_var = _filled(1.0, sz).requires_grad_(False)
@@ -141,7 +155,7 @@ class BatchNorm:
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
 
-BatchNorm2d = BatchNorm
+BatchNorm2d = BatchNorm3d = BatchNorm
 
 
 class LayerNorm:
@@ -163,6 +177,15 @@ class LayerNorm:
         return y if self.weight is None or self.bias is None else y * self.weight + self.bias
 
 
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channels of (N, C, H, W): each pixel's C values normalised, then scaled and shifted
+    per channel."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 class GroupNorm:
     """Normalise each of `num_groups` channel groups of (N, C, ...), then scale and shift per channel."""
 
@@ -182,6 +205,27 @@ class GroupNorm:
         return y * self.weight.reshape(shape) + self.bias.reshape(shape)
 
 
+class InstanceNorm:
+    """Normalise each channel of each sample of (N, C, ...) over its spatial dims, then scale and shift per
+    channel (PyTorch's InstanceNorm with affine=True by default, and no running statistics)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True) -> None:
+        self.num_features, self.eps = num_features, eps
+        self.weight = _filled(1.0, num_features) if affine else None
+        self.bias = _filled(0.0, num_features) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        if x.ndim < 3 or x.shape[1] != self.num_features:
+            raise ValueError(f"InstanceNorm({self.num_features}) needs (N, {self.num_features}, ...), "
+                             f"not shape {x.shape}")
+        y = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
+        if self.weight is None or self.bias is None:
+            return y
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+
 class Embedding:
     """A lookup table: int indices of any shape -> their rows of weight (vocab_size, embed_size)."""
 
@@ -191,6 +235,8 @@ class Embedding:
 
     def __call__(self, idx: Tensor) -> Tensor:
         """The forward pass."""
+        if not dtypes.is_int(idx.dtype):
+            raise TypeError(f"Embedding needs integer indices, not {idx.dtype}")
         return self.weight[idx]
 
 
@@ -208,3 +254,29 @@ class RMSNorm:
         """The forward pass."""
         y = self._norm(x.float()).cast(x.dtype)
         return y if self.weight is None else y * self.weight
+
+
+class LSTMCell:
+    """One step of an LSTM: (x (N, input_size), (h, c) each (N, hidden_size), zeros when None) -> (h', c'),
+    PyTorch's gate order (input, forget, cell, output) in weight_ih (4H, input) and weight_hh (4H, H), both
+    uniform in ±1/sqrt(H); the biases start at zero."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        bound = 1.0 / math.sqrt(hidden_size)
+        self.weight_ih = _uniform(bound, hidden_size * 4, input_size)
+        self.weight_hh = _uniform(bound, hidden_size * 4, hidden_size)
+        self.bias_ih: Tensor | None = _filled(0.0, hidden_size * 4) if bias else None
+        self.bias_hh: Tensor | None = _filled(0.0, hidden_size * 4) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """The forward pass: the new (hidden, cell) state."""
+        if hc is None:
+            zeros = Tensor.zeros(x.shape[0], self.weight_hh.shape[1], dtype=x.dtype, device=x.device)
+            hc = (zeros, zeros)
+        gates = x.linear(self.weight_ih.T, self.bias_ih) + hc[0].linear(self.weight_hh.T, self.bias_hh)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = f.sigmoid() * hc[1] + i.sigmoid() * g.tanh()
+        return o.sigmoid() * c.tanh(), c
+
+
+from uopgrad.nn import optim, state  # noqa: E402  (nn.optim and nn.state as attributes, as the reference has)
