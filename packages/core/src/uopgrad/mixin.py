@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 from uopgrad._util import prod
-from uopgrad.dtype import ConstType, dtypes
-from uopgrad.errors import MovementError, ShapeError
+from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import ArgumentError, MovementError, ShapeError
 from uopgrad.ops import Ops
 
 if TYPE_CHECKING:
@@ -164,7 +164,11 @@ class MathMixin:
         return self.ne(x).ne(True)
 
     def logical_not(self) -> Self:
-        """Boolean not, as CMPNE with True."""
+        """Boolean not, as CMPNE with True; a number is true where nonzero (NaN included), so its not is
+        x == 0 (CMPNE with True would compare the number with 1)."""
+        dt = self.dtype
+        if isinstance(dt, DType) and dt.scalar() != dtypes.bool:
+            return self.eq(0)
         return self.ne(True)
 
     def maximum(self, x: Self | ConstType) -> Self:
@@ -214,6 +218,8 @@ def resolve_shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     (a UOp); anything else, such as 2.5, is a TypeError, never taken for a symbolic size."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    elif shape and isinstance(shape[0], (tuple, list)):  # the reference (argfix) raises ValueError here
+        raise ArgumentError(f"a shape is either one sequence or sizes as arguments, not both: {shape}")
     return tuple(s if s is None or isinstance(s, MathMixin) else _size(s) for s in shape)
 
 
@@ -253,6 +259,8 @@ class MovementMixin:
         new = [s if s is not None else self.shape[i] for i, s in enumerate(resolve_shape_arg(shape))]
         if (holes := sum(1 for s in new if isinstance(s, int) and s == -1)) > 1:
             raise MovementError(f"reshape to {tuple(new)}: at most one dimension can be -1")
+        if any(isinstance(s, int) and s < -1 for s in new):
+            raise MovementError(f"reshape to {tuple(new)}: sizes must be non-negative (one -1 infers a size)")
         if holes:
             known = prod(s for s in new if not (isinstance(s, int) and s == -1))
             total = prod(self.shape)
@@ -306,7 +314,10 @@ class MovementMixin:
 
     def flip(self, *axis: int | Sequence[int]) -> Self:
         """Reverse the given axes."""
-        axes = {self._axis(int(i)) for i in resolve_shape_arg(axis)}
+        listed = [self._axis(int(i)) for i in resolve_shape_arg(axis)]
+        if len(set(listed)) != len(listed):
+            raise MovementError(f"flip axes {resolve_shape_arg(axis)} name a dimension of {self.shape} twice")
+        axes = set(listed)
         if not axes:
             return self
         return self._mop(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))

@@ -12,6 +12,7 @@ import math
 from typing import TYPE_CHECKING
 
 from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
+from uopgrad.errors import ArgumentError, DTypeError
 from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import TensorLike, py_scalar
@@ -33,6 +34,58 @@ _ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308
                 0.0066700901, -0.0012624911)
 
 
+_BIG = 2.0**28  # above it x² ± 1 rounds to x² even in float64
+# below _SMALL, erf and arcsin come from their Taylor series (truncation below 1e-16 relative): the
+# approximations above are 1 - erfc and pi/2 - ..., whose absolute error (~1e-8) swamps a small result, and
+# arcsin(0) would be pi/2 - 1.5707963050 != 0
+_SMALL = 0.1
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(6))
+_ASIN_SERIES = tuple(math.comb(2 * k, k) / (4**k * (2 * k + 1)) for k in range(5))
+
+
+def _odd_series(z: Tensor, coeffs: Sequence[float]) -> Tensor:
+    """sum(c_k z^(2k+1)), by Horner in z²."""
+    z2 = z * z
+    acc = z2 * 0 + coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = acc * z2 + c
+    return acc * z
+
+
+def _odd_split(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(x < 0, |x|) for an odd function f(x) = sign(x) f(|x|), with |x| as a WHERE: abs's gradient is 0 at 0
+    and would zero f's slope there."""
+    neg = x < 0
+    return neg, neg.where(-x, x)
+
+
+def _log1p(u: Tensor) -> Tensor:
+    """log(1 + u) for u >= 0, accurate for small u (Goldberg's trick): log(w) * u / (w - 1) with w = 1 + u
+    corrects for the rounding of w; u itself where w rounds to 1. Its gradient is 1 / (1 + u) to rounding."""
+    w = 1 + u
+    exact = w == 1
+    return exact.where(u, w.log() * u / exact.where(1, w - 1))
+
+
+def _expm1(x: Tensor, u: Tensor) -> Tensor:
+    """e ** x - 1 from x and u = e ** x, accurate for small x (Kahan's trick): (u - 1) * x / log(u) corrects
+    for the rounding of u; x itself where u rounds to 1, and -1 where u - 1 does."""
+    one, minus_one = u == 1, (u - 1) == -1
+    off = one | minus_one
+    us, xs = off.where(2, u), off.where(1, x)  # the unused quotient sees finite inputs: no inf * 0
+    return one.where(x, minus_one.where(-1, (us - 1) * xs / us.log()))
+
+
+def _at_most(x: Tensor, b: ConstType) -> Tensor:
+    """x <= b, False for NaN (`<=` is not(x > b), True for NaN)."""
+    return (x < b) | x.eq(b)
+
+
+def _at_least(x: Tensor, b: ConstType) -> Tensor:
+    """x >= b, False for NaN."""
+    return (x > b) | x.eq(b)
+
+
 class ElementwiseMixin:
     """Comparisons, where, transcendental ops, activations, rounding, tests and rounding division."""
 
@@ -52,7 +105,7 @@ class ElementwiseMixin:
         if x.dtype == dtypes.bool:
             return x.logical_not()
         if not dtypes.is_int(x.dtype):
-            raise TypeError(f"~ needs an int or bool tensor, not {x.dtype}")
+            raise DTypeError(f"~ needs an int or bool tensor, not {x.dtype}; cast it first")
         return x ^ -1
 
     def _inverse(self) -> Tensor:
@@ -90,9 +143,10 @@ class ElementwiseMixin:
         return x.log2() * math.log(2)
 
     def cos(self) -> Tensor:
-        """cosine, as sin(pi/2 - x)."""
-        t = _t(self)
-        return ((math.pi / 2) - t._to_float()).sin()
+        """cosine, as 1 - 2 sin²(x/2): halving is exact, where pi/2 - x would round away x's low bits (all of
+        them from 1e8 on in float32, making cos(x) = -sin(x))."""
+        s = (_t(self)._to_float() * 0.5).sin()
+        return 1 - 2 * s * s
 
     def tan(self) -> Tensor:
         """tangent."""
@@ -131,19 +185,24 @@ class ElementwiseMixin:
         return type(x)._wrap(u._binop(Ops.CMPLT, 0, True).alu(Ops.WHERE, u, u._scalar_like(0)), x)
 
     def sigmoid(self) -> Tensor:
-        """1 / (1 + e ** -self); 0 where e ** -self overflows, with gradient 0 there."""
-        x = _t(self)
-        z = x._to_float() * (-1 / math.log(2))
-        # where 2 ** z is inf the value is 1 / inf = 0, but EXP2's gradient would be inf * 0 = NaN: feed that
-        # exp2 a 0 instead (both branches of a WHERE get a gradient), and select the 0 (the reference's kernel
-        # rewrites x / (1 + x) and gets 0 the same way)
-        over = z.exp2() == math.inf
-        return over.where(0, (1 + over.where(0, z).exp2()).reciprocal())
+        """1 / (1 + e ** -x) for x >= 0 and e ** x / (1 + e ** x) below: the exponential is e ** -|x| <= 1, so
+        nothing overflows, the tails keep their tiny values (PyTorch's), and each local derivative is finite
+        (an inf * 0 in the chain rule would be a NaN gradient)."""
+        x = _t(self)._to_float()
+        pos = x >= 0
+        e = pos.where(-x, x).exp()  # a WHERE, not -|x|: abs has gradient 0 at 0
+        r = (1 + e).reciprocal()
+        return pos.where(r, e * r)
 
     def tanh(self) -> Tensor:
-        """Hyperbolic tangent, as 2 * sigmoid(2x) - 1."""
-        x = _t(self)
-        return 2.0 * (2.0 * x).sigmoid() - 1.0
+        """Hyperbolic tangent with x's sign, from u = e ** -2|x|: (1 - u) / (1 + u), or -expm1 / (2 + expm1)
+        below |x| = 1/2, where 1 - u cancels (the reference's 2 * sigmoid(2x) - 1 rounds tanh(1e-13) to 0,
+        and mish(-30) with it)."""
+        neg, z = _odd_split(_t(self)._to_float())
+        u = (-2 * z).exp()
+        em = _expm1(-2 * z, u)
+        r = (z < 0.5).where(-em / (2 + em), (1 - u) / (1 + u))
+        return neg.where(-r, r)
 
     def gelu(self, approximate: str = "tanh") -> Tensor:
         """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
@@ -155,18 +214,19 @@ class ElementwiseMixin:
         return 0.5 * t * (1 + (math.sqrt(2 / math.pi) * (t + 0.044715 * t * t * t)).tanh())
 
     def softplus(self, beta: float = 1.0) -> Tensor:
-        """log(1 + e ** (beta * x)) / beta; linear above beta * x = 20, like PyTorch."""
-        t = _t(self)
-        bx = t._to_float() * beta
-        linear = bx > 20
-        # the cap as a WHERE, not minimum(20): MAX's rule would halve the gradient at exactly 20
-        smooth = (1 + linear.where(20, bx).exp()).log() * (1 / beta)
-        return linear.where(t._to_float(), smooth)
+        """log(1 + e ** (beta * x)) / beta, as max(bx, 0) + log1p(e ** -|bx|): nothing overflows, and the
+        tails keep their values (softplus(-30) is e ** -30, not log(1 + e ** -30) = 0)."""
+        bx = _t(self)._to_float() * beta
+        pos = bx >= 0
+        # the WHEREs give the slope 1 of the linear part and -e/(1 + e) of the rest at 0 (abs and relu: 0)
+        return (pos.where(bx, 0) + _log1p(pos.where(-bx, bx).exp())) * (1 / beta)
 
     def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
         """Clamp into [min_, max_] (either bound may be None), by comparisons as the reference: NaN stays
-        NaN with gradient 1, a value on a bound keeps its gradient 1."""
+        NaN with gradient 1, a value on a bound keeps its gradient 1 (PyTorch's clamp too)."""
         x = _t(self)
+        if min_ is None and max_ is None:
+            raise ArgumentError("clip needs at least one of min_ and max_")
         ret = x if min_ is None else (x < min_).where(min_, x)
         return ret if max_ is None else (ret > max_).where(max_, ret)
 
@@ -183,42 +243,49 @@ class ElementwiseMixin:
         return self.silu()
 
     def relu6(self) -> Tensor:
-        """min(max(x, 0), 6)."""
-        x = _t(self)
-        return x.relu() - (x - 6).relu()
+        """min(max(x, 0), 6), as hardtanh(0, 6) (PyTorch's): 6 at inf, not inf - inf."""
+        return _t(self).hardtanh(0, 6)
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
-        """x for x > 0, else neg_slope * x."""
+        """x for x > 0, else neg_slope * x (gradient neg_slope at 0, as PyTorch)."""
         x = _t(self)
-        return (x < 0).where(x * neg_slope, x)
+        return (x > 0).where(x, x * neg_slope)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
-        """x for x > 0, else alpha * (e ** x - 1)."""
+        """x for x > 0, else alpha * (e ** x - 1); the gradient at 0 is alpha and NaN takes the linear branch,
+        as PyTorch."""
         x = _t(self)
-        return (x > 0).where(x, (x.minimum(0).exp() - 1) * alpha)
+        neg = _at_most(x, 0)
+        # the exponential sees only the negative side: e ** (large x) would overflow into a NaN gradient
+        return neg.where((neg.where(x, 0).exp() - 1) * alpha, x)
 
     def celu(self, alpha: float = 1.0) -> Tensor:
-        """max(0, x) + min(0, alpha * (e ** (x / alpha) - 1))."""
+        """x for x > 0, else alpha * (e ** (x / alpha) - 1) (gradient 1 at 0, as PyTorch)."""
         x = _t(self)
-        return x.maximum(0) + ((x / alpha).minimum(0).exp() - 1).minimum(0) * alpha
+        neg = _at_most(x, 0)
+        return neg.where(((neg.where(x, 0) / alpha).exp() - 1) * alpha, x)
 
     def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         """gamma * elu(x, alpha)."""
         return self.elu(alpha) * gamma
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        """x clamped into [min_val, max_val]."""
-        return _t(self).clip(min_val, max_val)
+        """x clamped into [min_val, max_val] with PyTorch's hardtanh gradient: 0 on a bound (clip keeps 1
+        there), 1 for NaN, which stays NaN."""
+        x = _t(self)
+        return _at_most(x, min_val).where(min_val, _at_least(x, max_val).where(max_val, x))
 
     def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        """alpha * x + beta clamped into [0, 1]."""
-        y = _t(self) * alpha + beta
-        return y.relu() - (y - 1).relu()
+        """alpha * x + beta clamped into [0, 1] (gradient 0 on a bound, as PyTorch)."""
+        return (_t(self) * alpha + beta).hardtanh(0, 1)
 
     def hardswish(self) -> Tensor:
-        """x * relu6(x + 3) / 6."""
+        """x * relu6(x + 3) / 6, by pieces: x above 3 and 0 below -3 have gradient 1 and 0 at +-inf, where
+        the product would be inf * 0 (PyTorch's values, -inf * 0 = NaN included)."""
         x = _t(self)
-        return x * (x + 3).relu6() * (1 / 6)
+        over, under = _at_least(x, 3), _at_most(x, -3)  # PyTorch's gradient on the knees: 1 at 3, 0 at -3
+        mid = (over | under).where(0, x)  # the quadratic sees only (-3, 3) and NaN: finite local slopes
+        return over.where(x, under.where(x * 0, mid * (mid + 3) * (1 / 6)))
 
     def mish(self) -> Tensor:
         """x * tanh(softplus(x))."""
@@ -243,60 +310,83 @@ class ElementwiseMixin:
         """The error function (float32 accurate); its gradient is that of the approximation, which is
         2/sqrt(pi) e ** -x² to float32 precision."""
         x = _t(self)._to_float()
-        z = x.abs()
+        neg, z = _odd_split(x)
         big = z > 10  # erf is +-1 to the last bit there; keep z*z's inf (and its NaN gradient) out
         z = big.where(10, z)
         t = (1 + z * 0.5).reciprocal()
         poly = t * 0 + _ERFC_COEFFS[-1]
         for c in reversed(_ERFC_COEFFS[:-1]):
             poly = poly * t + c
-        erfc = t * (poly - z * z).exp()
-        return x.sign() * (1 - erfc)
+        r = (z < _SMALL).where(_odd_series(z, _ERF_SERIES), 1 - t * (poly - z * z).exp())
+        return neg.where(-r, r)
 
     # ------------------------------------------------------------------ inverse trigonometric, hyperbolic
     def asin(self) -> Tensor:
         """arcsin, from Abramowitz & Stegun 4.4.46 (absolute error below 2e-8 on [-1, 1])."""
         x = _t(self)._to_float()
-        z = x.abs()
+        neg, z = _odd_split(x)
         poly = z * 0 + _ASIN_COEFFS[-1]
         for c in reversed(_ASIN_COEFFS[:-1]):
             poly = poly * z + c
-        return x.sign() * (math.pi / 2 - (1 - z).sqrt() * poly)
+        r = (z < _SMALL).where(_odd_series(z, _ASIN_SERIES), math.pi / 2 - (1 - z).sqrt() * poly)
+        return neg.where(-r, r)
 
     def acos(self) -> Tensor:
         """arccos, as pi/2 - arcsin."""
         return math.pi / 2 - self.asin()
 
     def atan(self) -> Tensor:
-        """arctan, as arcsin(x / sqrt(1 + x²))."""
+        """arctan, as arcsin(u / sqrt(1 + u²)) of u = |x| <= 1, else pi/2 minus that of u = 1/|x|: x² never
+        overflows, so atan(+-inf) is +-pi/2 with gradient 0."""
         x = _t(self)._to_float()
-        return (x / (1 + x * x).sqrt()).asin()
+        neg, z = _odd_split(x)
+        small = z <= 1
+        u = small.where(z, small.where(1, z).reciprocal())  # the unused branch sees 1: no 1/0 in the chain
+        a = (u / (1 + u * u).sqrt()).asin()
+        r = small.where(a, math.pi / 2 - a)
+        return neg.where(-r, r)
+
+    def _half_exps(self) -> tuple[Tensor, Tensor]:
+        """(e ** x / 2, e ** -x / 2), halved inside the exponent: sinh and cosh stay finite where e ** x
+        alone overflows (88.7 < x < 89.4 in float32); z - 1 is exact for z >= 1."""
+        z = _t(self)._to_float() * (1 / math.log(2))
+        return (z - 1).exp2(), (-z - 1).exp2()
 
     def sinh(self) -> Tensor:
         """(e ** x - e ** -x) / 2."""
-        x = _t(self)
-        return (x.exp() - (-x).exp()) * 0.5
+        a, b = self._half_exps()
+        return a - b
 
     def cosh(self) -> Tensor:
         """(e ** x + e ** -x) / 2."""
-        x = _t(self)
-        return (x.exp() + (-x).exp()) * 0.5
+        a, b = self._half_exps()
+        return a + b
 
     def asinh(self) -> Tensor:
-        """log(|x| + sqrt(x² + 1)), with x's sign."""
+        """log(|x| + sqrt(x² + 1)), with x's sign; log(2|x|) where x² + 1 rounds to x² (x² would overflow)."""
         x = _t(self)._to_float()
-        z = x.abs()
-        return x.sign() * (z + (z * z + 1).sqrt()).log()
+        neg, z = _odd_split(x)
+        big = z > _BIG
+        zs = big.where(1, z)  # each branch sees only its own inputs: no inf * 0 in the unused one
+        r = big.where(big.where(z, 1).log() + math.log(2), (zs + (zs * zs + 1).sqrt()).log())
+        return neg.where(-r, r)
 
     def acosh(self) -> Tensor:
-        """log(x + sqrt(x² - 1)) for x >= 1."""
+        """log(x + sqrt(x² - 1)) for x >= 1 (NaN below), log(2x) where x² - 1 rounds to x²."""
         x = _t(self)._to_float()
-        return (x + (x * x - 1).sqrt()).log()
+        big = (x > _BIG) | (x < -_BIG)
+        xs = big.where(2, x)
+        s = (xs * xs - 1).sqrt()
+        # below -1, x + s = -1 / (s - x) is negative (a NaN log, as PyTorch) and cancels: the quotient
+        # gives the gradient 1 / s that PyTorch reports there, without the cancellation
+        inner = (xs < 0).where(-(s - xs).reciprocal(), xs + s)
+        return big.where(big.where(x, 2).log() + math.log(2), inner.log())
 
     def atanh(self) -> Tensor:
-        """log((1 + x) / (1 - x)) / 2 for |x| < 1."""
+        """(log(1 + x) - log(1 - x)) / 2 for |x| <= 1: +-inf at +-1 with gradient inf (a quotient inside
+        one log would make that gradient inf * 0)."""
         x = _t(self)._to_float()
-        return ((1 + x) / (1 - x)).log() * 0.5
+        return ((1 + x).log() - (1 - x).log()) * 0.5
 
     def log10(self) -> Tensor:
         """Logarithm base 10."""
@@ -444,7 +534,7 @@ class ElementwiseMixin:
         if rounding_mode is None:
             return MathMixin.div(num, den)
         if rounding_mode not in ("trunc", "floor"):
-            raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+            raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
         if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
             q = MathMixin.div(num, den)
             return q.trunc() if rounding_mode == "trunc" else q.floor()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from uopgrad._util import prod
 from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
-from uopgrad.errors import EmptyReduceError
+from uopgrad.errors import DTypeError, EmptyReduceError, OperandShapeError
 from uopgrad.mixin import broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
@@ -175,33 +175,30 @@ class ReduceMixin:
         """An int tensor of class indices as one-hot int32 rows (a new last dimension of `num_classes`)."""
         x = _t(self)
         if not dtypes.is_int(x.dtype):
-            raise TypeError(f"one_hot needs integer class indices, not {x.dtype}")
+            raise DTypeError(f"one_hot needs integer class indices, not {x.dtype}")
+        if num_classes < 0:
+            raise ValueError(f"one_hot num_classes must be non-negative, not {num_classes}")
         classes = type(x).arange(num_classes, device=x.device)
         return (x.unsqueeze(-1) == classes).where(1, 0)
-
-    def sparse_categorical_crossentropy(self, y: Tensor) -> Tensor:
-        """Mean cross-entropy of these logits (classes on the last axis) against int class indices `y`."""
-        x = _t(self)
-        # pick with WHERE, not a multiply: a -inf log-probability off the target times 0 would be NaN
-        picked = (y.one_hot(concrete(x.shape[-1], "crossentropy")) != 0).where(x.log_softmax(-1), 0)
-        return -picked.sum(-1).mean()
 
     def dot(self, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
         """Matrix product (numpy's matmul broadcasting), as a sum over a broadcast multiply."""
         me = _t(self)
         n1, n2 = me.ndim, w.ndim
         if n1 == 0 or n2 == 0:
-            raise ValueError(f"matmul needs at least 1 dimension on both sides: {me.shape} and {w.shape}")
+            raise OperandShapeError(f"matmul needs at least 1 dimension on both sides: {me.shape} and "
+                                    f"{w.shape}")
         if me.shape[-1] != w.shape[-min(n2, 2)]:
-            raise ValueError(f"shapes {me.shape} and {w.shape} can't be multiplied "
-                             f"({me.shape[-1]} != {w.shape[-min(n2, 2)]})")
+            raise OperandShapeError(f"shapes {me.shape} and {w.shape} can't be multiplied "
+                                    f"({me.shape[-1]} != {w.shape[-min(n2, 2)]})")
         # (x * wt).sum(-1, dtype=dtype).cast(out) of the views below, built on the nodes: one Tensor, not six
         # (a matmul was most of a small MLP's forward pass in Python)
         x, wt = me.uop.dot_operands(w.uop)
         try:
             broadcast_shape(x.shape, wt.shape)
         except ValueError as e:
-            raise ValueError(f"shapes {x.shape} and {wt.shape} can't be broadcast together") from e
+            raise OperandShapeError(f"matmul of {me.shape} and {w.shape}: shapes {x.shape} and {wt.shape} "
+                                    "can't be broadcast together") from e
         me._check_devices(w)
         prod_ = x._binop(Ops.MUL, wt, False)
         acc = sum_acc_dtype(prod_.dtype) if dtype is None else to_dtype(dtype)
