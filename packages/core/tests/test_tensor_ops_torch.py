@@ -257,7 +257,8 @@ def test_scatter() -> None:
     check(lambda x, s: x.scatter(0, Tensor(perm), s), lambda x, s: x.scatter(0, torch.tensor(perm), s),
           X, src)
     check(lambda x: x.scatter(1, Tensor(perm), 2.5), lambda x: x.scatter(1, torch.tensor(perm), 2.5), X)
-    check(lambda x, s: x.scatter(0, Tensor(IDX), s, reduce="add"),
+    # a tensor src with reduce= is scatter_reduce's job (scatter refuses it, as the reference)
+    check(lambda x, s: x.scatter_reduce(0, Tensor(IDX), s, "sum"),
           lambda x, s: x.scatter_add(0, torch.tensor(IDX), s), X, _arr((2, 5), 23))
 
 

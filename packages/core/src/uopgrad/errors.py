@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["BackendError", "CompileError", "ConfigError", "DeviceError", "EmptyReduceError",
-           "EvaluationError", "FunctionError", "GradientError", "JitError", "LoweringError", "MovementError",
-           "RenderError", "RewriteError", "SafetensorsError", "ScheduleError", "ShapeError", "UopgradError",
-           "VerifyError"]
+__all__ = ["ArgumentError", "BackendError", "CompileError", "ConfigError", "DTypeError", "DTypeMismatchError",
+           "DTypeRangeError", "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
+           "GradientError", "JitError", "LoweringError", "MovementError", "NotSupportedError",
+           "OperandShapeError", "RenderError", "RewriteError", "SafetensorsError", "ScheduleError",
+           "ShapeError", "SymbolicDivisionError", "UnknownDTypeError", "UopgradError", "VerifyError"]
 
 
 class UopgradError(Exception):
@@ -35,12 +36,52 @@ class EmptyReduceError(UopgradError, RuntimeError, IndexError):
     RuntimeError for a whole-tensor reduce and IndexError along a dim; this is both, so either catch works."""
 
 
+class DTypeMismatchError(UopgradError, TypeError, RuntimeError):
+    """A tensor written into one of another dtype (setitem, assign) without a cast. TypeError was uopgrad's
+    builtin for it; the reference raises RuntimeError, so either catch works."""
+
+
+class ArgumentError(UopgradError, ValueError, RuntimeError):
+    """An argument the op does not take: an unknown mode, indexing or reduce name, counts that don't pair up
+    (roll's shifts and dims, a shape given both as a sequence and as sizes), a window larger than its input.
+    ValueError was uopgrad's builtin for it; the reference raises RuntimeError, so either catch works."""
+
+
+class OperandShapeError(ShapeError, ValueError):
+    """Operands whose shapes the op can't combine: dot / matmul, gather and scatter indices, loss targets.
+    ValueError was uopgrad's builtin for it; the reference raises RuntimeError, so either catch works."""
+
+
+class DTypeError(UopgradError, TypeError, RuntimeError):
+    """An op the operand's dtype does not support (bitwise ops on floats, an int base to a negative power,
+    a scatter src of another dtype), raised where the op is built, not at realize."""
+
+
+class UnknownDTypeError(UopgradError, TypeError, AttributeError):
+    """A dtype name uopgrad has no dtype for. TypeError was uopgrad's builtin; the reference looks names up as
+    attributes of `dtypes` and raises AttributeError, so either catch works."""
+
+
+class NotSupportedError(UopgradError, NotImplementedError, ValueError):
+    """An option uopgrad (like the reference) does not implement: an unknown pad mode, negative circular
+    pads. ValueError was uopgrad's builtin for it; the reference raises NotImplementedError, so either catch
+    works."""
+
+
+class DTypeRangeError(UopgradError, OverflowError, ValueError):
+    """Values that the requested dtype can't represent (an arange past int8's range)."""
+
+
 class ConfigError(UopgradError, RuntimeError):
     """uopgrad is used in a way its setup does not allow: an unknown flag, a missing registration."""
 
 
 class RewriteError(UopgradError, RuntimeError):
     """The rewrite engine gave up: its stack passed the limit, or a bottom-up rewrite loops."""
+
+
+class SymbolicDivisionError(UopgradError, ZeroDivisionError, RuntimeError):
+    """Simplifying an index expression met a division or modulo by a divisor that is always zero."""
 
 
 class VerifyError(UopgradError, RuntimeError):

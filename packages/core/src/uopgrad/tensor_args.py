@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 import numpy as np
 
 from uopgrad.dtype import DType, dtypes
-from uopgrad.errors import ShapeError
+from uopgrad.errors import ShapeError, UnknownDTypeError
 
 if TYPE_CHECKING:
     from uopgrad.dtype import ConstType
     from uopgrad.tensor import Tensor
     from uopgrad.uop import sint
 
-__all__ = ["DTypeLike", "TensorLike", "concrete", "py_scalar", "self_tensor", "tensor_type", "to_dtype"]
+__all__ = ["DTypeLike", "TensorLike", "concrete", "nonnegative", "py_scalar", "self_tensor", "tensor_type",
+           "to_dtype"]
 
 DTypeLike: TypeAlias = "DType | str"
 TensorLike: TypeAlias = "Tensor | ConstType"
@@ -27,9 +28,17 @@ def to_dtype(dt: DTypeLike) -> DType:
     if isinstance(dt, DType):
         return dt
     names = dtypes.fields()
-    if dt not in names:
-        raise TypeError(f"unknown dtype {dt!r}; known: {', '.join(sorted(names))}")
+    if not isinstance(dt, str) or dt not in names:
+        raise UnknownDTypeError(f"unknown dtype {dt!r}: give a DType (dtypes.float32) or one of the names "
+                                f"{', '.join(sorted(names))}")
     return names[dt]
+
+
+def nonnegative(shape: tuple[T, ...], what: str) -> tuple[T, ...]:
+    """`shape` unchanged, or a ValueError naming `what` if a concrete size in it is negative."""
+    if any(isinstance(s, int) and s < 0 for s in shape):
+        raise ValueError(f"{what} of shape {shape}: sizes must be non-negative")
+    return shape
 
 
 def py_scalar(x: T) -> T:

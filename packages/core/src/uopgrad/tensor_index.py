@@ -17,6 +17,7 @@ import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import ArgumentError, DTypeError, OperandShapeError
 from uopgrad.mixin import MathMixin, broadcast_shape, concrete_size
 from uopgrad.tensor_args import self_tensor as _t
 
@@ -55,14 +56,27 @@ def _highest(dt: DType) -> ConstType:
     return True if dt == dtypes.bool else int(dtypes.max(dt))
 
 
+_SEQUENCES = (list, tuple, np.ndarray)  # as an index: an index tensor of their values
+
+
 def _is_tensor_like(i: object) -> bool:
-    return (isinstance(i, MathMixin) and hasattr(i, "requires_grad")) or isinstance(i, (list, np.ndarray))
+    return (isinstance(i, MathMixin) and hasattr(i, "requires_grad")) or isinstance(i, _SEQUENCES)
+
+
+def index_tuple(indices: object) -> tuple[Any, ...]:
+    """An index as a tuple of per-dimension indices. A list of ints is one index (an index tensor); any other
+    list is a sequence of indices like a tuple (`t[[(0, 1), (1, 2)]]` is `t[(0, 1), (1, 2)]`), as in the
+    reference and PyTorch."""
+    if isinstance(indices, tuple):
+        return indices
+    if isinstance(indices, list) and not all(isinstance(i, (int, np.integer)) for i in indices):
+        return tuple(indices)
+    return (indices,)
 
 
 def has_tensor_index(indices: object) -> bool:
-    """Whether an index holds a Tensor, a list or an array (advanced indexing)."""
-    idx = indices if isinstance(indices, tuple) else (indices,)
-    return any(_is_tensor_like(i) for i in idx)
+    """Whether an index holds a Tensor, a list, a tuple or an array (advanced indexing)."""
+    return any(_is_tensor_like(i) for i in index_tuple(indices))
 
 
 class IndexMixin:
@@ -101,7 +115,8 @@ class IndexMixin:
         x = _t(self)
         d = x._axis(dim)
         if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-            raise ValueError(f"{what} index of shape {index.shape} does not fit {x.shape} along dim {d}")
+            raise OperandShapeError(f"{what} index of shape {index.shape} does not fit {x.shape} along dim "
+                                    f"{d}: it needs the same rank and no larger size outside dim")
         n = _int(x.shape[d])
         return d, n, x._int_index(index, n, what)
 
@@ -116,8 +131,11 @@ class IndexMixin:
             vals = vals.expand(tuple(index.shape))
         else:
             if src.ndim != x.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
-                raise ValueError(f"scatter src of shape {src.shape} is smaller than its index {index.shape}")
-            vals = src.cast(x.dtype).shrink(tuple((0, i) for i in index.shape))
+                raise OperandShapeError(f"scatter src of shape {src.shape} is smaller than its index "
+                                        f"{index.shape}")
+            if src.dtype != x.dtype:  # PyTorch and the reference refuse to cast silently
+                raise DTypeError(f"scatter of a {src.dtype} src into a {x.dtype} tensor; cast src first")
+            vals = src.shrink(tuple((0, i) for i in index.shape))
         mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1).transpose(-1, d)
         vals = vals.unsqueeze(-1).transpose(-1, d)
         pads: list[tuple[int, int] | None] = [None if k == d else (0, _int(s) - _int(i))
@@ -131,10 +149,10 @@ class IndexMixin:
         if reduce is not None:
             if reduce not in ("add", "multiply"):
                 raise ValueError(f"scatter reduce must be 'add' or 'multiply', not {reduce!r}")
-            if isinstance(src, (int, float, bool)):
-                values = x.full_like(src).shrink(tuple((0, i) for i in index.shape))
-            else:
-                values = src
+            if not isinstance(src, (int, float, bool)):  # the reference's rule: a scalar src only
+                raise TypeError(f"scatter(reduce={reduce!r}) takes a scalar src; for a tensor src use "
+                                f"scatter_reduce(dim, index, src, {'sum' if reduce == 'add' else 'prod'!r})")
+            values = x.full_like(src).shrink(tuple((0, i) for i in index.shape))
             return x.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
         mask, vals, _ = x._scatter_parts(dim, index, src)
         k = x.arange(_int(mask.shape[-1]), device=x.device)
@@ -149,7 +167,7 @@ class IndexMixin:
         "amin" (torch.scatter_reduce); places no index names keep self."""
         x = _t(self)
         if reduce not in _SCATTER_REDUCES:
-            raise ValueError(f"scatter_reduce reduce must be one of {_SCATTER_REDUCES}, not {reduce!r}")
+            raise ArgumentError(f"scatter_reduce reduce must be one of {_SCATTER_REDUCES}, not {reduce!r}")
         mask, vals, _ = x._scatter_parts(dim, index, src)
         hit = mask.any(-1)
         keep = x if include_self else None
@@ -171,15 +189,16 @@ class IndexMixin:
         return hit.where(m.minimum(keep) if keep is not None else m, x)
 
     # ------------------------------------------------------------------ tensor indices in []
-    def _split_index(self, indices: object) -> tuple[Tensor, list[tuple[int, Tensor]]]:
-        """Apply the basic part of an advanced index: (the view, [(its dim, int index tensor)])."""
+    def _split_index(self, indices: object) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[Any, ...]]:
+        """Apply the basic part of an advanced index: (the view, [(its dim, int index tensor)], the basic
+        index that makes the view: the tensor indices replaced by full slices)."""
         x = _t(self)
-        idx = list(indices) if isinstance(indices, tuple) else [indices]
+        idx = list(index_tuple(indices))
         placeholders: dict[int, Tensor] = {}
         basic: list[Any] = []
         for i in idx:
             if _is_tensor_like(i):
-                t = type(x)(i, device=x.device) if isinstance(i, (list, np.ndarray)) else cast("Tensor", i)
+                t = type(x)(i, device=x.device) if isinstance(i, _SEQUENCES) else cast("Tensor", i)
                 if t.dtype == dtypes.bool:
                     raise IndexError("indexing with a bool tensor has a data-dependent shape; use "
                                      "masked_select, or where() to keep the shape")
@@ -197,7 +216,7 @@ class IndexMixin:
                 tensors.append((out_dim, placeholders[id(i)]))
             if i is None or isinstance(i, slice):
                 out_dim += 1
-        return x[tuple(basic)], tensors
+        return x[tuple(basic)], tensors, tuple(basic)
 
     def _index_masks(self, tensors: list[tuple[int, Tensor]]) -> tuple[Tensor, list[int], list[int]]:
         """(one-hot mask of shape B + N, the indexed dims, the rest) for index tensors broadcast to B."""
@@ -217,7 +236,7 @@ class IndexMixin:
 
     def _getitem_tensor(self, indices: object) -> Tensor:
         """numpy's advanced indexing by int tensors (after the basic part): one masked sum."""
-        view, tensors = _t(self)._split_index(indices)
+        view, tensors, _ = _t(self)._split_index(indices)
         mask, dims, rest = view._index_masks(tensors)
         nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
         src = view.permute(*rest, *dims)  # R + N
@@ -227,24 +246,34 @@ class IndexMixin:
         order = _result_order(dims, nb, nr)
         return out if order is None else out.permute(order)
 
-    def _setitem_tensor(self, indices: object, v: Tensor | ConstType) -> None:
-        """self[indices] = v for an advanced index: the indexed view gets where(hit, value, view)."""
+    def _setitem_tensor(self, indices: object, v: Tensor) -> tuple[tuple[Any, ...], Tensor]:
+        """For `self[indices] = v` with an advanced index: (the basic index of the view the tensor indices
+        select in, that view's new value). Where several index entries name one element the last one (in
+        the row-major order of the broadcast indices) wins, as in numpy and the reference."""
         x = _t(self)
-        view, tensors = x._split_index(indices)
+        view, tensors, basic = x._split_index(indices)
         mask, dims, rest = view._index_masks(tensors)
         nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
-        br = tuple(mask.shape[:nb]) + tuple(view.shape[d] for d in rest)
-        val = v.cast(x.dtype) if isinstance(v, type(x)) else type(x)(v, device=x.device, dtype=x.dtype)
+        bshape = tuple(_int(s) for s in mask.shape[:nb])
+        br = bshape + tuple(view.shape[d] for d in rest)
+        val = v.cast(x.dtype)
         order = _result_order(dims, nb, nr)
-        if order is None:
-            val = val.expand(br)
-        else:
-            val = val.expand(tuple(br[o] for o in order)).permute(np.argsort(order).tolist())
-        m = mask.reshape(tuple(mask.shape[:nb]) + (1,) * nr + tuple(mask.shape[nb:]))
-        scattered = m.where(val.reshape(br + (1,) * nd), 0).sum(tuple(range(nb)), dtype=x.dtype)  # R + N
+        try:
+            val = val.expand(br) if order is None else \
+                val.expand(tuple(br[o] for o in order)).permute(np.argsort(order).tolist())
+        except ValueError as e:
+            raise ValueError(f"can't set a value of shape {v.shape} into an index of shape {br}") from e
+        if prod(bshape) == 0:  # an empty index writes nothing
+            return basic, view
+        m = mask.reshape(bshape + (1,) * nr + tuple(mask.shape[nb:]))  # B + R (ones) + N
+        pick = m
+        if nb:  # the last writer of each element: the largest flat position in B of the entries naming it
+            pos = x.arange(_int(prod(bshape)), device=x.device).reshape(bshape + (1,) * (nr + nd))
+            pick = m & (pos == m.where(pos, -1)._max(tuple(range(nb)), True))
+        scattered = pick.where(val.reshape(br + (1,) * nd), 0).sum(tuple(range(nb)), dtype=x.dtype)  # R + N
         hit = m.any(tuple(range(nb)))
         new = hit.where(scattered, view.permute(*rest, *dims)).permute(np.argsort([*rest, *dims]).tolist())
-        x._apply_store(view.uop.store(view._assignable(new).uop))
+        return basic, new
 
     # ------------------------------------------------------------------ masks
     def masked_fill(self, mask: Tensor, value: Tensor | ConstType) -> Tensor:
@@ -303,7 +332,8 @@ class IndexMixin:
     def _scan(self, axis: int, fill: ConstType) -> tuple[Tensor, Tensor]:
         """(self with `axis` last and a new axis before it, the scan mask)."""
         x = _t(self)
-        d = x._axis(axis) if x.ndim else 0
+        d = x._axis(axis)  # a 0-d tensor takes axis 0 or -1, anything else is an IndexError (as PyTorch)
+        d = d if x.ndim else 0
         y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
         n = _int(y.shape[-1])
         return y.unsqueeze(-2), x._scan_mask(n)

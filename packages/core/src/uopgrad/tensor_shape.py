@@ -9,15 +9,16 @@ matrix per resized dimension, computed on the host from the static sizes).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.errors import ShapeError
+from uopgrad.errors import ArgumentError, DeviceError, NotSupportedError, ShapeError
 from uopgrad.mixin import concrete_size, resolve_shape_arg
+from uopgrad.tensor_args import nonnegative, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_args import tensor_type as _cls
 
@@ -107,7 +108,7 @@ class ShapeMixin:
         sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         ds = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(sh) != len(ds):
-            raise ValueError(f"roll needs one shift per dim, got shifts {sh} and dims {ds}")
+            raise ArgumentError(f"roll needs one shift per dim, got shifts {sh} and dims {ds}")
         for s, dim in zip(sh, ds):
             d = x._axis(dim)
             n = _int(x.shape[d])
@@ -147,7 +148,7 @@ class ShapeMixin:
     def pad_to(self, shape: Sequence[int | None], *args: int | None, value: ConstType = 0) -> Tensor:
         """Pad at the end of each dimension up to `shape` (None keeps a dimension)."""
         x = _t(self)
-        shp = resolve_shape_arg((shape, *args)) if args else tuple(shape)
+        shp = resolve_shape_arg((shape, *args))
         if len(shp) != x.ndim:
             raise ValueError(f"pad_to {tuple(shp)} needs one size per dimension of {x.shape}")
         return x.pad([None if n is None else (0, n - _int(s)) for s, n in zip(x.shape, shp)], value=value)
@@ -155,7 +156,7 @@ class ShapeMixin:
     def shrink_to(self, shape: Sequence[int | None], *args: int | None) -> Tensor:
         """Keep the first `shape[i]` elements of each dimension (None keeps a dimension)."""
         x = _t(self)
-        shp = resolve_shape_arg((shape, *args)) if args else tuple(shape)
+        shp = resolve_shape_arg((shape, *args))
         return x.shrink([None if n is None else (0, n) for n in shp])
 
     def unfold(self, dim: int, size: int, step: int) -> Tensor:
@@ -163,6 +164,9 @@ class ShapeMixin:
         of `size` is appended), as torch.Tensor.unfold."""
         x = _t(self)
         d = x._axis(dim)
+        if size < 0 or step <= 0 or size > _int(x.shape[d]):  # the reference raises RuntimeError here
+            raise ArgumentError(f"unfold(dim={dim}, size={size}, step={step}) of shape {x.shape}: size must "
+                                f"be in [0, {x.shape[d]}] and step > 0")
         w = x.transpose(d, -1)._pool((size,), step)  # (..., windows, size) with dim d last before it
         return w.transpose(d, -2)
 
@@ -178,6 +182,9 @@ class ShapeMixin:
         """The elements [i, i + offset] of dims dim1, dim2, as a last dim (as PyTorch)."""
         x = _t(self)
         a, b = x._axis(dim1), x._axis(dim2)
+        if a == b:
+            raise ArgumentError(f"diagonal of shape {x.shape}: dim1={dim1} and dim2={dim2} name the same "
+                                "dimension")
         y = x.permute(*[k for k in range(x.ndim) if k not in (a, b)], a, b)
         r, c = _int(y.shape[-2]), _int(y.shape[-1])
         lo, hi = (0, offset) if offset >= 0 else (-offset, 0)
@@ -189,7 +196,7 @@ class ShapeMixin:
     def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids of 1-d tensors ("ij": matrix indexing, "xy": the first two swapped)."""
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', not {indexing!r}")
+            raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', not {indexing!r}")
         ts = [_t(self), *args]
         shape = tuple(_int(t.numel()) for t in ts)
         out = [t.reshape(tuple(-1 if k == j else 1 for k in range(len(ts)))).expand(shape) for j, t in
@@ -214,14 +221,21 @@ class ShapeMixin:
         return (-_t(self)).softmax(axis, dtype)
 
     def logcumsumexp(self, axis: int = 0) -> Tensor:
-        """log(cumsum(e ** x)) along `axis`, shifted by the (detached) maximum for stability (by 0 where
-        that is infinite, as logsumexp)."""
+        """log(cumsum(e ** x)) along `axis`, as a scan of logaddexp in log2(n) doubling steps: each prefix
+        is shifted by its own maximum, so a small entry before a large one keeps its value (one shift by
+        the row's maximum would underflow e ** (x - max) to a subnormal or 0 there)."""
         x = _t(self)
         if x.ndim == 0:
             return x
-        m = x._max(axis, keepdim=True).detach()
-        m = m.isinf().where(0, m)
-        return (x - m).exp().cumsum(axis).log() + m
+        ax, y = x._axis(axis), x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+        n, d = _int(y.shape[ax]), 1
+        while d < n:  # y[i] = logaddexp(y[i], y[i - d]); -inf (the identity) before the start
+            cut = [(0, n - d) if i == ax else None for i in range(y.ndim)]
+            pad = [(d, 0) if i == ax else None for i in range(y.ndim)]
+            # realized per step: unfused, step k would recompute step k-1 twice, 2 ** k evaluations in all
+            y = y.logaddexp(y.shrink(cut).pad(pad, value=-math.inf)).contiguous()
+            d *= 2
+        return y
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """x / max(||x||_p, eps) along `dim`."""
@@ -259,8 +273,10 @@ class ShapeMixin:
         inputs = lhs.split(",")
         if len(inputs) != len(tensors):
             raise ValueError(f"einsum {formula!r} names {len(inputs)} operands, got {len(tensors)}")
+        # (an ellipsis stands for the dims that no letter names, broadcast across the operands from the right)
         if "." in formula:
-            raise NotImplementedError("einsum with '...' is not supported; name every dimension")
+            lhs, arrow, out = _expand_ellipsis(inputs, out if arrow else None, [t.ndim for t in tensors])
+            inputs = lhs.split(",")
         letters = sorted(set("".join(inputs)))
         if not arrow:
             out = "".join(c for c in letters if "".join(inputs).count(c) == 1)
@@ -272,8 +288,10 @@ class ShapeMixin:
             if len(set(spec)) != len(spec):
                 t, spec = _diagonal(t, spec)
             for ch, s in zip(spec, t.shape):
-                if sizes.setdefault(ch, s) != s and not (isinstance(s, int) and s == 1):
-                    raise ValueError(f"einsum letter {ch!r} has sizes {sizes[ch]} and {s}")
+                if sizes.get(ch, 1) == 1:  # a size 1 broadcasts against any other
+                    sizes[ch] = s
+                elif sizes[ch] != s and not (isinstance(s, int) and s == 1):
+                    raise ShapeError(f"einsum letter {ch!r} has sizes {sizes[ch]} and {s}")
             order = sorted(range(len(spec)), key=lambda k: letters.index(spec[k]))
             t = t.permute(order)
             aligned.append(t.reshape(tuple(t.shape[order.index(spec.index(c))] if c in spec else 1
@@ -292,21 +310,25 @@ class ShapeMixin:
         """pad(mode=...): "constant" (value), "reflect", "replicate" or "circular"; negative amounts cut."""
         x = _t(self)
         if mode not in _PAD_MODES:
-            raise ValueError(f"pad mode must be one of {_PAD_MODES}, not {mode!r}")
+            raise NotSupportedError(f"pad mode must be one of {_PAD_MODES}, not {mode!r}")
         pairs = pad_pairs(x.ndim, padding)
         if len(pairs) != x.ndim:
             raise ValueError(f"pad {tuple(padding)} needs one entry per dimension of {x.shape}")
-        cut = [(max(0, -_int(p[0])), _int(x.shape[d]) - max(0, -_int(p[1]))) if p is not None else None
-               for d, p in enumerate(pairs)]
-        x = x.shrink(cut)
+        if mode == "circular" and any(_int(a) < 0 for p in pairs if p is not None for a in p):
+            raise NotSupportedError(f"circular pad {tuple(padding)} has a negative amount; shrink the tensor "
+                                    "first")
         grow = [None if p is None else (max(0, _int(p[0])), max(0, _int(p[1]))) for p in pairs]
+
+        def cut(t: Tensor) -> Tensor:  # negative amounts cut from each end
+            return t.shrink([(max(0, -_int(p[0])), _int(t.shape[d]) - max(0, -_int(p[1]))) if p is not None
+                             else None for d, p in enumerate(pairs)])
         if mode == "constant":
-            return x.pad(grow, value=value)
-        for d, p in enumerate(grow):
+            return cut(x).pad(grow, value=value)
+        for d, p in enumerate(grow):  # reflect and replicate see the whole data, then cut (as PyTorch)
             if p is None or p == (0, 0):
                 continue
             x = _pad_dim(x, d, p[0], p[1], mode)
-        return x
+        return cut(x)
 
     # ------------------------------------------------------------------ interpolation
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
@@ -336,7 +358,9 @@ class ShapeMixin:
         tc = _cls(cls)
         if steps < 0:
             raise ValueError(f"linspace needs steps >= 0, not {steps}")
-        dt = dtype if dtype is not None else dtypes.default_float
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if dt == dtypes.bool:  # PyTorch and the reference have no bool linspace either
+            raise ArgumentError("linspace can't make a bool tensor; ask for a number dtype and compare")
         if steps <= 1:
             return tc.full((steps,), start, device=device, dtype=dt, requires_grad=requires_grad)
         i = tc.arange(steps, device=device).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32)
@@ -349,26 +373,38 @@ class ShapeMixin:
     def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None) -> Tensor:
         """A random permutation of 0 .. n-1 (int32 unless `dtype` says otherwise)."""
-        tc = _cls(cls)
-        return tc(tc._rng.permutation(n), device=device, dtype=dtype or dtypes.int32,
-                  requires_grad=requires_grad)
+        return _cls(cls)._random(lambda g: g.permutation(n), device, dtype, requires_grad, dtypes.int32)
 
     def empty_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
         """An uninitialised tensor of this shape, device and dtype (unless given)."""
         x = _t(self)
         return x.empty(x.shape, device=x.device, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
-    def rand_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
-        """Uniform [0, 1) values of this shape and device."""
+    def rand_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
+                  device: str | None = None) -> Tensor:
+        """Uniform [0, 1) values of this shape and device (sharded like this tensor)."""
         x = _t(self)
-        return x.rand(_ints(x.shape), device=x.device, dtype=dtype or x._float_or_default(),
-                      requires_grad=requires_grad)
+        return x._random_like(x.rand, dtype, requires_grad, device)
 
-    def randn_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
-        """Standard normal values of this shape and device."""
+    def randn_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
+                   device: str | None = None) -> Tensor:
+        """Standard normal values of this shape and device (sharded like this tensor)."""
         x = _t(self)
-        return x.randn(_ints(x.shape), device=x.device, dtype=dtype or x._float_or_default(),
-                       requires_grad=requires_grad)
+        return x._random_like(x.randn, dtype, requires_grad, device)
+
+    def _random_like(self, fn: Callable[..., Tensor], dtype: DType | str | None, requires_grad: bool | None,
+                     device: str | None) -> Tensor:
+        """`fn`'s values in this tensor's shape; on a device tuple drawn on the first device and sharded as
+        this tensor is (the device can't be changed then: the reference's rule)."""
+        x = _t(self)
+        dt = dtype or x._float_or_default()
+        if not isinstance(devs := x.device, tuple):
+            return fn(_ints(x.shape), device=device or devs, dtype=dt, requires_grad=requires_grad)
+        if device is not None:
+            raise DeviceError(f"a *_like of a tensor on {devs} takes its devices; can't put it on {device}")
+        out = fn(_ints(x.shape), device=devs[0], dtype=dt).shard(devs, x.uop.axis)
+        out.requires_grad = requires_grad
+        return out
 
     def _float_or_default(self) -> DType:
         x = _t(self)
@@ -378,7 +414,7 @@ class ShapeMixin:
     def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
                         dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
         """He uniform initialisation for a leaky-relu slope `a`: bound sqrt(6 / ((1 + a²) fan_in))."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "kaiming_uniform")
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
         return _cls(cls).uniform(shp, low=-bound, high=bound, device=device, dtype=dtype,
                                  requires_grad=requires_grad)
@@ -387,7 +423,7 @@ class ShapeMixin:
     def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
                        dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
         """He normal initialisation for a leaky-relu slope `a`: std sqrt(2 / ((1 + a²) fan_in))."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "kaiming_normal")
         std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
         return _cls(cls).normal(shp, mean=0.0, std=std, device=device, dtype=dtype,
                                 requires_grad=requires_grad)
@@ -397,6 +433,28 @@ def _ints(shape: Sequence[sint]) -> tuple[int, ...]:
     if not all(isinstance(s, int) for s in shape):
         raise ShapeError(f"random values need a concrete shape, not {tuple(shape)}")
     return tuple(cast(int, s) for s in shape)
+
+
+def _expand_ellipsis(inputs: list[str], out: str | None, ndims: list[int]) -> tuple[str, bool, str]:
+    """einsum's "..." replaced by fresh capital letters, one per dim it covers, right-aligned so that the
+    operands' ellipses broadcast together; the implicit output is the ellipsis dims, then the letters seen
+    once (in order), as PyTorch's."""
+    if any(spec.count("...") > 1 for spec in inputs) or (out is not None and out.count("...") > 1):
+        raise IndexError("einsum: an operand may hold one ellipsis ('...') at most")
+    named = set("".join(inputs).replace(".", ""))
+    fresh = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in named and c not in (out or "")]
+    spans = [nd - len(spec.replace("...", "")) if "..." in spec else 0 for spec, nd in zip(inputs, ndims)]
+    if any(n < 0 for n in spans):
+        raise ValueError("einsum: an operand has more letters than dimensions")
+    width = max(spans, default=0)
+    ell = "".join(fresh[:width])
+    expanded = [spec.replace("...", ell[width - n:]) for spec, n in zip(inputs, spans)]
+    if out is None:
+        seen = "".join(expanded)
+        out = ell + "".join(sorted(c for c in set(seen) if seen.count(c) == 1 and c not in ell))
+    else:
+        out = out.replace("...", ell)
+    return ",".join(expanded), True, out
 
 
 def _diagonal(t: Tensor, spec: str) -> tuple[Tensor, str]:
