@@ -273,3 +273,12 @@ def test_compile_errors_carry_the_numbered_source():
         CountingCompiler().compile_cached("line one\nbad line two")
     assert "error: bad source" in str(info.value) and "   2  bad line two" in str(info.value)
     assert info.value.src == "line one\nbad line two"
+
+
+def test_is_dtype_supported_reads_the_capabilities():
+    from uopgrad.backend import Device, is_dtype_supported
+    from uopgrad.dtype import dtypes
+    caps = Device["REFERENCE"].capabilities.dtypes
+    for dt in (dtypes.float32, dtypes.uchar, dtypes.bfloat16, dtypes.float64):
+        assert is_dtype_supported(dt, "REFERENCE") == (dt in caps)
+    assert is_dtype_supported(dtypes.float32)  # the default device computes float32

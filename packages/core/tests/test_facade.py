@@ -9,10 +9,13 @@ def test_facade_names_are_pinned():
     import uopgrad
     # GlobalCounters joined the contract with issue 9 (tinygrad's own tests import it from the package)
     # TinyJit with issue 13 (tinygrad's users import it from the package)
-    assert sorted(uopgrad.__all__) == ["DType", "Device", "GlobalCounters", "GroupOp", "Ops",
-                                       "PatternMatcher", "Tensor", "TinyJit", "UOp", "UPat", "dtypes",
-                                       "function", "graph_rewrite"]
+    # Variable and Context with issue 31 (tinygrad's `from tinygrad import Variable, Context`)
+    assert sorted(uopgrad.__all__) == ["Context", "DType", "Device", "GlobalCounters", "GroupOp", "Ops",
+                                       "PatternMatcher", "Tensor", "TinyJit", "UOp", "UPat", "Variable",
+                                       "dtypes", "function", "graph_rewrite"]
     assert all(hasattr(uopgrad, n) for n in uopgrad.__all__)
+    v = uopgrad.Variable("i", 1, 10)
+    assert v.op is uopgrad.Ops.DEFINE_VAR and v.arg == ("i", 1, 10) and v.bind(3).op is uopgrad.Ops.BIND
 
 
 def test_second_tier_names():

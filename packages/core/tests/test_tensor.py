@@ -471,8 +471,10 @@ def test_bad_movement_arguments():
         t.permute(0, 1, 3)
     with pytest.raises(ValueError):
         t.pad(((0, 1),))
-    with pytest.raises(ValueError):
-        t.pad(((-1, 0), None, None))
+    # a negative amount cuts, as in the reference and torch's F.pad
+    cut = t.pad(((-1, 0), None, None))
+    assert cut.shape == (t.shape[0] - 1, *t.shape[1:])
+    np.testing.assert_array_equal(cut.numpy(), t.numpy()[1:])
 
 
 # ---------------------------------------------------------------------- indexing
@@ -534,8 +536,11 @@ def test_setitem_writes_into_the_buffer_and_its_views():
     buf[1, 1:3] = Tensor([5.0, 6.0])
     close(buf, [[0, 0, 0, 0], [0, 5, 6, 0]])
     close(row, [0, 5, 6, 0])  # a view of the same buffer sees the write once it is realized
-    buf[0] = Tensor([1, 2, 3, 4])  # cast to the tensor's dtype
-    close(buf, [[1, 2, 3, 4], [0, 5, 6, 0]])
+    with pytest.raises(RuntimeError, match="int"):  # a tensor of another dtype is refused, as the reference
+        buf[0] = Tensor([1, 2, 3, 4])
+    buf[0] = Tensor([1, 2, 3, 4]).cast(buf.dtype)
+    buf[1, 0] = 9  # a Python value takes the tensor's dtype
+    close(buf, [[1, 2, 3, 4], [9, 5, 6, 0]])
     with pytest.raises(ValueError, match=r"shape \(3,\)"):
         buf[0] = Tensor([1.0, 2.0, 3.0])
 

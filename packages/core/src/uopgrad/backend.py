@@ -48,7 +48,8 @@ from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
            "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
-           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel", "load_library"]
+           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel", "is_dtype_supported",
+           "load_library", "run_linear"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -91,6 +92,8 @@ class Backend:
     backend declares its `capabilities` (a class attribute, or set in `__init__`)."""
 
     capabilities: Capabilities
+    # the code generator, for backends that render source (CompiledBackend); None where kernels are evaluated
+    renderer: Renderer | None = None
 
     def __init__(self, device: str) -> None:
         self.name = device
@@ -373,6 +376,13 @@ class CompiledBackend(Backend):
             weakref.finalize(buf, self.allocator.free, h, nbytes)
         return h
 
+    def adopt(self, buf: UOp, handle: object) -> None:
+        """Make `handle` (memory this backend does not own, so nothing frees or reuses it) the storage of the
+        not yet allocated BUFFER `buf` (Tensor.from_blob)."""
+        if buf in self._handles:
+            raise ValueError(f"BUFFER {buf.arg} already has memory")
+        self._handles[buf] = handle
+
     def copyin(self, buf: UOp, data: np.ndarray) -> None:
         """Fill `buf` with `data` (converted to the buffer's dtype)."""
         arr = np.ascontiguousarray(np.asarray(data).reshape(-1), dtype=dtypes.to_numpy(buf.dtype.base))
@@ -598,3 +608,15 @@ class DeviceRegistry:
 
 
 Device = DeviceRegistry()
+
+
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+    """Whether `device` (default: Device.DEFAULT) can hold and compute `dtype`, from its capabilities,
+    so that code can skip a dtype the way tinygrad's `is_dtype_supported` lets it."""
+    return dtype in Device[device or Device.DEFAULT].capabilities.dtypes
+
+
+def run_linear(linear: UOp, var_vals: dict[str, int] | None = None) -> None:
+    """Run a schedule made without running it (`Tensor.linear_with_vars`: LINEAR of kernel and copy CALLs)
+    in order, each item on the device its buffers live on (tinygrad's name)."""
+    run_schedule(linear.src, dict(var_vals or {}), lambda name: Device[name])

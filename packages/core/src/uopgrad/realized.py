@@ -255,8 +255,9 @@ def effects_under(roots: Iterable[UOp]) -> set[UOp]:
 
 def _writes_buffer(after: UOp) -> bool:
     u = storage_view(after)
-    while u.op in GroupOp.Movement:
-        u = u.src[0]
+    # a write through `t.detach()` writes t's buffer, one through a MULTI the buffer on its device tuple
+    while u.op in GroupOp.Movement or u.op in (Ops.DETACH, Ops.MULTI) or is_realized_after(u):
+        u = realized_view(u) if u.op is Ops.AFTER else u.src[0]
     return u.op is Ops.BUFFER
 
 

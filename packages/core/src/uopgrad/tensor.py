@@ -17,10 +17,11 @@ from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.errors import DeviceError, GradientError, ShapeError
+from uopgrad.errors import DeviceError, DTypeError, GradientError, JitError, ShapeError
 from uopgrad.gradient_template import gradients
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import Ops
+from uopgrad.pipeline import note_host_fill, recording
 from uopgrad.realized import (
     check_not_overwritten,
     effects_under,
@@ -30,6 +31,7 @@ from uopgrad.realized import (
     realized,
     realized_view,
     settle,
+    storage_view,
     strip_realized,
 )
 from uopgrad.schedule import schedule
@@ -45,6 +47,7 @@ from uopgrad.tensor_multi import (
     device_arg,
     lower_gathers,
     merge_devices,
+    per_device_roots,
     realize_multi,
     replicate,
 )
@@ -80,10 +83,29 @@ def _requires_grad(ts: Iterable[Tensor]) -> bool | None:
 
 
 def _buffer_view(u: UOp) -> bool:
-    """A chain of RESHAPE/SHRINK/PERMUTE/FLIP over a BUFFER: a view that can be written through."""
-    while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP):
+    """A chain of RESHAPE/SHRINK/PERMUTE/FLIP/DETACH over a BUFFER: a view that can be written through."""
+    while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.DETACH):
         u = u.src[0]
     return u.op is Ops.BUFFER
+
+
+_VIEW_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP)
+
+
+def _view_of_buffer(u: UOp) -> UOp | None:
+    """`u` without its DETACHes when it is a chain of movement ops and DETACHes over a BUFFER (a stripped
+    graph: no AFTER), else None. Realized, such a tensor stays that view: a copy would stop it aliasing
+    its base (`v = t[1:3]; v.realize(); t[1] = 9` changes v, as in tinygrad and PyTorch)."""
+    chain: list[UOp] = []
+    while u.op in _VIEW_OPS or u.op is Ops.DETACH:
+        if u.op is not Ops.DETACH:
+            chain.append(u)
+        u = u.src[0]
+    if u.op is not Ops.BUFFER:
+        return None
+    for m in reversed(chain):
+        u = m if m.src[0] is u else m.replace(src=(u, *m.src[1:]))
+    return u
 
 
 def _unrealized(u: UOp) -> bool:
@@ -111,6 +133,13 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     return region.store(u.reshape((size_sym,))), region.reshape(shape)
 
 
+def _typed(op: Ops, u: UOp) -> UOp:
+    """A bitwise node checked where it is built: on floats it has no meaning (realize would reject it)."""
+    if op in (Ops.AND, Ops.OR, Ops.XOR) and not (dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool):
+        raise DTypeError(f"{op.name.lower()} needs int or bool tensors, not {u.dtype}; cast them first")
+    return u
+
+
 class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, CastMixin, InteropMixin,
              IndexMixin, ShapeMixin, NNMixin, MultiMixin, MathMixin, MovementMixin):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
@@ -132,11 +161,14 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             if dev is not None and uop.device is not None and uop.device != dev:
                 uop = uop.copy_to_device(dev)
         elif isinstance(data, (bool, int, float)):
-            # a requires-grad scalar is a unique constant, so that it is a gradient target of its own
-            unique = requires_grad is True
-            uop = UOp.const(dt or dtypes.from_py(data), data, dev or Device.DEFAULT, unique=unique)
+            # a leaf of its own, as a list gets a BUFFER of its own: an interned CONST would be one node for
+            # every equal scalar, one gradient target (and one buffer once realized) for all of them
+            uop = UOp.const(dt or dtypes.from_py(data), data, dev or Device.DEFAULT, unique=True)
         elif data is None:
             uop = Tensor._from_numpy(np.zeros((0,)), dt or dtypes.default_float, dev)
+        elif isinstance(data, (bytes, bytearray)):  # raw bytes: uint8, or the elements of `dtype` they hold
+            dt = dt or dtypes.uint8
+            uop = Tensor._from_numpy(np.frombuffer(bytes(data), dtype=dtypes.to_numpy(dt.base)), dt, dev)
         elif isinstance(data, (list, tuple)):
             dt = dt or dtypes.from_py(data)
             try:
@@ -170,13 +202,19 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         registry.moved(self, u)  # indexed where a realize or an assign will look for it
 
     @staticmethod
+    def _host_values(arr: np.ndarray, dt: DType) -> np.ndarray:
+        """`arr` as the flat host array a BUFFER of `dt` is filled from (a private copy)."""
+        with np.errstate(invalid="ignore", over="ignore"):  # e.g. NaN -> int: numpy's conversion
+            return np.ascontiguousarray(arr.astype(_host_dtype(dt))).reshape(-1)
+
+    @staticmethod
     def _from_numpy(arr: np.ndarray, dt: DType, device: str | None) -> UOp:
         dev = device or Device.DEFAULT
         buf = UOp.new_buffer(dev, int(arr.size), dt)
         if arr.size:
-            with np.errstate(invalid="ignore", over="ignore"):  # e.g. NaN -> int: numpy's conversion
-                host = np.ascontiguousarray(arr.astype(_host_dtype(dt))).reshape(-1)
+            host = Tensor._host_values(arr, dt)
             Device[dev].copyin(buf, host)
+            note_host_fill(buf, lambda: host)  # a TinyJit capturing refills it if its step writes it
         return buf.reshape(arr.shape)
 
     @staticmethod
@@ -279,8 +317,12 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             x = Tensor(x, device=self.device)
         if isinstance(x, Tensor):
             self._check_compatible(x)
-            return Tensor._wrap(self.uop._binop(op, x.uop, reverse), self, x)
-        return Tensor._wrap(self.uop._binop(op, py_scalar(cast(ConstType, x)), reverse), self)
+            return Tensor._wrap(_typed(op, self.uop._binop(op, x.uop, reverse)), self, x)
+        x = py_scalar(cast(ConstType, x))
+        if op is Ops.POW and not reverse and dtypes.is_int(self.dtype) and type(x) is int and x < 0:
+            raise DTypeError(f"{self.dtype} ** {x}: an int base to a negative power is not an int; cast the "
+                             "base to float first")
+        return Tensor._wrap(_typed(op, self.uop._binop(op, x, reverse)), self)
 
     def sub(self, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
         """self - x: MathMixin's ADD of a negation, built on the nodes for a Tensor x (one Tensor, not three:
@@ -295,7 +337,9 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         return Tensor._wrap(self.uop._unop(op), self)
 
     def _mop(self, op: Ops, arg: Any) -> Tensor:  # noqa: ANN401  (the mixin hook's signature)
-        return Tensor._wrap(self.uop._mop(op, arg), self)
+        u = self.uop._mop(op, arg)
+        _ = u.shape  # infer (so check) the new shape at the call that asked for it, not later at realize
+        return Tensor._wrap(u, self)
 
     # ------------------------------------------------------------------ assignment
     def _assignable(self, x: Tensor) -> Tensor:
@@ -312,12 +356,20 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         return x.expand(self.shape)
 
     def _apply_store(self, store: UOp) -> None:
-        """This tensor becomes AFTER(self, store). When the store writes into a BUFFER, every tensor that is
-        a view of that buffer on the way down to it sees the write too (they alias the same storage)."""
+        """This tensor becomes AFTER(self, store). When the store writes into a BUFFER, the live tensors that
+        are storage in it are read after the write too, as in PyTorch (`tmp = t[0]; t[0] = t[1]` changes tmp):
+        those the target was built on, and every other view (a slice, `detach()`, a realized view) that
+        carries no gradient. One that does (a slice of a parameter) keeps its graph, so that its gradient
+        still reaches the parameter: it reads the buffer when it is computed."""
         chain, base = _storage_chain(store.src[0])
-        aliases = set(chain) if base.op is Ops.BUFFER else set()
-        for t in registry.views_of(base) if aliases else ():
-            if t is not self and (t.uop in aliases or realized_view(t.uop) in aliases):
+        if base.op is not Ops.BUFFER:
+            self.uop = self.uop.after(store)
+            return
+        # compared without the AFTERs on top: a tensor with a write of its own pending is the same storage
+        on_path = {storage_view(u) for u in chain}
+        for t in registry.views_of(base):
+            if t is not self and (storage_view(t.uop) in on_path or
+                                  (t.requires_grad is not True and _storage_chain(t.uop)[1] is base)):
                 t.uop = t.uop.after(store)
         self.uop = self.uop.after(store)
 
@@ -366,7 +418,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             return
         written = {b for e in effects_under(todo) if e.op is Ops.STORE
                    and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
-        todo += Tensor._readers_of_overwritten(todo, written)
+        todo += Tensor._run_readers_first(todo, written)
         devices = {u: str(u.device) for u in todo}
         stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
         becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
@@ -376,8 +428,8 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             inner = s
             while inner.op is Ops.AFTER:
                 inner = inner.src[0]
-            if _plain_buffer(s) is not None:  # already in a buffer (e.g. a reshape of a realized value)
-                becomes[u] = s
+            if (view := _view_of_buffer(s)) is not None:  # already in a buffer: it keeps aliasing it
+                becomes[u] = view
                 fresh.add(u)
                 continue
             if inner is not s and _buffer_view(inner):
@@ -407,6 +459,17 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
                 t.uop = becomes[t.uop]
             elif ran and not _is_realized(t.uop):
                 t.uop = settle(t.uop, ran)
+
+    @staticmethod
+    def _run_readers_first(todo: list[UOp], written: set[UOp]) -> list[UOp]:
+        """The readers of `written` (`_readers_of_overwritten`) to compute in this run, before the writes. One
+        on another device (a lazy `.to()`) or on several (`.shard()`) is not ordered before the write by one
+        device's schedule: it is realized first, in a run of its own."""
+        readers = Tensor._readers_of_overwritten(todo, written)
+        if early := {u for u in readers if isinstance(u.device, tuple)
+                     or any(b.device != u.device for b in reads(u) & written)}:
+            Tensor._realize([t for t in registry.pending() if t.uop in early])
+        return [u for u in readers if u not in early]
 
     @staticmethod
     def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
@@ -439,13 +502,22 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         todo = dedup(t.uop for t in (self, *lst) if not _is_realized(t.uop))
         if not todo:
             return UOp(Ops.LINEAR), {}
-        sched = schedule(strip_realized(UOp.sink(*todo)))
+        # a value on a device tuple is scheduled as its per-device graphs
+        sched = schedule(UOp.sink(*per_device_roots(strip_realized(UOp.sink(*todo)).src)))
         return UOp(Ops.LINEAR, dtypes.void, sched.items), dict(sched.var_vals)
+
+    def schedule_linear(self, *lst: Tensor) -> UOp:
+        """The schedule of these tensors' graphs as LINEAR(*items) (tinygrad's name): `linear_with_vars`
+        without the variables' values."""
+        return self.linear_with_vars(*lst)[0]
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first); bfloat16 as ml_dtypes' bfloat16."""
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
+        if recording() is not None:  # (tinygrad's rule) a replay would reuse the value read at capture
+            raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the value "
+                           "would be baked into every replay; compute with Tensors, or read it outside the step")
         if isinstance(dev := self.device, tuple):  # gathered onto the first device
             return Tensor(self.uop.copy_to_device(dev[0]), requires_grad=False).numpy()
         self.realize()
@@ -476,7 +548,7 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         for t in (self, *targets):
             if not dtypes.is_float(t.dtype):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
-        seed = gradient if gradient is not None else Tensor(1.0, device=self.device, dtype=self.dtype)
+        seed = gradient if gradient is not None else Tensor._adopt(self.uop.const_like(1.0), False)
         grads = gradients(self.uop, seed.uop, [t.uop for t in targets])
         out = [Tensor(t.uop.const_like(0) if g is None else g) for t, g in zip(targets, grads)]
         check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)))

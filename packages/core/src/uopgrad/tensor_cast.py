@@ -1,5 +1,6 @@
 """Casts and graph markers (a mixin of Tensor, layer 15 with tensor.py): cast, bitcast, half, double,
-long, float, int, bool; detach, contiguous, contiguous_backward, to (a COPY to a device) and clone.
+long, float, int, bool; detach, contiguous, contiguous_backward, to (a COPY to a device), replace and to_
+(in place: the same object takes another graph) and clone.
 
 Each is one node over the tensor's UOp; bitcast and detach cut the gradient.
 """
@@ -9,9 +10,10 @@ from typing import TYPE_CHECKING
 
 from uopgrad.backend import Device
 from uopgrad.dtype import dtypes
-from uopgrad.tensor_args import DTypeLike, to_dtype
+from uopgrad.errors import ShapeError
+from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_multi import canonical_devices
+from uopgrad.tensor_multi import canonical_devices, empty_multi
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
@@ -78,11 +80,34 @@ class CastMixin:
             return x
         return type(x)._wrap(x.uop.copy_to_device(dev), x)
 
+    def replace(self, x: Tensor) -> Tensor:
+        """This tensor (same object) takes x's value, whatever its dtype and device; only the shapes must
+        match. Unlike assign, nothing is written: the tensor is now x's graph."""
+        me = _t(self)
+        if me.shape != x.shape:
+            raise ShapeError(f"replace needs the same shape: {me.shape} != {x.shape}")
+        me.uop = x.uop
+        return me
+
+    def to_(self, device: str | tuple[str, ...]) -> Tensor:
+        """Move this tensor (same object) and its gradient to `device`, in place."""
+        me = _t(self)
+        if me.grad is not None:
+            me.grad.replace(me.grad.to(device))
+        return me.replace(me.to(device))
+
     def clone(self) -> Tensor:
-        """A copy in a fresh buffer: AFTER(view, STORE(view, self)); gradients flow through to self."""
+        """A copy in a fresh buffer: AFTER(view, STORE(view, self)); gradients flow through to self. A `.grad`
+        is cloned with it (the reference's rule)."""
         x = _t(self)
-        view = type(x).empty(x.shape, device=x.device, dtype=x.dtype).uop
-        return type(x)._wrap(view.after(view.store(x.uop)), x)
+        if isinstance(x.device, tuple):  # storage on every device, split as x is
+            view = empty_multi(tuple(concrete(d, 'clone') for d in x.shape), x.dtype, x.device, x.uop.axis)
+        else:
+            view = type(x).empty(x.shape, device=x.device, dtype=x.dtype).uop
+        ret = type(x)._wrap(view.after(view.store(x.uop)), x)
+        if x.grad is not None:
+            ret.grad = x.grad.clone()
+        return ret
 
     def float(self) -> Tensor:
         """Cast to float32."""

@@ -7,20 +7,25 @@ doubles a padded constant, eye reshapes a padded column of ones onto the diagona
 """
 from __future__ import annotations
 
+import ctypes
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from uopgrad._util import prod
-from uopgrad.backend import Device
-from uopgrad.dtype import ConstType, dtypes
+from uopgrad.backend import Device, HostAllocator
+from uopgrad.dtype import ConstType, DType, dtypes
+from uopgrad.errors import DeviceError, DTypeRangeError
 from uopgrad.mixin import resolve_shape_arg
-from uopgrad.tensor_args import DTypeLike, concrete, py_scalar, to_dtype
+from uopgrad.ops import Ops
+from uopgrad.pipeline import note_host_fill, recording
+from uopgrad.tensor_args import DTypeLike, concrete, nonnegative, py_scalar, to_dtype
 from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_args import tensor_type as _cls
 from uopgrad.tensor_multi import canonical_devices
+from uopgrad.tensor_registry import plain_buffer
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -66,7 +71,7 @@ class CreateMixin:
              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """A tensor of `fill_value`: a unique constant broadcast to `shape` (on every device of a tuple)."""
         tc = _cls(cls)
-        shp = resolve_shape_arg((shape,))
+        shp = nonnegative(resolve_shape_arg((shape,)), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(py_scalar(fill_value))
         dev: str | tuple[str, ...] = (canonical_devices(device) if isinstance(device, tuple) else
                                       Device.canonicalize(device) if device is not None else Device.DEFAULT)
@@ -124,6 +129,10 @@ class CreateMixin:
         if step == 0:
             raise ValueError("arange step must not be zero")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
+        lo, hi = (start, stop - step) if step > 0 else (stop - step, start)  # the reference's bounds check
+        if lo < dtypes.min(dt) or hi > dtypes.max(dt):
+            raise DTypeRangeError(f"arange({start}, {stop}, {step}) has values {dt} can't hold; pick a wider "
+                                  "dtype")
         n = max(0, math.ceil((stop - start) / step))
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if n == 0:
@@ -138,6 +147,8 @@ class CreateMixin:
             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """The identity matrix (n x m), built lazily: a padded column of ones, reshaped onto the diagonal."""
         tc = _cls(cls)
+        if n < 0 or (m is not None and m < 0):
+            raise ValueError(f"eye({n}, {m}): sizes must be non-negative")
         k = max(n, m if m is not None else n)
         ones = tc.ones(k, 1, device=device, dtype=dtype)
         diag = ones.pad(((0, 0), (0, k))).flatten().shrink(((0, k * k),)).reshape(k, k)
@@ -145,68 +156,92 @@ class CreateMixin:
         return tc(ret.uop, requires_grad=requires_grad)
 
     @classmethod
+    def from_blob(cls, ptr: int, shape: Sequence[int], dtype: DTypeLike | None = None,
+                  device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+        """A tensor over the host memory at address `ptr` (say a numpy array's or a CPU torch tensor's data),
+        without copying or owning it: writes through the pointer show in the tensor and the tensor's writes in
+        the memory, so the memory must outlive the tensor. Devices whose memory is host memory only."""
+        tc = _cls(cls)
+        t = tc.empty(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
+        buf = plain_buffer(t.uop)
+        backend = Device[t.uop.device]
+        if buf is None or not isinstance(getattr(backend, "allocator", None), HostAllocator):
+            raise DeviceError(f"from_blob: {t.uop.device} has no host memory to wrap a pointer in")
+        nbytes = max(int(buf.arg), 1) * buf.dtype.base.itemsize
+        backend.adopt(buf, np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)))
+        return t
+
+    @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
         """Seed the host-side generator behind rand/randn/uniform/normal/randint."""
         cls._rng = np.random.default_rng(seed)
 
     @classmethod
-    def _random(cls, values: np.ndarray, device: str | tuple[str, ...] | None, dtype: DTypeLike | None,
-                requires_grad: bool | None) -> Tensor:
+    def _random(cls, draw: Callable[[np.random.Generator], np.ndarray], device: str | tuple[str, ...] | None,
+                dtype: DTypeLike | None, requires_grad: bool | None, default: DType | None = None) -> Tensor:
+        """A tensor of `draw(generator)`'s values. While a TinyJit captures, the draw is noted so that each
+        replay draws anew from the generator of its moment: the generator is an input of the step, so jitted
+        and plain calls give the same values after the same manual_seed (tinygrad's rule)."""
         tc = _cls(cls)
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return tc(values, device=device, dtype=dt, requires_grad=requires_grad)
+        if isinstance(device, tuple):  # the reference's rule: draw on one device, then shard or copy
+            raise ValueError(f"random values are drawn on a single device, not {device}; shard them after")
+        dt = to_dtype(dtype) if dtype is not None else default or dtypes.default_float
+        ret = tc(draw(tc._rng), device=device, dtype=dt, requires_grad=requires_grad)
+        if recording() is not None and (buf := ret.uop.base).op is Ops.BUFFER:
+            note_host_fill(buf, lambda: tc._host_values(draw(tc._rng), dt), fresh=True)
+        return ret
 
     @classmethod
     def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [0, 1)."""
-        return cls._random(cls._rng.random(resolve_shape_arg(shape)), device, dtype, requires_grad)
+        shp = resolve_shape_arg(shape)
+        return cls._random(lambda g: g.random(shp), device, dtype, requires_grad)
 
     @classmethod
     def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Standard normal random values."""
-        values = cls._rng.standard_normal(resolve_shape_arg(shape))
-        return cls._random(values, device, dtype, requires_grad)
+        shp = resolve_shape_arg(shape)
+        return cls._random(lambda g: g.standard_normal(shp), device, dtype, requires_grad)
 
     @classmethod
     def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0,
                 device: str | None = None,
                 dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [low, high)."""
-        values = cls._rng.uniform(low, high, resolve_shape_arg(shape))
-        return cls._random(values, device, dtype, requires_grad)
+        shp = resolve_shape_arg(shape)
+        return cls._random(lambda g: g.uniform(low, high, shp), device, dtype, requires_grad)
 
     @classmethod
     def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
                device: str | None = None,
                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Normal random values with the given mean and standard deviation."""
-        values = cls._rng.normal(mean, std, resolve_shape_arg(shape))
-        return cls._random(values, device, dtype, requires_grad)
+        shp = resolve_shape_arg(shape)
+        return cls._random(lambda g: g.normal(mean, std, shp), device, dtype, requires_grad)
 
     @classmethod
     def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
                 dtype: DTypeLike | None = None) -> Tensor:
         """Random integers in [low, high)."""
-        tc = _cls(cls)
-        values = cls._rng.integers(low, high, resolve_shape_arg(shape))
-        return tc(values, device=device, dtype=to_dtype(dtype) if dtype is not None else dtypes.int32)
+        shp = resolve_shape_arg(shape)
+        return cls._random(lambda g: g.integers(low, high, shp), device, dtype, None, dtypes.int32)
 
     @classmethod
     def scaled_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
                        dtype: DTypeLike | None = None,
                        requires_grad: bool | None = None) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
-        shp = resolve_shape_arg(shape)
-        values = cls._rng.uniform(-1.0, 1.0, shp) * prod(shp) ** -0.5
-        return cls._random(values, device, dtype, requires_grad)
+        shp = nonnegative(resolve_shape_arg(shape), "scaled_uniform")
+        scale = prod(shp) ** -0.5
+        return cls._random(lambda g: g.uniform(-1.0, 1.0, shp) * scale, device, dtype, requires_grad)
 
     @classmethod
     def glorot_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
                        dtype: DTypeLike | None = None,
                        requires_grad: bool | None = None) -> Tensor:
         """Glorot/Xavier uniform initialisation."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "glorot_uniform")
         bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))
-        return cls._random(cls._rng.uniform(-bound, bound, shp), device, dtype, requires_grad)
+        return cls._random(lambda g: g.uniform(-bound, bound, shp), device, dtype, requires_grad)

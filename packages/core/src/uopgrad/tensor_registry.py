@@ -38,7 +38,10 @@ _pending: dict[int, weakref.ReferenceType[Tensor]] = {}
 _views: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ReferenceType[Tensor]]] = \
     weakref.WeakKeyDictionary()
 _purge_at = {"all": 1024, "pending": 1024}  # the sizes at which each index drops its dead entries next
-_STORAGE_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER)
+# a DETACH is a view too: `t.detach()` shares t's storage (a write through it reaches t, as in PyTorch); so
+# is a MULTI: a sharded tensor is stored in the per-device buffers of the BUFFER on its device tuple
+_STORAGE_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER, Ops.DETACH,
+                Ops.MULTI)
 
 
 def plain_buffer(u: UOp) -> UOp | None:

@@ -19,9 +19,10 @@ from uopgrad.facts import Err, infer_axis, infer_device, infer_key, infer_min_ma
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.uop_index import IndexMixin, sym_infer
 
 __all__ = ["DEVICE_NUM", "CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint",
-           "ssimplify"]
+           "ssimplify", "sym_infer"]
 
 sint: TypeAlias = "int | UOp"
 T = TypeVar("T")
@@ -135,7 +136,7 @@ _CONST_KINDS = (int, float, bool)
 DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
 
-class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
+class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
     """An immutable IR node. `==` is identity; equal fields give the same object (see `UOpMetaClass`).
     `arg` is the one field typed `Any`: a CONST value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
 
@@ -417,6 +418,15 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
         return None if isinstance(ret, Err) else ret
 
     @property
+    def bounds(self) -> tuple[tuple[sint, sint], ...]:
+        """The (start, end) of each device's slice along the sharding axis, in device order."""
+        if (axis := self.axis) is None or not isinstance(self.device, tuple):
+            raise DeviceError(f"bounds needs a sharded value, not one with axis None ({self.short()})")
+        n = len(self.device)
+        size = self.shape[axis] // n
+        return tuple((size * i, size * (i + 1)) for i in range(n))
+
+    @property
     def key(self) -> bytes:
         """A content hash of the whole graph under this node: equal for equal structure, across processes."""
         return self._ok("key", infer_key)
@@ -674,6 +684,12 @@ class UOp(MathMixin, MovementMixin, metaclass=UOpMetaClass):
     def copy_to_device(self, device: str | tuple[str, ...]) -> UOp:
         """COPY this value to `device`."""
         return UOp(Ops.COPY, self.dtype, (self, UOp(Ops.DEVICE, arg=device)))
+
+    def allreduce(self, op: Ops, device: str | tuple[str, ...]) -> UOp:
+        """ALLREDUCE: every device of `device` gets the per-device values of this one combined with `op`
+        (ADD, MUL, MAX), in device order; a sharded value keeps its axis (each device holds the combination
+        of the slices)."""
+        return UOp(Ops.ALLREDUCE, self.dtype, (self, UOp(Ops.DEVICE, arg=device)), op)
 
     # multi-device constructors (the rules that run them are uopgrad.multi)
     def multi(self, axis: int) -> UOp:

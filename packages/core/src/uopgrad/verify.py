@@ -252,7 +252,10 @@ pm_spec_shared = PatternMatcher([
 # ops that live only in tensor graphs (devices, buffers, movement, REDUCE, calls), plus the shared ones
 pm_spec_tensor = pm_spec_scalar + PatternMatcher([
     (UPat(Ops.DEVICE, dtypes.void, src=(), name="x"), lambda x: _is_device(x.arg)),
-    (UPat((Ops.UNIQUE, Ops.LUNIQUE), dtypes.void, src=(), name="x"), lambda x: _is_nat(x.arg)),
+    # a realize CALL's identity is ("realize", n) (realized.py), apart from the user's UNIQUE numbers
+    (UPat((Ops.UNIQUE, Ops.LUNIQUE), dtypes.void, src=(), name="x"),
+     lambda x: _is_nat(x.arg) or (isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "realize"
+                                  and _is_nat(x.arg[1]))),
     # CONST on a device, optionally unique: CONST(DEVICE) or CONST(UNIQUE|LUNIQUE, DEVICE)
     (UPat(Ops.CONST, src=(UPat(Ops.DEVICE),), name="x"), _const_ok),
     (UPat(Ops.CONST, src=(UPat((Ops.UNIQUE, Ops.LUNIQUE)), UPat(Ops.DEVICE)), name="x"), _const_ok),
@@ -311,7 +314,7 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     ({Ops.VCONST}, "no sources; arg a tuple of dtype.count values of the scalar dtype"),
     ({Ops.STACK}, "n scalar sources of one dtype; dtype scalar.vec(n) (an index vector takes any integers)"),
     ({Ops.DEVICE}, "no sources; dtype void; arg a device name or a non-empty tuple of names"),
-    ({Ops.UNIQUE, Ops.LUNIQUE}, "no sources; dtype void; arg a non-negative int"),
+    ({Ops.UNIQUE, Ops.LUNIQUE}, "no sources; dtype void; arg a non-negative int (or a realize's (\"realize\", n))"),
     ({Ops.BUFFER}, "src (UNIQUE|LUNIQUE, DEVICE); arg the element count; a scalar non-void dtype"),
     ({Ops.PARAM}, "arg the slot (int >= 0); src (shape vector|NOOP, DEVICE|NOOP[, vmin CONST, vmax CONST]"
                   "[, NOOP(name)][, MULTI(axis)])"),

@@ -250,11 +250,12 @@ class Evaluator:
 
     # -------------------------------------------------------------- effects
     def _resolve(self, target: UOp) -> tuple[list[UOp], UOp]:
-        """The movement ops from `target` down to the node that holds the storage (AFTERs are transparent)."""
+        """The movement ops from `target` down to the node that holds the storage (AFTERs are transparent, and
+        so are DETACHes: `t.detach()` is t's storage, a write through it writes t)."""
         chain: list[UOp] = []
         node = target
-        while node.op in _VIEWS or node.op is Ops.AFTER:
-            if node.op is not Ops.AFTER:
+        while node.op in _VIEWS or node.op is Ops.AFTER or node.op is Ops.DETACH:
+            if node.op in _VIEWS:
                 chain.append(node)
             node = node.src[0]
         return chain, node
