@@ -21,8 +21,9 @@ def test_every_error_is_a_uopgrad_error_and_a_builtin():
         cls = getattr(errors, name)
         assert issubclass(cls, errors.UopgradError), name
         if cls is not errors.UopgradError:
-            # the builtin a user's `except` names: RuntimeError/ValueError mostly; TypeError and AttributeError
-            # where the reference raises those (an unknown dtype name is both, as getattr(dtypes, name) is)
+            # the builtin a user's `except` names: RuntimeError/ValueError mostly; TypeError and
+            # AttributeError where the reference raises those (an unknown dtype name is both, as
+            # getattr(dtypes, name) is)
             assert issubclass(cls, (RuntimeError, ValueError, TypeError, ArithmeticError)), name
     assert issubclass(errors.MovementError, ValueError)
     assert issubclass(errors.MovementError, errors.ShapeError)

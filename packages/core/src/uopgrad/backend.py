@@ -346,6 +346,7 @@ class CompiledBackend(Backend):
     Compiled kernels are kept per process, keyed by the kernel's structure (its body), never by buffers."""
 
     kernel_cache_size = 1024  # loaded kernels kept per device (least recently used ones are unloaded)
+    renderer: Renderer  # always set: what turns its programs into source
 
     def __init__(self, device: str, renderer: Renderer, compiler: Compiler, allocator: Allocator[Any],
                  runtime: type[Program], dtypes: frozenset[DType]) -> None:

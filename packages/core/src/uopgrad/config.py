@@ -190,7 +190,8 @@ declare("ALLOW_DEVICE_USAGE", "bool", 1, "0: realize is an error (set while a `f
 declare("UOPGRAD_KERNEL_OPS", "int", 4096, "the most ops one scheduled kernel's expression may hold before "
         "the scheduler cuts it; 0: never cut (`Context(KERNEL_OPS=n)`)", lo=0, hi=1_000_000)
 declare("JIT", "int", 1, "0: a TinyJit runs its function on every call and captures nothing; 1 and 2 "
-        "(tinygrad's no-graph) both replay the captured launches one by one (`Context(JIT=0)`)", lo=0, hi=2, bad="warn")
+        "(tinygrad's no-graph) both replay the captured launches one by one (`Context(JIT=0)`)", lo=0, hi=2,
+        bad="warn")
 declare("CAPTURING", "bool", 1, "0: what runs is kept out of the capture of a TinyJit capturing in this "
         "thread (`with Context(CAPTURING=0):` around one-off work in a step)", bad="warn")
 declare("BEAM", "int", 0, "time the opt pass's tile shapes of each new kernel and keep the n fastest for a "

@@ -229,7 +229,7 @@ class dtypes:
     def as_const(value: ConstType, dtype: DType) -> ConstType:
         """Canonical constant of `dtype`: FloatConst for floats, int for ints (wrapped), bool for bool;
         `Invalid` (a gated index's false branch) stays itself in every dtype."""
-        if value is Invalid:
+        if cast(object, value) is Invalid:  # typed ConstType, but an index's gate may carry Invalid
             return value
         dt = dtype.scalar()
         if dtypes.is_float(dt):

@@ -357,7 +357,7 @@ def _reshape_axis(u: UOp, axis: int) -> int:
     n = len(u.src[0].device) if isinstance(u.src[0].device, tuple) else 1
     if want not in before:
         raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
-    new_axis = len(before) - 1 - before[::-1].index(want)
+    new_axis = len(before) - 1 - before[::-1].index(cast(int, want))  # `in before`: a size, not symbolic
     if new_axis >= len(new) or new[new_axis] % n:
         raise ShapeError(f"reshape {s0} -> {tuple(new)} moves elements between the shards of axis {axis}")
     return new_axis

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import DeviceError, ShapeError
@@ -353,12 +353,14 @@ def _through_whole(u: UOp) -> UOp:
     mask = UOp.const(dtypes.bool, True).reshape((1,) * len(view.shape)).expand(view.shape)
     for node in chain:  # undo each view op, outermost first: `value` and `mask` in the base's positions
         shape, arg = cast("tuple[int, ...]", node.src[0].shape), node.marg
+        undo: tuple[Ops, Any]
         if node.op is Ops.SHRINK:
             undo = (Ops.PAD, tuple((b, s - e) for (b, e), s in zip(arg, shape)))
         elif node.op is Ops.PAD:
             undo = (Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(arg, shape)))
         elif node.op is Ops.PERMUTE:
-            undo = (Ops.PERMUTE, tuple(sorted(range(len(arg)), key=lambda a: arg[a])))
+            perm = cast("tuple[int, ...]", node.arg)
+            undo = (Ops.PERMUTE, tuple(sorted(range(len(perm)), key=lambda a: perm[a])))
         elif node.op in (Ops.FLIP, Ops.RESHAPE):
             undo = (node.op, arg if node.op is Ops.FLIP else shape)
         elif node.op is Ops.DETACH:

@@ -227,7 +227,8 @@ def strip_realized(u: UOp) -> UOp:
         for node in _lacking(u, _STRIPPED):
             cache, op = node._cache, node.op
             if op is after and is_realized_after(node):
-                cache[_STRIPPED] = realized_view(node)
+                # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
+                cache[_STRIPPED] = strip_realized(realized_view(node))
                 continue
             srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
             new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]

@@ -516,8 +516,9 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         if recording() is not None:  # (tinygrad's rule) a replay would reuse the value read at capture
-            raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the value "
-                           "would be baked into every replay; compute with Tensors, or read it outside the step")
+            raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the "
+                           "value would be baked into every replay; compute with Tensors, or read it outside "
+                           "the step")
         if isinstance(dev := self.device, tuple):  # gathered onto the first device
             return Tensor(self.uop.copy_to_device(dev[0]), requires_grad=False).numpy()
         self.realize()

@@ -28,7 +28,7 @@ def to_dtype(dt: DTypeLike) -> DType:
     if isinstance(dt, DType):
         return dt
     names = dtypes.fields()
-    if not isinstance(dt, str) or dt not in names:
+    if not isinstance(cast(object, dt), str) or dt not in names:  # any object a caller passes
         raise UnknownDTypeError(f"unknown dtype {dt!r}: give a DType (dtypes.float32) or one of the names "
                                 f"{', '.join(sorted(names))}")
     return names[dt]

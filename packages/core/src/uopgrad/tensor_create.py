@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from uopgrad._util import prod
-from uopgrad.backend import Device, HostAllocator
+from uopgrad.backend import CompiledBackend, Device, HostAllocator
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import DeviceError, DTypeRangeError
 from uopgrad.mixin import resolve_shape_arg
@@ -163,10 +163,11 @@ class CreateMixin:
         the memory, so the memory must outlive the tensor. Devices whose memory is host memory only."""
         tc = _cls(cls)
         t = tc.empty(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
-        buf = plain_buffer(t.uop)
-        backend = Device[t.uop.device]
-        if buf is None or not isinstance(getattr(backend, "allocator", None), HostAllocator):
-            raise DeviceError(f"from_blob: {t.uop.device} has no host memory to wrap a pointer in")
+        buf, dev = plain_buffer(t.uop), str(t.uop.device)
+        backend = Device[dev]
+        if buf is None or not isinstance(backend, CompiledBackend) or \
+                not isinstance(backend.allocator, HostAllocator):
+            raise DeviceError(f"from_blob: {dev} has no host memory to wrap a pointer in")
         nbytes = max(int(buf.arg), 1) * buf.dtype.base.itemsize
         backend.adopt(buf, np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)))
         return t

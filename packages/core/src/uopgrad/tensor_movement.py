@@ -46,7 +46,8 @@ class TensorMovementMixin:
         (last dimension first; there a negative amount cuts) and mode "reflect", "replicate" or "circular"."""
         x = _t(self)
         if (mode != "constant" or not all(p is None or isinstance(p, (tuple, list)) for p in padding)
-                or any(isinstance(a, int) and a < 0 for p in padding if p is not None for a in p)):
+                or any(isinstance(a, int) and a < 0 for p in padding if p is not None
+                       for a in cast("tuple[sint, sint]", p))):
             return x._pad_mode(padding, mode, value)  # flat form, a mode, or negative amounts (they cut)
         arg = cast("Sequence[tuple[sint, sint] | None]", padding)
         ret = MovementMixin.pad(x, arg)
@@ -127,11 +128,12 @@ class TensorMovementMixin:
 
     def stack(self, *args: Tensor, dim: int = 0) -> Tensor:
         """Stack tensors of one shape along a new dimension `dim`."""
-        if isinstance(self, (tuple, list)):  # Tensor.stack([a, b], dim=...)
+        first = cast(object, self)  # Tensor.stack([a, b], dim=...) passes a sequence as `self`
+        if isinstance(first, (tuple, list)):
             if args:
                 raise ArgumentError(f"stack takes its tensors either as one sequence or as arguments, not "
-                                    f"both (got a {type(self).__name__} and {len(args)} more)")
-            ts: tuple[Tensor, ...] = tuple(self)
+                                    f"both (got a {type(first).__name__} and {len(args)} more)")
+            ts: tuple[Tensor, ...] = tuple(first)
         else:
             ts = (_t(self), *args)
         return type(ts[0]).cat(*(t.unsqueeze(dim) for t in ts), dim=dim)

@@ -3,7 +3,7 @@ value on a device tuple is realized and read back. The rules are uopgrad.multi's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from uopgrad import tensor_registry as registry
 from uopgrad.backend import Device
@@ -128,7 +128,7 @@ def per_device_roots(roots: Sequence[UOp]) -> list[UOp]:
     (uopgrad.multi's lowering), any other with the sharded values it gathers lowered."""
     if not in_use():
         return list(roots)
-    low, out = Lowering(), []
+    low, out = Lowering(), cast("list[UOp]", [])
     for u in roots:
         out.extend(low.parts(u)[0] if isinstance(u.device, tuple) else (low.single(u),))
     return out

@@ -275,8 +275,8 @@ class ShapeMixin:
             raise ValueError(f"einsum {formula!r} names {len(inputs)} operands, got {len(tensors)}")
         # (an ellipsis stands for the dims that no letter names, broadcast across the operands from the right)
         if "." in formula:
-            lhs, arrow, out = _expand_ellipsis(inputs, out if arrow else None, [t.ndim for t in tensors])
-            inputs = lhs.split(",")
+            lhs, explicit, out = _expand_ellipsis(inputs, out if arrow else None, [t.ndim for t in tensors])
+            inputs, arrow = lhs.split(","), "->" if explicit else ""
         letters = sorted(set("".join(inputs)))
         if not arrow:
             out = "".join(c for c in letters if "".join(inputs).count(c) == 1)

@@ -314,7 +314,8 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     ({Ops.VCONST}, "no sources; arg a tuple of dtype.count values of the scalar dtype"),
     ({Ops.STACK}, "n scalar sources of one dtype; dtype scalar.vec(n) (an index vector takes any integers)"),
     ({Ops.DEVICE}, "no sources; dtype void; arg a device name or a non-empty tuple of names"),
-    ({Ops.UNIQUE, Ops.LUNIQUE}, "no sources; dtype void; arg a non-negative int (or a realize's (\"realize\", n))"),
+    ({Ops.UNIQUE, Ops.LUNIQUE},
+     "no sources; dtype void; arg a non-negative int (or a realize's (\"realize\", n))"),
     ({Ops.BUFFER}, "src (UNIQUE|LUNIQUE, DEVICE); arg the element count; a scalar non-void dtype"),
     ({Ops.PARAM}, "arg the slot (int >= 0); src (shape vector|NOOP, DEVICE|NOOP[, vmin CONST, vmax CONST]"
                   "[, NOOP(name)][, MULTI(axis)])"),
