@@ -21,7 +21,7 @@ from uopgrad.uop import UOp, register_simplifier
 from uopgrad.uop_index import register_exec_alu, sym_infer
 
 __all__ = ["exec_alu", "pm_commutative", "pm_laws", "pm_move_where_on_load", "pm_simplify_valid",
-           "pm_symbolic", "sym", "sym_infer", "sym_unguarded"]
+           "pm_sym_ungated", "pm_symbolic", "sym", "sym_infer"]
 
 _INTS = (*dtypes.ints, dtypes.index)
 _INTS_BOOL = (*_INTS, dtypes.bool)
@@ -243,7 +243,7 @@ _index = UPat(Ops.INDEX, name="index")
 # the index-arithmetic normal form of the reference, after the laws above
 pm_symbolic = pm_propagate_invalid + pm_laws + pm_symbolic_simple + pm_commutative + pm_symbolic_index + \
     pm_div_mod
-_pm_sym_extra = PatternMatcher([
+pm_sym_distribute = PatternMatcher([
     # where(s, a, b).cast() -> where(s, a.cast(), b.cast())
     (UPat.var("s").where(_a, _b).cast().named("cast"), lambda s, a, b, cast: s.where(a.cast(cast.dtype),
                                                                                        b.cast(cast.dtype))),
@@ -252,10 +252,10 @@ _pm_sym_extra = PatternMatcher([
     # storing what was just loaded from the same element does nothing
     (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: UOp(Ops.NOOP)),
 ])
-# `sym` with gates simplified clause by clause (the reference's `sym`); `sym_unguarded` skips that step, for
+# `sym` with gates simplified clause by clause (the reference's `sym`); `pm_sym_ungated` skips that step, for
 # the many small rewrites while an index is built (simplify_valid on each was 60 s for a 20000-long arange)
-sym_unguarded = pm_symbolic + _pm_sym_extra
-sym = pm_symbolic + pm_simplify_valid + _pm_sym_extra
+pm_sym_ungated = pm_symbolic + pm_sym_distribute
+sym = pm_symbolic + pm_simplify_valid + pm_sym_distribute
 
 register_simplifier(lambda u: graph_rewrite(u, pm_symbolic, name="simplify"))
 register_exec_alu(exec_alu)

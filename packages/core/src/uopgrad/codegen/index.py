@@ -4,7 +4,7 @@
 RANGE per dimension, INDEX(PARAM, offset) for every buffer access, PAD as a validity gate (a gated load reads
 0, a gated store is skipped), and each REDUCE as a kernel-level REDUCE(value, *ranges) that reduce.py turns
 into an accumulator. The index of a movement op's source is computed from the index of its output
-(spec/kernels.md; docs/pipeline.md §1.2) and simplified with `symbolic.sym_unguarded` as it is made,
+(spec/kernels.md; docs/pipeline.md §1.2) and simplified with `symbolic.pm_sym_ungated` as it is made,
 and so is a value op with a constant operand (its constants were under broadcast views until now). Every
 (node, index, gate) is lowered once, with an explicit stack: no recursion over the graph.
 """
@@ -18,7 +18,7 @@ from uopgrad.dtype import ConstType, DType, PtrDType, dtypes
 from uopgrad.errors import LoweringError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
-from uopgrad.symbolic import sym, sym_unguarded
+from uopgrad.symbolic import pm_sym_ungated, sym
 from uopgrad.uop import UOp, sint
 
 __all__ = ["index_dtype", "lower_indexing", "pm_index_dtype"]
@@ -115,7 +115,7 @@ class _Indexer:
         if e.op in (Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_VAR):
             return e
         if e not in self.simplified:
-            self.simplified[e] = graph_rewrite(e, sym_unguarded, name="codegen: simplify index")
+            self.simplified[e] = graph_rewrite(e, pm_sym_ungated, name="codegen: simplify index")
         return self.simplified[e]
 
     def new_range(self, size: sint, kind: str) -> UOp:
