@@ -132,3 +132,15 @@ def test_missing_z3_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib, "import_module", no_z3)
     with pytest.raises(ImportError, match="pip install z3-solver"):
         z3check.uops_to_z3(None, V("a", 0, 1))
+
+
+def test_vector_constants_fold_lane_by_lane_and_invalid_lanes_stay_invalid():
+    from uopgrad.dtype import Invalid
+    a = UOp.const(dtypes.weakint.vec(4), (1, 1, Invalid, Invalid))
+    b = UOp.const(dtypes.weakint.vec(4), (1, Invalid, 1, 1))
+    assert a.op is Ops.VCONST and a.arg == (1, 1, Invalid, Invalid)
+    assert (a + b).simplify() is UOp.const(dtypes.weakint.vec(4), (2, Invalid, Invalid, Invalid))
+    c = UOp.const(dtypes.int.vec(3), (1, 2, 3))
+    assert (c * 2).simplify() is UOp.const(dtypes.int.vec(3), (2, 4, 6))  # a scalar goes to every lane
+    with pytest.raises(ValueError, match="takes 3 values"):
+        UOp.const(dtypes.int.vec(3), (1, 2))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from uopgrad.dtype import ConstType, DType, dtypes, truncate
+from uopgrad.dtype import ConstType, DType, Invalid, dtypes, truncate
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic_divmod import pm_div_mod
@@ -114,6 +114,21 @@ def _fold(a: UOp) -> UOp | None:
         return None
 
 
+def _fold_lanes(a: UOp) -> UOp | None:
+    """alu(v1, ..., vn) over vector constants (VCONST, or a CONST broadcast to every lane) -> VCONST, lane by
+    lane; a lane with an Invalid operand is Invalid."""
+    n = a.dtype.count
+    lanes = [s.arg if s.op is Ops.VCONST else (s.arg,) * n for s in a.src]
+    out: list[ConstType] = []
+    try:
+        for vals in zip(*lanes):
+            out.append(Invalid if any(v is Invalid for v in vals) else
+                       exec_alu(a.op, a.dtype.scalar(), list(vals)))
+    except (ArithmeticError, TypeError):
+        return None
+    return UOp(Ops.VCONST, a.dtype, (), tuple(out))
+
+
 def _fold_cast(a: UOp, c: UOp) -> UOp | None:
     """cast(c) -> c': ints wrap, floats round, a float to an int truncates toward zero; inf/NaN stay casts."""
     try:
@@ -189,6 +204,8 @@ _c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.C
 pm_laws = PatternMatcher([
     # ** constant folding **
     (UPat(_FOLDABLE, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
+    (UPat(_FOLDABLE, src=UPat((Ops.CONST, Ops.VCONST)), name="a"),
+     lambda a: _fold_lanes(a) if a.dtype.count > 1 and not any(s.src for s in a.src) else None),  # lanes
     (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
     # ** canonical order: constants go right **
     (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),

@@ -487,6 +487,10 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             src = (UOp(Ops.UNIQUE, arg=next(_unique_counter)), dev) if unique else (dev,)
         elif unique:
             raise ValueError("a unique constant needs a device")
+        if isinstance(b, tuple):  # one value per lane of a vector dtype: VCONST (an element may be Invalid)
+            if len(b) != dtype.count:
+                raise ValueError(f"a {dtype} constant takes {dtype.count} values, not {len(b)}")
+            return UOp(Ops.VCONST, dtype, src, tuple(dtypes.as_const(x, dtype.scalar()) for x in b))
         ret = UOp(Ops.CONST, dtype, src, dtypes.as_const(b, dtype))
         if shape is not None and len(shape):
             if all(isinstance(d, UOp) or (type(d) is int and d >= 0) for d in shape):
