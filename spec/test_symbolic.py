@@ -439,6 +439,9 @@ def golden() -> list[tuple[str, UOp, UOp]]:
     """(law, input, expected output of simplify), in the order of the rows of `sym`."""
     return [
         ("alu(c1, c2) -> c", i5 * 3, UOp.const(dtypes.int32, 15)),
+        ("alu(v1, v2) -> v by lane",
+         UOp.const(dtypes.int32.vec(2), (1, 2)) + UOp.const(dtypes.int32.vec(2), (3, 4)),
+         UOp.const(dtypes.int32.vec(2), (4, 6))),
         ("alu(c) -> c (float)", UOp.const(F32, 0.0).log2(), UOp.const(F32, -math.inf)),
         ("cast(c) -> c'", UOp.const(F64, -2.75).cast(dtypes.int32), UOp.const(dtypes.int32, -2)),
         ("c op x -> x op c", 3 + xv, xv + 3),
@@ -497,7 +500,8 @@ def golden() -> list[tuple[str, UOp, UOp]]:
 def test_golden(law: str, before: UOp, after: UOp) -> None:
     got = before.simplify()
     assert got is after, f"{law}: got\n{got}\nwant\n{after}"
-    check_same_values(before, got, random.Random(law))
+    if before.dtype.count == 1:  # the sampling evaluator is scalar; a vector law is pinned by `after` alone
+        check_same_values(before, got, random.Random(law))
 
 
 def test_index_division_by_zero_raises() -> None:

@@ -116,8 +116,10 @@ def _fold(a: UOp) -> UOp | None:
 
 def _fold_lanes(a: UOp) -> UOp | None:
     """alu(v1, ..., vn) over vector constants (VCONST, or a CONST broadcast to every lane) -> VCONST, lane by
-    lane; a lane with an Invalid operand is Invalid."""
+    lane; a lane with an Invalid operand is Invalid. Device constants (a Tensor's) are left alone."""
     n = a.dtype.count
+    if n == 1 or any(s.src for s in a.src):
+        return None
     lanes = [s.arg if s.op is Ops.VCONST else (s.arg,) * n for s in a.src]
     out: list[ConstType] = []
     try:
@@ -204,8 +206,7 @@ _c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.C
 pm_laws = PatternMatcher([
     # ** constant folding **
     (UPat(_FOLDABLE, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
-    (UPat(_FOLDABLE, src=UPat((Ops.CONST, Ops.VCONST)), name="a"),
-     lambda a: _fold_lanes(a) if a.dtype.count > 1 and not any(s.src for s in a.src) else None),  # lanes
+    (UPat(_FOLDABLE, src=UPat((Ops.CONST, Ops.VCONST)), name="a"), _fold_lanes),  # alu(v1, v2) -> v by lane
     (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
     # ** canonical order: constants go right **
     (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),
