@@ -315,3 +315,13 @@ def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_redu
     heuristic = reordered(None)
     assert heuristic == (rows == 8)
     assert all(reordered(c) == heuristic for c in choices(width))
+
+
+def test_a_gathered_bool_mask_stays_out_of_the_panel_and_renders():
+    # a running sum along rows reads the triangular mask column by column, a gather of bool lanes: a lane
+    # mask, which no buffer (of 0/1 bytes) holds, so the panel's copy must leave it where it is
+    x = Tensor(np.random.default_rng(0).standard_normal((20, 30)).astype(np.float32)).realize()
+    prg = packed(x.cumsum(1), 64)
+    assert not any(u.op is Ops.DEFINE_LOCAL and u.dtype.base.scalar() == dtypes.bool for u in prg.uops)
+    GCCVectorRenderer().render(prg)
+    np.testing.assert_allclose(x.cumsum(1).numpy(), np.cumsum(x.numpy(), 1), rtol=1e-5, atol=1e-5)

@@ -9,7 +9,9 @@ new kernels. Rounding and tests have zero gradient (their comparisons carry none
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
 from uopgrad.errors import ArgumentError, DTypeError
@@ -112,6 +114,17 @@ class ElementwiseMixin:
         """An order-reversing map: -x for floats, ~x for ints, not x for bools."""
         t = _t(self)
         return -t if dtypes.is_float(t.dtype) else ~t
+
+    def minimum(self, x: TensorLike | list[Any] | tuple[Any, ...] | np.ndarray) -> Tensor:
+        """Elementwise min (NaN wins, as PyTorch): the max of the order-reversed operands, reversed back,
+        after both are promoted to their common dtype. Reversing first would negate a bool into its not
+        before it meets a number, and -x wraps an int's lowest value (~x reverses every int's order)."""
+        t = _t(self)
+        if isinstance(x, (list, tuple, np.ndarray)):  # as maximum takes them
+            x = type(t)(x, device=t.device, requires_grad=False)
+        o = t.ufix(x)
+        dt = least_upper_dtype(t.dtype.base, o.dtype.base)
+        return t.cast(dt)._inverse().maximum(o.cast(dt)._inverse())._inverse()
 
     def _to_float(self) -> Tensor:
         x = _t(self)

@@ -296,8 +296,10 @@ class IndexMixin:
 
     def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The indices of the nonzero elements, (count, ndim) int32 in row-major order. Without `size` the
-        count is read back from the device; with it the result has `size` rows, padded with fill_value."""
+        count is read back from the device; with it the result has `size` rows, padded with fill_value
+        (an index: a float one is truncated, and never makes the indices float)."""
         x = _t(self)
+        fill_value = int(fill_value)
         shape = tuple(_int(s) for s in x.shape)
         mask = x.ne(0).flatten()
         n = size if size is not None else int(cast(int, mask.cast(dtypes.int32).sum().item()))

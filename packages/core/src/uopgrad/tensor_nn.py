@@ -28,6 +28,7 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 _int = concrete_size  # these ops need concrete sizes
+_Ints = tuple[int, ...]
 
 
 def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
@@ -36,6 +37,18 @@ def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
     if len(x) != n:
         raise ValueError(f"{what} {tuple(x)} needs {n} entries")
     return tuple(x)
+
+
+def _pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+    """(before, after) for each of the last n dims: from an int, one int per dim, or PyTorch's flat 2n-tuple
+    (last dim first: left, right, top, bottom, ...)."""
+    if isinstance(padding, int):
+        return [(padding, padding)] * n
+    if len(padding) == n:
+        return [(p, p) for p in padding]
+    if len(padding) == 2 * n:
+        return cast("list[tuple[int, int]]", pad_pairs(n, padding))
+    raise ValueError(f"padding {tuple(padding)} needs 1, {n} or {2 * n} entries")
 
 
 class _GradMode:
@@ -137,15 +150,7 @@ class NNMixin:
         """Pad (or, for negative amounts, cut) the last n dims: an int, one per dim, or PyTorch's flat
         2n-tuple (last dim first)."""
         x = _t(self)
-        if isinstance(padding, int):
-            pairs = [(padding, padding)] * n
-        elif len(padding) == n:
-            pairs = [(p, p) for p in padding]
-        elif len(padding) == 2 * n:
-            pairs = cast("list[tuple[int, int]]", pad_pairs(n, padding))
-        else:
-            raise ValueError(f"padding {tuple(padding)} needs 1, {n} or {2 * n} entries")
-        full: list[tuple[int, int] | None] = [None] * (x.ndim - n) + list(pairs)
+        full: list[tuple[int, int] | None] = [None] * (x.ndim - n) + list(_pairs(padding, n))
         if all(p is None or p == (0, 0) for p in full):
             return x
         return x._pad_mode(full, "constant", value)
@@ -200,24 +205,25 @@ class NNMixin:
     # ------------------------------------------------------------------ pooling
     def _pool_setup(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
                     dilation: int | Sequence[int], padding: int | Sequence[int],
-                    ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int]]:
-        """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode)."""
+                    ceil_mode: bool) -> tuple[_Ints, _Ints, _Ints, list[int], list[int]]:
+        """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode, the flat
+        padding asked for). `padding` is an int, one per dim, or PyTorch's flat 2n-tuple (as F.pad's)."""
         x = _t(self)
         k = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(k)
         s = k if stride is None else _tuple(stride, n, "stride")
-        d, p = _tuple(dilation, n, "dilation"), _tuple(padding, n, "padding")
+        d, p = _tuple(dilation, n, "dilation"), _pairs(padding, n)
         extra = [0] * n
         if ceil_mode:
-            for j in range(n):
-                size = _int(x.shape[x.ndim - n + j]) + 2 * p[j]
+            for j, (before, after) in enumerate(p):
+                size = _int(x.shape[x.ndim - n + j]) + before + after
                 span = d[j] * (k[j] - 1) + 1
                 out = math.ceil((size - span) / s[j]) + 1
-                if (out - 1) * s[j] >= size - p[j]:  # the last window must start inside the input
+                if (out - 1) * s[j] >= size - after:  # the last window must start before the right padding
                     out -= 1
                 extra[j] = max(0, (out - 1) * s[j] + span - size)
-        flat = [v for j in reversed(range(n)) for v in (p[j], p[j] + extra[j])]
-        return k, s, d, flat
+        flat = [v for j in reversed(range(n)) for v in (p[j][0], p[j][1] + extra[j])]
+        return k, s, d, flat, [v for j in reversed(range(n)) for v in p[j]]
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
@@ -226,7 +232,7 @@ class NNMixin:
         return_indices, also the int32 position of each max in its input plane (flattened, row-major; the
         first one where a window holds it more than once), as PyTorch's; `max_unpool2d` inverts it."""
         x = _t(self)
-        k, s, d, flat = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        k, s, d, flat, _ = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
         win = x._pad_spatial(flat, len(k), low)._pool(k, s, d)
         axes = tuple(-1 - j for j in range(len(k)))
@@ -276,13 +282,12 @@ class NNMixin:
                    ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
         """Mean over sliding windows; count_include_pad counts the zero padding (not ceil_mode's)."""
         x = _t(self)
-        k, s, d, flat = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        k, s, d, flat, asked = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         axes = tuple(-1 - j for j in range(len(k)))
         total = x._pad_spatial(flat, len(k))._pool(k, s, d).sum(axes)
         ones, rest = x.ones_like(), flat
-        if count_include_pad:  # the symmetric padding counts, ceil_mode's extra does not
-            sym = [flat[2 * j] for j in range(len(k)) for _ in range(2)]
-            ones, rest = ones._pad_spatial(sym, len(k), 1.0), [f - v for f, v in zip(flat, sym)]
+        if count_include_pad:  # the padding asked for counts, ceil_mode's extra does not
+            ones, rest = ones._pad_spatial(asked, len(k), 1.0), [f - v for f, v in zip(flat, asked)]
         count = ones._pad_spatial(rest, len(k))._pool(k, s, d).sum(axes)
         return total / count
 

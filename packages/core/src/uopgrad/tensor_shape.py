@@ -238,9 +238,15 @@ class ShapeMixin:
         return y
 
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-        """x / max(||x||_p, eps) along `dim`."""
+        """x / max(||x||_p, eps) along `dim`, with PyTorch's vector norms: p = 0 counts the nonzero entries
+        (no gradient), p = +-inf is the largest / smallest magnitude, any other p (sum |x|^p)^(1/p)."""
         x = _t(self)
-        norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        if p == 0:
+            norm = x.ne(0).sum(dim, keepdim=True).cast(x.dtype)
+        elif math.isinf(p):
+            norm = x.abs().max(dim, keepdim=True) if p > 0 else x.abs().min(dim, keepdim=True)
+        else:
+            norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
         return x / norm.maximum(eps)
 
     # ------------------------------------------------------------------ triangles
@@ -341,6 +347,8 @@ class ShapeMixin:
             raise ValueError(f"interpolate size {tuple(size)} has more dims than shape {x.shape}")
         if align_corners and mode.startswith("nearest"):
             raise ValueError("align_corners only applies to the linear modes")
+        if x.dtype == dtypes.uint8 and not mode.startswith("nearest"):
+            return x._interpolate_uint8(size, align_corners)
         for k, out in enumerate(size):
             d = x.ndim - len(size) + k
             w = _interp_matrix(_int(x.shape[d]), _int(out), mode, align_corners).astype(np.float64)
@@ -348,6 +356,18 @@ class ShapeMixin:
             y = x.transpose(d, -1)._to_float()
             y = (y.unsqueeze(-2) * wt).sum(-1)
             x = y.transpose(d, -1).cast(x.dtype) if not dtypes.is_float(x.dtype) else y.transpose(d, -1)
+        return x
+
+    def _interpolate_uint8(self, size: Sequence[int], align_corners: bool) -> Tensor:
+        """The linear modes on uint8 images as PyTorch computes them: one pass per dim, the last dim first,
+        each a fixed-point sum (weights as int16 with `prec` fraction bits) rounded and clamped to uint8."""
+        x = _t(self)
+        for k in reversed(range(len(size))):
+            d = x.ndim - len(size) + k
+            w, prec = _fixed_point(_interp_matrix(_int(x.shape[d]), _int(size[k]), "linear", align_corners))
+            wt = type(x)(w, device=x.device, dtype=dtypes.int32)
+            y = (x.transpose(d, -1).cast(dtypes.int32).unsqueeze(-2) * wt).sum(-1, dtype=dtypes.int32)
+            x = ((y + (1 << (prec - 1))) >> prec).clip(0, 255).cast(dtypes.uint8).transpose(d, -1)
         return x
 
     # ------------------------------------------------------------------ creation
@@ -489,6 +509,17 @@ def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
         parts = [take(n - before, n), x, take(0, after)]
     parts = [p for p in parts if _int(p.shape[d]) > 0]
     return parts[0].cat(*parts[1:], dim=d)
+
+
+def _fixed_point(w: np.ndarray) -> tuple[np.ndarray, int]:
+    """(w as int16 fixed-point numbers with `prec` fraction bits, prec): the most bits (up to 22) that keep
+    twice the largest weight below 2 ** 15, each weight rounded half away from zero (PyTorch's uint8
+    resampling, after Pillow's)."""
+    top, prec = float(w.max()), 0
+    while prec < 22 and int(0.5 + top * (1 << (prec + 1))) < (1 << 15):
+        prec += 1
+    scaled = w * (1 << prec)
+    return np.trunc(scaled + np.where(scaled < 0, -0.5, 0.5)).astype(np.int32), prec
 
 
 def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.ndarray:

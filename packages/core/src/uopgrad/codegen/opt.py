@@ -398,8 +398,11 @@ def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -
 def _panel_part(u: UOp, k: UOp, allowed: set[UOp]) -> bool:
     """Whether `u` is a vector the panel's copy can make once per column tile: a vector load, or a gather
     of scalar loads (lanes of a transposed operand), ungated, of a buffer, at indices that depend on the
-    reduce range `k` and on no range but `allowed` ones."""
+    reduce range `k` and on no range but `allowed` ones. Never a bool gather: it is a lane mask (all-ones
+    lanes), which no buffer holds (a bool buffer holds 0/1 bytes)."""
     if u.dtype.count < 2 or (u.op is Ops.STACK and all(s is u.src[0] for s in u.src)):
+        return False
+    if u.dtype.scalar() not in VECTOR_DTYPES:
         return False
     loads = u.src if u.op is Ops.STACK else (u,)
     if not all(ld.op is Ops.LOAD and len(ld.src) == 1 and ld.src[0].op is Ops.INDEX and
