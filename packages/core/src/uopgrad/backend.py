@@ -340,6 +340,13 @@ def _checked_values(program: KernelProgram, var_vals: dict[str, int]) -> tuple[i
     return vals
 
 
+def _release(allocator: Allocator[Any], handle: object, nbytes: int, device: str) -> None:
+    """A buffer's memory goes back to its allocator (the buffer was collected, or freed)."""
+    GlobalCounters.mem_used -= nbytes
+    GlobalCounters.mem_used_per_device[device] -= nbytes
+    allocator.free(handle, nbytes)
+
+
 class CompiledBackend(Backend):
     """A backend that generates code. `realize(sink)`: the scheduler splits `sink` into kernels and copies;
     each kernel is lowered for this renderer's capabilities, rendered, compiled (disk cache) and launched.
@@ -355,7 +362,10 @@ class CompiledBackend(Backend):
         self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True,
                                          vector_width=renderer.vector_width)
         # BUFFER -> device memory; the memory goes back to the allocator when the BUFFER node is collected
+        # (its finalizer, in _frees), or at `free(buf)`
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
+        self._frees: weakref.WeakKeyDictionary[UOp, weakref.finalize[Any, UOp]] = weakref.WeakKeyDictionary()
+        self._freed: weakref.WeakSet[UOp] = weakref.WeakSet()  # given back by free(): read before written
         # kernel body -> compiled kernel, the most recently used `kernel_cache_size` of them: a run over ever
         # new shapes keeps a bounded number of loaded programs (each maps its own pages)
         self._kernels: LRU[tuple[UOp, int], _Kernel] = LRU(self.kernel_cache_size)  # (body, vector width)
@@ -372,10 +382,30 @@ class CompiledBackend(Backend):
         write every element (`zero=False`)."""
         h = self._handles.get(buf)
         if h is None:
+            if buf in self._freed:
+                if zero:  # read (or written in part) before anything wrote it again: its values are gone
+                    raise BackendError(f"{self.name}: a {buf.dtype!r} buffer of {buf.arg} elements is read "
+                                       "after its memory was given back (TinyJit's free_intermediates()); "
+                                       "call the jitted function again before reading what it computes")
+                self._freed.discard(buf)
             nbytes = self._nbytes(buf)
             h = self._handles[buf] = self.allocator.alloc(nbytes, zero)
-            weakref.finalize(buf, self.allocator.free, h, nbytes)
+            GlobalCounters.mem_used += nbytes
+            GlobalCounters.mem_used_per_device[self.name] += nbytes
+            self._frees[buf] = weakref.finalize(buf, _release, self.allocator, h, nbytes, self.name)
         return h
+
+    def free(self, buf: UOp) -> int:
+        """Give the memory of BUFFER `buf` back now; the bytes given back (0 where it has none, or memory
+        this backend does not own). A kernel or copy that writes all of it allocates it again; reading it
+        before that raises BackendError."""
+        if (fin := self._frees.pop(buf, None)) is None:
+            return 0
+        info = fin.peek()
+        self._handles.pop(buf, None)
+        self._freed.add(buf)
+        fin()
+        return int(info[2][2]) if info is not None else 0
 
     def adopt(self, buf: UOp, handle: object) -> None:
         """Make `handle` (memory this backend does not own, so nothing frees or reuses it) the storage of the

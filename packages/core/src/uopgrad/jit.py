@@ -8,15 +8,16 @@
   capture returned, whose buffers now hold this call's values (read them before the next call).
 
 Arguments (tinygrad's rule, made strict where tinygrad ignores a change; spec/realize.md):
-- a Tensor argument, or a Tensor inside a list, tuple or dict argument (one level deep), is an input: later
-  calls give the same names (positions and keywords) and each input the captured shape, dtype and device;
+- a Tensor argument, or a Tensor inside a list, tuple or dict argument (one level deep), is an input: the
+  replays give the same names (positions and keywords) and each input the captured shape, dtype and device
+  (a device tuple: a sharded or replicated input, with its axis; each device's buffer is an input);
 - a bound variable (`UOp.variable(...).bind(v)`) passed as an argument is one too: each replay runs the
   captured kernels with the value of this call (tinygrad's rule);
 - every other argument is fixed at capture (Python numbers, strings, None...: by type and value; a list,
-  tuple, dict or set: element by element; anything else, a model, a function, an array: by identity). A call
-  whose fixed arguments (or the set of arguments passed) differ from the first call's raises JitError, where
-  tinygrad replays the captured ones silently: pass a value that changes as a Tensor or a bound variable, or
-  use another TinyJit.
+  tuple, dict or set: element by element; anything else, a model, a function, an array: by identity). A
+  replay whose fixed arguments (or the set of arguments passed) differ from the capture's raises JitError,
+  where tinygrad replays the captured ones silently: pass a value that changes as a Tensor or a bound
+  variable, or use another TinyJit. The first call may differ (a prefill before the decode steps).
 
 What the function does besides launching kernels is not replayed: Python side effects and host values it
 read are those of the capture, and so is a tensor it leaves unrealized (a `.grad` the optimiser did not
@@ -27,7 +28,8 @@ captured kernel writes into is filled again before each replay. A returned Tenso
 buffer (`b.assign(...)` returned) is this call's input, not the capture's; an input that is a buffer the
 step writes (its returned output passed back in) is copied first. `TinyJit(f, prune=True)` replays only
 the launches that depend on an input, a random draw or a variable passed in; `captured.linear` is a LINEAR
-of the kernel and copy CALLs a replay launches. `Context(JIT=0)` runs the function on every call;
+of the kernel and copy CALLs a replay launches; `captured.free_intermediates()` gives back the memory of
+the buffers a replay makes anew (until the next call). `Context(JIT=0)` runs the function on every call;
 `Context(CAPTURING=0)` keeps what runs inside it out of a capture. Replayed kernels add to GlobalCounters,
 untimed. The buffers it writes in place (parameters, optimiser state, the gradients it keeps) are written
 again by each replay, under the rules of spec/realize.md: live unrealized values that read them are
@@ -56,6 +58,7 @@ from uopgrad.backend import CompiledBackend, Device, GlobalCounters
 from uopgrad.config import JIT
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import JitError
+from uopgrad.multi import shard_buffers, tuple_buffers_of
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.pipeline import HostFill, Recorded, Runner, recording, set_recording
 from uopgrad.realized import overwritten, realized_view
@@ -66,7 +69,7 @@ __all__ = ["JitError", "TinyJit", "graph_class"]
 
 R = TypeVar("R")
 Name = int | str  # an argument's position, or its keyword
-InputInfo = tuple[tuple[sint, ...], DType, str, UOp]  # shape, dtype, device, view of the buffer
+InputInfo = tuple[tuple[sint, ...], DType, str | tuple[str, ...], UOp]  # shape, dtype, device(s), view
 Fixed = dict[Name, Hashable]  # each argument's key (see _key)
 _INPUT = object()  # a Tensor input's place in an argument's key (its shape, dtype, device are checked apart)
 _VAR = object()  # a bound variable argument's key: (_VAR, its variable); the value is passed on each call
@@ -164,7 +167,7 @@ def _buffer(t: Tensor, k: int, var_vals: dict[str, int]) -> tuple[UOp, UOp]:
     them on replay."""
     u = realized_view(t.uop)
     base = u
-    while base.op in GroupOp.Movement:
+    while base.op in GroupOp.Movement or base.op is Ops.MULTI:  # a sharded input: its BUFFER on the tuple
         base = base.src[0]
     if base.op is not Ops.BUFFER:
         raise JitError(f"TinyJit input {k} ({t.shape}, {t.dtype!r}) is not a buffer or a view of one; pass "
@@ -210,7 +213,7 @@ def _returned_inputs(ret: object, tensors: Sequence[Tensor], bufs: Sequence[UOp]
     out: dict[object, tuple[int, bool]] = {}
     for place, t in _places(ret):
         u = realized_view(t.uop)
-        while u.op is Ops.RESHAPE:
+        while u.op in (Ops.RESHAPE, Ops.MULTI):
             u = u.src[0]
         if (k := where.get(u)) is not None:
             out[place] = (k, t is tensors[k])
@@ -286,6 +289,7 @@ class _Captured:
                  prune: bool = False) -> None:
         where = {b: k for k, b in enumerate(inputs)}
         self.ret, self.inputs = ret, list(inputs)
+        self.bases = self.inputs  # set by TinyJit: each input Tensor's BUFFER (one on a device tuple)
         self.returned_inputs: dict[object, tuple[int, bool]] = {}  # set by TinyJit: see _returned_inputs
         fills: dict[UOp, HostFill] = {}  # a buffer's last note says how to make its values again
         entries: list[Recorded] = []
@@ -321,17 +325,55 @@ class _Captured:
                 kernels, ops, mem = kernels + 1, ops + o, mem + m
         # a fill is replayed where its values change (random) or a captured launch writes into its buffer
         keep = {b for b, f in fills.items() if (f.fresh or b in written) and int(b.arg) > 0}
-        self.steps: list[Callable[[], None] | _Launch | HostFill] = []
-        for e in entries:
-            if isinstance(e, HostFill):
-                if e.buf in keep:
-                    self.steps.append(fills[e.buf])
-                    written.setdefault(e.buf, None)
-            else:
-                self.steps.append(_step_of(e, where, variables)[0])
+        self._entries = [fills[e.buf] if isinstance(e, HostFill) else e for e in entries
+                         if not isinstance(e, HostFill) or e.buf in keep]
+        self._where, self._variables = where, variables
+        written.update((e.buf, None) for e in self._entries if isinstance(e, HostFill))
+        self.steps = self._bound()
         self.written = [b for b in written if b not in where]
         self._written = set(self.written)
+        # what live tensors read of them: a sharded value reads the BUFFER on its device tuple
+        self._read_as = self.written + tuple_buffers_of(self._written)
         self.counts = (kernels, ops, mem)
+
+    def _bound(self) -> list[Callable[[], None] | _Launch | HostFill]:
+        """The replay's steps, each kernel that reads no input bound once to its buffers' memory."""
+        return [e if isinstance(e, HostFill) else _step_of(e, self._where, self._variables)[0]
+                for e in self._entries]
+
+    def _intermediates(self) -> list[UOp]:
+        """The buffers the replayed launches make anew: their first use in a replay is a kernel that writes
+        all of them without reading them, or a copy into them. Not the inputs, nor the state a step updates
+        (read first, written in part, or filled from the host)."""
+        seen: set[UOp] = set(self._where)
+        out: list[UOp] = []
+        for e in self._entries:
+            if isinstance(e, HostFill):
+                seen.add(e.buf)
+                continue
+            item, _, device = e
+            body, bufs = item.src[0], item.src[1:]
+            if body.op is Ops.COPY:
+                made, used = [bufs[0]], list(bufs)
+            elif isinstance(runner := device(str(bufs[0].device) if bufs else ""), CompiledBackend):
+                k = runner.kernel(item)
+                made, used = [bufs[i] for i in k.overwrites], [bufs[i] for i in k.program.globals]
+            else:
+                made, used = [], list(bufs)
+            out += [b for b in dict.fromkeys(made) if b not in seen]
+            seen.update(used)
+        return out
+
+    def free_intermediates(self) -> int:
+        """Give back the device memory of the buffers each replay makes anew (tinygrad's name): the
+        intermediate values, and the outputs, whose values are gone until the next call (reading them
+        before raises BackendError). The next replay allocates them again. Returns the bytes given back."""
+        self.steps = []  # the bound launches hold the memory: bound again at the next replay
+        freed = 0
+        for b in self._intermediates():
+            if isinstance(dev := Device[str(b.device)], CompiledBackend):
+                freed += dev.free(b)
+        return freed
 
     def _own_copy(self, buf: UOp) -> UOp:
         """A copy of an input that is also a buffer the step writes (a returned output passed back in): the
@@ -341,9 +383,11 @@ class _Captured:
         dev.copyin(new, dev.copyout(buf))
         return new
 
-    def replay(self, tensors: Sequence[Tensor], inputs: Sequence[UOp], var_vals: dict[str, int]) -> object:
-        """Run the step on these inputs; what the capture returned, with this call's inputs in the places
-        where it returned an input (a view of one: the same view of this call's)."""
+    def replay(self, tensors: Sequence[Tensor], bases: Sequence[UOp], inputs: Sequence[UOp],
+               var_vals: dict[str, int]) -> object:
+        """Run the step on these inputs (`bases`: each input Tensor's BUFFER, `inputs`: the BUFFERs the
+        kernels read, one per device of a sharded input); what the capture returned, with this call's inputs
+        in the places where it returned an input (a view of one: the same view of this call's)."""
         ret = self(inputs, var_vals)
         if not self.returned_inputs:
             return ret
@@ -352,7 +396,7 @@ class _Captured:
             if (hit := self.returned_inputs.get(place)) is None:
                 return t
             k, same = hit
-            return tensors[k] if same else Tensor(t.uop.substitute({self.inputs[k]: inputs[k]}),
+            return tensors[k] if same else Tensor(t.uop.substitute({self.bases[k]: bases[k]}),
                                                   requires_grad=t.requires_grad)
         if isinstance(ret, Tensor):
             return now(None, ret)
@@ -367,7 +411,12 @@ class _Captured:
     def __call__(self, inputs: Sequence[UOp], var_vals: dict[str, int]) -> object:
         if not self._written.isdisjoint(inputs):
             inputs = [self._own_copy(b) if b in self._written else b for b in inputs]
-        Tensor._realize_readers(self.written)  # values built on the old contents keep them (issue 9)
+        Tensor._realize_readers(self._read_as)  # values built on the old contents keep them (issue 9)
+        if not self.steps:  # after free_intermediates: the memory again (written before it is read), bound
+            for b in self._intermediates():
+                if isinstance(dev := Device[str(b.device)], CompiledBackend):
+                    dev.handle(b, zero=False)
+            self.steps = self._bound()
         for step in self.steps:
             if isinstance(step, _Launch):
                 step.run(inputs, var_vals)
@@ -375,7 +424,7 @@ class _Captured:
                 Device[str(step.buf.device)].copyin(step.buf, step.values())
             else:
                 step()
-        overwritten(self.written)
+        overwritten(self._read_as)
         kernels, ops, mem = self.counts
         for est, base, live in self.estimates:
             o, m = est.at({**base, **{v: var_vals[v] for v in live}})
@@ -392,12 +441,10 @@ def graph_class(dev: object) -> type | None:
     return cast("type | None", getattr(dev, "graph", None))
 
 
-def _one_device(t: Tensor) -> str:
-    """The input's device; a sharded or replicated input (a device tuple) is not captured yet."""
-    if isinstance(d := t.device, tuple):
-        raise JitError(f"TinyJit does not take tensors on a device tuple ({d}) yet; call the function "
-                       "without TinyJit")
-    return d
+def _per_device(base: UOp) -> tuple[UOp, ...]:
+    """The BUFFERs the kernels of an input read: its BUFFER, or one per device for a BUFFER on a device tuple
+    (a sharded or replicated input; the captured kernels read each device's, so each is an input)."""
+    return shard_buffers(base) if isinstance(base.device, tuple) else (base,)
 
 _running = threading.local()  # .stack: the TinyJits running in this thread, outermost first
 
@@ -476,11 +523,10 @@ class TinyJit(Generic[R]):
         fixed, var_vals = _fixed_arguments(self.name, pairs)
         if tensors:
             Tensor.realize(*tensors)  # (realizes only the unrealized ones)
-        for t in tensors:
-            _one_device(t)  # a sharded input is refused by name before its storage is looked at
         views = [_buffer(t, k, var_vals) for k, t in enumerate(tensors)]
-        bufs = [b for b, _ in views]
-        info = [(_unbound_shape(t.shape), t.dtype, _one_device(t), v) for t, (_, v) in zip(tensors, views)]
+        bases = [b for b, _ in views]
+        bufs = [s for b in bases for s in _per_device(b)]  # what the captured kernels read
+        info = [(_unbound_shape(t.shape), t.dtype, t.device, v) for t, (_, v) in zip(tensors, views)]
         if len(set(bufs)) != len(bufs):
             raise JitError("the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
                            "(t.contiguous()) for one of them")
@@ -490,8 +536,8 @@ class TinyJit(Generic[R]):
             return self._run(args, kwargs)
         if self.cnt >= 2 and self.captured is not None:
             self.cnt += 1
-            return cast(R, self.captured.replay(tensors, bufs, var_vals))
-        compiled = all(isinstance(Device[i[2]], CompiledBackend) for i in info)
+            return cast(R, self.captured.replay(tensors, bases, bufs, var_vals))
+        compiled = all(isinstance(Device[str(b.device)], CompiledBackend) for b in bufs)
         rec: list[Recorded] = []
         if self.cnt == 1 and compiled:
             set_recording(rec)
@@ -499,9 +545,11 @@ class TinyJit(Generic[R]):
             ret = self._run(args, kwargs)
         finally:
             set_recording(None)
-        self._expected = (names, info, fixed, {n: _show(x) for n, x in pairs if not isinstance(x, Tensor)})
+        if self.cnt == 1:  # the replays repeat the capture's arguments (the first call's may differ)
+            shown = {n: _show(x) for n, x in pairs if not isinstance(x, Tensor)}
+            self._expected = (names, info, fixed, shown)
         if self.cnt == 1 and compiled:
-            self._capture(rec, ret, tensors, bufs, list(var_vals))
+            self._capture(rec, ret, tensors, bases, bufs, list(var_vals))
         self.cnt += 1
         return ret
 
@@ -511,8 +559,8 @@ class TinyJit(Generic[R]):
             Tensor.realize(*outs)
         return ret
 
-    def _capture(self, rec: list[Recorded], ret: object, tensors: list[Tensor], bufs: list[UOp],
-                 variables: list[str]) -> None:
+    def _capture(self, rec: list[Recorded], ret: object, tensors: list[Tensor], bases: list[UOp],
+                 bufs: list[UOp], variables: list[str]) -> None:
         """Keep what the second call recorded as the capture (see the module docstring)."""
         if not rec:
             raise JitError(f"TinyJit {self.name!r} ran no kernels on its second call: there is "
@@ -523,7 +571,8 @@ class TinyJit(Generic[R]):
         if all(isinstance(Device[str(e.buf.device)], CompiledBackend) for e in rec
                if isinstance(e, HostFill)):  # host values on REFERENCE: run plainly, as there
             self.captured = _Captured(rec, bufs, ret, variables, self.prune)
-            self.captured.returned_inputs = _returned_inputs(ret, tensors, bufs)
+            self.captured.bases = list(bases)
+            self.captured.returned_inputs = _returned_inputs(ret, tensors, bases)
 
     def _check(self, names: list[Name], info: list[InputInfo], fixed: Fixed, pairs: list[tuple[Name, Any]],
                ) -> None:

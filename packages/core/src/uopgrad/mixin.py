@@ -254,9 +254,12 @@ class MovementMixin:
             raise IndexError(f"axis {axis} is out of range for shape {self.shape}")
         return axis + self.ndim if axis < 0 else axis
 
-    def reshape(self, *shape: sint | None | Sequence[sint | None]) -> Self:
-        """View with a new shape; one dimension may be -1, and None keeps the old size."""
-        new = [s if s is not None else self.shape[i] for i, s in enumerate(resolve_shape_arg(shape))]
+    def reshape(self, shape: sint | None | Sequence[sint | None] = (),
+                *args: sint | None | Sequence[sint | None]) -> Self:
+        """View with a new shape (`reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`); one
+        dimension may be -1, and None keeps the old size."""
+        given = resolve_shape_arg((shape, *args))
+        new = [s if s is not None else self.shape[i] for i, s in enumerate(given)]
         if (holes := sum(1 for s in new if isinstance(s, int) and s == -1)) > 1:
             raise MovementError(f"reshape to {tuple(new)}: at most one dimension can be -1")
         if any(isinstance(s, int) and s < -1 for s in new):
@@ -271,9 +274,11 @@ class MovementMixin:
             return self
         return self._mop(Ops.RESHAPE, tuple(new))
 
-    def expand(self, *shape: sint | None | Sequence[sint | None]) -> Self:
-        """Broadcast to `shape` (aligned on the right; -1 or None keeps a dimension)."""
-        new = resolve_shape_arg(shape)
+    def expand(self, shape: sint | None | Sequence[sint | None] = (),
+               *args: sint | None | Sequence[sint | None]) -> Self:
+        """Broadcast to `shape` (as sizes, one sequence or `shape=`; aligned on the right; -1 or None keeps a
+        dimension)."""
+        new = resolve_shape_arg((shape, *args))
         if len(new) < self.ndim:
             raise MovementError(f"can't expand {self.shape} to fewer dimensions {new}")
         base = self.reshape((1,) * (len(new) - self.ndim) + self.shape) if len(new) > self.ndim else self

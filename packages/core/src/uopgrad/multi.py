@@ -21,26 +21,28 @@ collective library (NCCL on a multi-GPU box) would take over through `set_allred
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from uopgrad.dtype import DType, dtypes
-from uopgrad.errors import DeviceError, ShapeError
+from uopgrad.errors import DeviceError
 from uopgrad.facts import infer_axis
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.realized import is_realized_after, realized_view
 from uopgrad.uop import DEVICE_NUM, UOp
 
 __all__ = ["AllReduce", "Lowering", "has_multi", "in_use", "inline", "mark_used", "multi_buffer",
-           "set_allreduce", "shard_buffers"]
+           "set_allreduce", "shard_buffers", "tuple_buffers_of"]
 
 # a collective all-reduce: (per-device partials, reduce op, devices) -> per-device results
 AllReduce = Callable[[Sequence[UOp], Ops, tuple[str, ...]], list[UOp]]
 _counter = itertools.count()
 _used = [False]
 _allreduce_hook: list[AllReduce | None] = [None]
-# BUFFERs on a device tuple (a realized sharded or replicated value) -> one BUFFER per device
-_shards: dict[UOp, tuple[UOp, ...]] = {}
+# BUFFERs on a device tuple (a realized sharded or replicated value) -> one BUFFER per device; weak, so that
+# the devices' memory goes with the last value that holds the BUFFER on the tuple
+_shards: weakref.WeakKeyDictionary[UOp, tuple[UOp, ...]] = weakref.WeakKeyDictionary()
 _PER_SHARD = frozenset({Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
 _WARM = GroupOp.ALU | GroupOp.Movement | _PER_SHARD | {Ops.REDUCE, Ops.MULTI}
 Parts = tuple[tuple[UOp, ...], int | None]  # per-device graphs, and the axis they split (None: replicated)
@@ -78,6 +80,12 @@ def shard_buffers(mb: UOp) -> tuple[UOp, ...]:
     return _shards[mb]
 
 
+def tuple_buffers_of(buffers: Iterable[UOp]) -> list[UOp]:
+    """The BUFFERs on device tuples that have one of `buffers` as a per-device BUFFER."""
+    bs = set(buffers)
+    return [mb for mb, shards in list(_shards.items()) if not bs.isdisjoint(shards)] if bs else []
+
+
 def has_multi(u: UOp, memo: dict[UOp, bool] | None = None) -> bool:
     """Whether `u` computes on a sharded value (a MULTI below it that no COPY has gathered yet)."""
     memo = {} if memo is None else memo
@@ -88,13 +96,15 @@ def has_multi(u: UOp, memo: dict[UOp, bool] | None = None) -> bool:
     return memo[u]
 
 
-def _device_index(x: UOp, i: int) -> int:
-    """A shard bound (built from `_device_num`) evaluated for device `i`."""
+def _device_index(x: UOp, i: int) -> int | UOp:
+    """A bound of a per-device movement op evaluated for device `i`: a number where it is built from
+    `_device_num` (a shard's bounds); a bound that holds another variable (a setitem at a bound variable's
+    offset, `t[:, v:v+1]`) stays symbolic, the same on every device."""
     dvars = [v for v in x.toposort() if v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM]
-    val = x.substitute({v: UOp.const(v.dtype, i) for v in dvars}).simplify() if dvars else x.simplify()
-    if val.op is not Ops.CONST:
-        raise ShapeError(f"a shard bound must be a number once the device is known, not {val.short()}")
-    return int(val.arg)
+    if not dvars:
+        return x
+    val = x.substitute({v: UOp.const(v.dtype, i) for v in dvars}).simplify()
+    return int(val.arg) if val.op is Ops.CONST else val
 
 
 def _resolve(v: object, i: int) -> object:
@@ -332,8 +342,9 @@ def inline(k: UOp, i: int) -> UOp:
 
 
 def _writable(u: UOp) -> bool:
-    """A chain of movement ops and DETACHes over a BUFFER (a per-device view a STORE can write through)."""
-    while u.op in GroupOp.Movement or u.op is Ops.DETACH:
+    """A chain of movement ops, DETACHes and assigns not run yet (`t[:, 1] = a; t[:, 2] = b`) over a BUFFER
+    (a per-device view a STORE can write through)."""
+    while u.op in GroupOp.Movement or u.op in (Ops.DETACH, Ops.AFTER):
         u = u.src[0]
     return u.op is Ops.BUFFER
 

@@ -82,8 +82,18 @@ def realized(view: UOp, value: UOp) -> UOp:
 
 
 def buffers_read(u: UOp) -> list[UOp]:
-    """The BUFFERs `u` reads itself (not through realized values)."""
-    return [b for b in u.toposort(gate=_not_realized, enter_calls=False) if b.op is Ops.BUFFER]
+    """The BUFFERs `u` reads itself: its own, and the storage of the realized values it reads (not what
+    computed them)."""
+    done: list[UOp] = []
+
+    def gate(n: UOp) -> bool:
+        if is_realized_after(n):
+            done.append(n)
+            return False
+        return True
+    out = dict.fromkeys(b for b in u.toposort(gate=gate, enter_calls=False) if b.op is Ops.BUFFER)
+    out.update((b, None) for n in done for b in realized_view(n).toposort() if b.op is Ops.BUFFER)
+    return list(out)
 
 
 _EMPTY: frozenset[UOp] = frozenset()
@@ -132,8 +142,9 @@ def _reads_effects(u: UOp) -> dict[str, object]:
         calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
         for node in _lacking(u, _EFFECTS):
             cache, op = node._cache, node.op
-            if op is after and is_realized_after(node):
-                cache[_READS] = cache[_EFFECTS] = _EMPTY
+            if op is after and is_realized_after(node):  # it reads its storage, not what computed it
+                cache[_READS] = frozenset(b for b in realized_view(node).toposort() if b.op is buffer)
+                cache[_EFFECTS] = _EMPTY
                 continue
             srcs = node.src[1:] if op in calls else node.src
             caches = [x._cache for x in srcs]

@@ -116,9 +116,9 @@ class TensorMovementMixin:
                 raise ValueError(f"cat along dim {d}: shapes {x.shape} and {t.shape} differ elsewhere")
         x._check_devices(*args)
         dt = least_upper_dtype(*(t.dtype for t in ts))
-        sizes = [concrete(t.shape[d], "cat") for t in ts]
-        total = sum(sizes)
-        parts, offset = [], 0
+        sizes = [t.shape[d] for t in ts]  # symbolic too: a kv cache's `cache[:, :start_pos].cat(new)`
+        total = functools.reduce(lambda a, b: a + b, sizes)
+        parts, offset = [], cast("sint", 0)
         for t, size in zip(ts, sizes):
             pads: list[tuple[sint, sint] | None] = [None] * x.ndim
             pads[d] = (offset, total - offset - size)

@@ -11,8 +11,9 @@ from uopgrad.dtype import DType
 from uopgrad.errors import DeviceError
 from uopgrad.multi import Lowering, in_use, mark_used, multi_buffer
 from uopgrad.ops import Ops
-from uopgrad.realized import effects_under, realized, realized_effect, settle, strip_realized
+from uopgrad.realized import effects_under, overwritten, realized, settle, storage_view, strip_realized
 from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_registry import storage_chain
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -134,6 +135,12 @@ def per_device_roots(roots: Sequence[UOp]) -> list[UOp]:
     return out
 
 
+def _written(tensors: Sequence[Tensor]) -> set[UOp]:
+    """The BUFFERs (on device tuples) that the assigns among `tensors` write."""
+    stores = effects_under([t.uop for t in tensors if t.uop.op is Ops.AFTER])
+    return {b for e in stores if e.op is Ops.STORE and (b := storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+
+
 def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool]) -> list[Tensor]:
     """Realize the tensors on device tuples: each device's graph runs on that device (uopgrad.multi lowers
     them), and each is left as the realized form of a BUFFER on its device tuple. Returns the others."""
@@ -142,6 +149,11 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
     if not tensors:
         return rest
     low, cls = Lowering(), type(tensors[0])
+    written = _written(tensors)
+    # the live values built on the old contents of the buffers these assigns write (a loss read after the
+    # optimiser step) are computed first, in a run of their own (PyTorch's order, as on one device)
+    if readers := set(cls._readers_of_overwritten([t.uop for t in tensors], written)):
+        cls._realize([t for t in registry.pending() if t.uop in readers])
     done: dict[UOp, tuple[list[Tensor], int | None]] = {}
     assigns: set[UOp] = set()  # the tensors that are an assign on every device
     for t in tensors:
@@ -156,9 +168,11 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
     becomes: dict[UOp, UOp] = {}
     for u, (ps, axis) in done.items():
         if u in assigns:
-            # an assign wrote into the buffer on the device tuple (or a view of it): the tensor reads that
-            # storage again, the very BUFFER, so every other view of it sees later writes too
-            becomes[u] = realized_effect(u)
+            # an assign wrote into the buffer on the device tuple (or a view of it): the tensor is that
+            # storage view again, the very BUFFER, so every other view of it sees later writes too (as on one
+            # device: what computed the value is not kept, and a gradient stops there)
+            storage = storage_view(u)
+            becomes[u] = realized(storage, storage.detach())
             continue
         views = [strip_realized(p.uop) for p in ps]
         bufs = [v.base for v in views]
@@ -166,6 +180,7 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
         becomes[u] = realized(view if axis is None else view.multi(axis), u)
     for t in tensors:
         t.uop = becomes.get(t.uop, t.uop)
+    overwritten(written)
     # the other tensors holding an assign that ran (`v = t[:, 1:2]; v += 1` pends the write on t too) read the
     # written storage from now on: the write never runs again
     if ran := effects_under(assigns):

@@ -123,7 +123,9 @@ class _Indexer:
         if isinstance(size, int) and size == 1:
             return _ZERO
         self.counter[0] += 1
-        return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.counter[0] - 1, kind))
+        # a symbolic size simplified now: simplifying an index that holds the RANGE would otherwise rebuild
+        # it around the simplified size, a second loop where the store's index has the first
+        return UOp(Ops.RANGE, dtypes.index, (self.simplify(_idx(size)),), (self.counter[0] - 1, kind))
 
     def param(self, p: UOp) -> UOp:
         if p.arg not in self.params:
