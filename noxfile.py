@@ -175,8 +175,9 @@ def conformance_external(session: nox.Session) -> None:
 def conformance_meta(session: nox.Session) -> None:
     """Meta tests of the conformance harness: every planted bug is caught, with a repro.
 
-    Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants);
-    REFERENCE and the out-of-tree example must pass. Ends with the mutation score."""
+    Installs the broken backends of conformance/meta_tests/broken_backend (NUMPYVEC and CPU variants, one
+    planted bug each, and ONE_DEVICE, NUMPYVEC with a single device); REFERENCE and the out-of-tree example
+    must pass. Ends with the mutation score."""
     # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does; each meta test
     # runs the suite in a subprocess, so the tests themselves spread over the cores
     session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, EXAMPLE_BACKEND,

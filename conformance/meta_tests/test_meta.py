@@ -23,9 +23,10 @@ from uopgrad import Device, GroupOp
 
 C_MUTANTS = ["BROKEN_C_TAIL", "BROKEN_C_RACE", "BROKEN_C_WHERE", "BROKEN_C_INTDIV", "BROKEN_C_F2I",
              "BROKEN_C_NOZERO", "BROKEN_C_VARS", "BROKEN_C_F16", "BROKEN_C_LITERAL", "BROKEN_C_MANYBUF",
-             "BROKEN_C_INDEX16", "BROKEN_C_MATH", "BROKEN_C_REALIZE"]
+             "BROKEN_C_INDEX16", "BROKEN_C_MATH", "BROKEN_C_REALIZE", "BROKEN_C_SETITEM", "BROKEN_C_REUPLOAD",
+             "BROKEN_C_SIGMOID", "BROKEN_C_EMPTY", "BROKEN_C_LEAVES"]
 NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC",
-          *C_MUTANTS]
+          "ONE_DEVICE", *C_MUTANTS]
 missing = [n for n in NEEDED if n not in Device]
 pytestmark = pytest.mark.skipif(bool(missing), reason=f"meta tests need the backends {missing} installed "
                                 "(nox -s conformance_meta installs them)")
@@ -112,6 +113,19 @@ C_PLANTED = [
     ("BROKEN_C_INDEX16", "strided_views-int32", [f"{E}[strided_views-int32-forward]"], "differs"),
     ("BROKEN_C_MATH", "LOG2-float64", ["test_alu[LOG2-float64-forward]", "test_gradient[LOG2-float64-grad]"],
      "FORWARD: the program's float64 forward pass differs"),
+    # the classes of state and limits (broken_backend/src/uopgrad_broken/semantics.py)
+    ("BROKEN_C_SETITEM", "setitem_duplicates", ["test_setitem[setitem_duplicates-float32-random]"],
+     "after the writes differs from numpy"),
+    ("BROKEN_C_REUPLOAD", "jit_random", ["test_jit[jit_random-float32-random]"],
+     "(it returned the previous call's values again)"),
+    ("BROKEN_C_SIGMOID", "unary_edges_sigmoids", ["test_unary_edges[unary_edges_sigmoids-float32-edges]"],
+     "[sigmoid] gradient of x.sigmoid() differs from the closed form"),
+    ("BROKEN_C_EMPTY", "empty_reductions", ["test_empty_reductions[empty_reductions-int32-random]",
+                                            "test_empty_reductions[empty_reductions-float32-random]"],
+     "differs from numpy's identity"),
+    ("BROKEN_C_LEAVES", "equal_leaves", ["test_equal_leaves[equal_leaves-float32-random]",
+                                         "test_equal_leaves[equal_leaves-float64-random]"],
+     "differs from the closed form of its own term"),
 ]
 
 
@@ -205,15 +219,34 @@ def test_reference_passes_and_the_report_lists_every_row(tmp_path: Path) -> None
     assert {r for r in rows if r.startswith("FUNCTION")} >= {"FUNCTION plain", "FUNCTION precompile",
                                                              "FUNCTION grad_fxn", "FUNCTION nested"}
     assert "MULTI" in rows  # sharded programs against the unsharded ones
+    assert {"setitem duplicates", "setitem views", "setitem detach", "setitem sharded", "jit random",
+            "jit empty_like", "jit variable offset", "empty reductions", "equal leaves"} <= rows
+    assert {r for r in rows if r.startswith("unary edges")} >= {"unary edges sigmoids", "unary edges exp log"}
     assert "uopgrad conformance summary for REFERENCE" in run.out
     assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"])
 
 
 def test_out_of_tree_backend_passes(tmp_path: Path) -> None:
-    run = run_suite(tmp_path, "NUMPYVEC", "-k", "test_alu or test_movement or test_reduce or FUNCTION")
+    run = run_suite(tmp_path, "NUMPYVEC", "-k", "test_alu or test_movement or test_reduce or FUNCTION or "
+                    "test_setitem or test_jit or test_identities or test_unary_edges")
     assert run.rc == 0, run.out[-3000:]
     claimed = [c for c in run.report["cases"] if c["outcome"] == "not claimed"]
     assert claimed and all("NUMPYVEC does not declare bfloat16" in c["reason"] for c in claimed)
+    assert run.outcome("test_setitem[setitem_sharded-float32-random]") == "passed"
+
+
+def test_a_backend_with_one_device_does_not_claim_a_second_one(tmp_path: Path) -> None:
+    # the cases that shard over (or copy to) a second device are not claimed, saying why; the others run
+    run = run_suite(tmp_path, "ONE_DEVICE", "-k", "setitem or MULTI or COPY")
+    assert run.rc == 0, run.out[-3000:]
+    assert run.outcome("test_setitem[setitem_duplicates-float32-random]") == "passed"
+    for t in ("test_setitem[setitem_sharded-float32-random]", "test_multi_fixed[MULTI-float32-matmul]",
+              "test_multi_random[MULTI-float32-random]", "test_gradient[MULTI-float32-grad]",
+              "test_copy[COPY-int32-forward]"):
+        assert run.outcome(t) == "not claimed", t
+    second = "not claimed: ONE_DEVICE exposes no second device ONE_DEVICE:1 (RuntimeError: ONE_DEVICE:1: "
+    reasons = {c["reason"] for c in run.report["cases"] if c["outcome"] == "not claimed"}
+    assert all(r.startswith(second) or "does not declare bfloat16" in r for r in reasons), reasons
 
 
 def test_xfails_file_and_strict_mode(tmp_path: Path) -> None:

@@ -216,11 +216,11 @@ def _same_special(a: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 def compare(actual: np.ndarray, expected: np.ndarray, dt: DType, ulps: float = 0,
             atol: np.ndarray | float = 0.0, signed_zero: bool = True, inputs: Sequence[np.ndarray] = (),
-            limit: int = 6) -> Comparison:
+            limit: int = 6, label: str = "REFERENCE") -> Comparison:
     """Compare element by element. Integers and bools must be equal. Floats: NaN where REFERENCE has NaN,
     the same infinities, zeros of the same sign (unless `signed_zero` is False), and finite values within
     `ulps` ulp of `dt` or within `atol` (a scalar or one bound per element). `inputs` are listed beside
-    the first `limit` mismatches."""
+    the first `limit` mismatches; `label` names what the expected values are (REFERENCE, a closed form)."""
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
         return Comparison(False, math.inf, [], int(e.size), f"shape {a.shape}, expected {e.shape}")
@@ -248,7 +248,7 @@ def compare(actual: np.ndarray, expected: np.ndarray, dt: DType, ulps: float = 0
     lines = []
     for ix in idx:
         ins = ", ".join(_fmt(np.asarray(x)[ix] if np.ndim(x) else x) for x in inputs)
-        shown = f"  at {ix}: got {_fmt(a[ix])}, REFERENCE {_fmt(e[ix])}"
+        shown = f"  at {ix}: got {_fmt(a[ix])}, {label} {_fmt(e[ix])}"
         lines.append(shown + (f"  (inputs {ins})" if ins else ""))
     if n_bad > limit:
         lines.append(f"  ... and {n_bad - limit} more")

@@ -11,7 +11,7 @@ from uopgrad import Device, DType, Tensor, dtypes
 from uopgrad.backend import Backend
 from uopgrad_conformance.numerics import ALL_DTYPES, host_dtype, name
 
-__all__ = ["REFERENCE", "Target"]
+__all__ = ["REFERENCE", "Target", "no_second_device"]
 
 REFERENCE = "REFERENCE"
 
@@ -70,6 +70,24 @@ class Target:
             return None
         names = ", ".join(name(d) for d in missing)
         return f"not claimed: {self.name} does not declare {names} in its capabilities"
+
+
+_SECOND: dict[str, str | None] = {}  # device -> why its second device is unusable (None: it works)
+
+
+def no_second_device(target: Target) -> str | None:
+    """The skip reason when the backend exposes no second device (`NAME:1`) to shard over, else None: the
+    device is opened and one value copied to it and back, once per run."""
+    if target.name not in _SECOND:
+        try:
+            back = Tensor([1.0, 2.0], device=target.name).to(target.second).to(target.name).numpy()
+            _SECOND[target.name] = None if back.tolist() == [1.0, 2.0] else f"a copy gave {back.tolist()}"
+        except Exception as e:  # the backend has one device: it says so in its own words
+            _SECOND[target.name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    why = _SECOND[target.name]
+    if why is None:
+        return None
+    return f"not claimed: {target.name} exposes no second device {target.second} ({why})"
 
 
 def tensor(arr: np.ndarray, dt: DType, device: str, requires_grad: bool | None = None) -> Tensor:

@@ -3,6 +3,7 @@ every dtype, CAST and BITCAST, the movement ops, REDUCE (incl. empty axes), CONT
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from uopgrad_conformance.numerics import (
 from uopgrad_conformance.plugin import case_rng, get_target
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input
-from uopgrad_conformance.target import REFERENCE, Target
+from uopgrad_conformance.target import REFERENCE, Target, no_second_device
 
 # ---------------------------------------------------------------------- the case tables
 MOVEMENT: dict[str, tuple[str, ...]] = {
@@ -89,7 +90,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         "test_movement": lambda t: [c for row in MOVEMENT for c in _dt_cases(row, "movement", t, ALL_DTYPES)],
         "test_reduce": lambda t: [c for op in REDUCES for c in _dt_cases(f"REDUCE {op}", "reduce", t,
                                                                            ALL_DTYPES, op)],
-        "test_copy": lambda t: _dt_cases("COPY", "copy", t, ALL_DTYPES),
+        "test_copy": lambda t: [replace(c, skip=c.skip or no_second_device(t))  # copies to NAME:1 too
+                                for c in _dt_cases("COPY", "copy", t, ALL_DTYPES)],
     }
     cases = builders[metafunc.function.__name__](target)
     metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip

@@ -12,6 +12,9 @@ CPU backend (generated C) with one planted bug per case class of the suite (devi
 | BROKEN_FLOORDIV | a truncating //: FLOORDIV rendered as C division                                 |
 | BROKEN_MAXID    | a wrong MAX identity: reduce registers start at 0 instead of -inf / the minimum  |
 | BROKEN_SUB      | a swapped operand order: SUB rendered natively as b - a                          |
+
+`ONE_DEVICE` is no planted bug: NUMPYVEC with a single device (`ONE_DEVICE:1` does not open), for the
+cases that need a second device, which must be reported as not claimed.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from uopgrad_numpyvec import NumpyRenderer, NumpyVecBackend
 
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 
-__all__ = ["ForgetsToFlip", "NoPadGate", "SwappedSub", "TruncatingFloorDiv", "WrongMaxIdentity"]
+__all__ = ["ForgetsToFlip", "NoPadGate", "OneDevice", "SwappedSub", "TruncatingFloorDiv", "WrongMaxIdentity"]
 
 
 def _loaded(u: UOp) -> bool:
@@ -115,3 +118,12 @@ class SwappedSub(NumpyVecBackend):
     """BROKEN_SUB: renders SUB natively, with its operands swapped."""
 
     renderer_class = _SwappedSubRenderer
+
+
+class OneDevice(NumpyVecBackend):
+    """ONE_DEVICE: NUMPYVEC with one device, as a machine with one accelerator (`ONE_DEVICE:1` fails)."""
+
+    def __init__(self, device: str) -> None:
+        if device.partition(":")[2] not in ("", "0"):
+            raise RuntimeError(f"{device}: ONE_DEVICE has one device, ONE_DEVICE:0")
+        super().__init__(device)

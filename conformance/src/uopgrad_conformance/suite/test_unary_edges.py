@@ -1,0 +1,27 @@
+"""Every unary Tensor op at ±300, ±89, ±30, ±inf and ±0 (unary_edges.py, docs/conformance.md "What it
+checks" 7): values and gradients against float64 closed forms, one program per family of ops and dtype."""
+from __future__ import annotations
+
+import pytest
+
+from uopgrad_conformance.plugin import get_target
+from uopgrad_conformance.report import Case, Recorder
+from uopgrad_conformance.target import Target
+from uopgrad_conformance.unary_edges import DTYPES, FAMILIES, check_family
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One case per family of ops and float dtype (float32, float64)."""
+    if "case" not in metafunc.fixturenames:
+        return
+    target = get_target(metafunc.config)
+    cases = [Case(f"unary edges {fam}", dt, "edges", target.not_claimed(dt), fam, "edge")
+             for fam in FAMILIES for dt in DTYPES]
+    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
+                                               else []) for c in cases])
+
+
+def test_unary_edges(case: Case, target: Target, record: Recorder) -> None:
+    """The family's ops at extreme inputs: value and gradient as the closed forms say."""
+    assert case.dtype is not None
+    check_family(target, case.payload, case.dtype, record)
