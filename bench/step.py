@@ -70,6 +70,7 @@ def ours(jit: bool) -> Callable[[int], float]:
     ws = [Tensor(w, device=DEVICE, requires_grad=True) for w in _weights()]
     opt = SGD(ws, lr=0.01)
 
+    @Tensor.train()  # an optimiser steps only in training mode
     def step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
         loss = ((_forward(x, ws) - y) ** 2).mean()
@@ -77,6 +78,7 @@ def ours(jit: bool) -> Callable[[int], float]:
         opt.step()
         return loss
 
+    @Tensor.train()
     def plain(k: int) -> float:
         # the order of torch's loop (and of a user's): the loss is read before backward
         x, y = (Tensor(a, device=DEVICE) for a in _data(k))

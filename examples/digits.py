@@ -75,10 +75,10 @@ def train(net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: f
                 opt.lr.assign(Tensor(np.asarray(lr * 0.5 * (1 + np.cos(np.pi * len(losses) / total)),
                                                 np.float32), device=device))
                 opt.zero_grad()
-                with Tensor.train():
+                with Tensor.train():  # BatchNorm's batch statistics, and the optimiser steps only in it
                     loss = net(xb).cross_entropy(yb)
-                loss.backward()
-                Tensor.realize(loss, *opt.schedule_step(), *state)  # one run: the loss before the update
+                    loss.backward()
+                    Tensor.realize(loss, *opt.schedule_step(), *state)  # one run: the loss before the update
                 losses.append(float(loss.item()))
                 bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.4f}")
                 bar.update()

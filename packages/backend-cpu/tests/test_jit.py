@@ -28,6 +28,7 @@ def train_ours(opt_name: str, jit: bool, steps: int = 6) -> tuple[list[float], l
     w1, w2 = Tensor(W1, device=DEV, requires_grad=True), Tensor(W2, device=DEV, requires_grad=True)
     opt = SGD([w1, w2], lr=0.05, momentum=0.5) if opt_name == "sgd" else Adam([w1, w2], lr=0.05)
 
+    @Tensor.train()
     def step(x: Tensor, y: Tensor) -> Tensor:
         opt.zero_grad()
         loss = (((x @ w1).relu() @ w2 - y) ** 2).mean()
@@ -139,6 +140,7 @@ def test_issue9_rules_hold_across_replays() -> None:
     opt = SGD([w], lr=0.5)
 
     @TinyJit
+    @Tensor.train()
     def step(x: Tensor) -> Tensor:
         opt.zero_grad()
         loss = (x * w * w).sum()

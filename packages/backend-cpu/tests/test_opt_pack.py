@@ -60,6 +60,7 @@ def test_each_thread_packs_into_its_own_array():
         np.testing.assert_array_equal((Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy(), first)
 
 
+@Tensor.train()
 def test_a_training_step_through_packed_matmuls_matches_torch():
     # the user's order: forward, read the loss, backward, update, repeat; the 512-wide layer's matmuls
     # (forward, and the weight gradient x.T @ g) are packed

@@ -65,6 +65,7 @@ def test_the_backend_claims_what_it_runs(cpu):
     assert not {Ops.FLOORDIV, Ops.FLOORMOD} & caps.ops  # floor semantics come from codegen's decomposition
 
 
+@Tensor.train()
 def test_a_training_loop_keeps_gradients_and_weights_equal_to_torch():
     # the loop as users write it: print the loss, backward, step; the gradients the step reads are kept
     # (each is realized straight into its own buffer, in the run that overwrites the weights it read)

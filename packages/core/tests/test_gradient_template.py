@@ -20,6 +20,7 @@ def _hits() -> int:
     return template_cache_info()["hits"]
 
 
+@Tensor.train()
 def test_a_training_loop_matches_torch_at_every_step_and_reuses_the_template():
     rng = np.random.default_rng(0)
     w1, w2 = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)

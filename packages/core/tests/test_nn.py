@@ -128,6 +128,7 @@ OPTS = [
 
 
 @pytest.mark.parametrize("name,ours_kw,theirs_kw", OPTS, ids=[f"{o[0]}{o[1]}" for o in OPTS])
+@Tensor.train()
 def test_optimiser_matches_torch(name: str, ours_kw: dict[str, Any], theirs_kw: dict[str, Any]) -> None:
     """Six steps on a small two-layer model: after each, every parameter (and the loss) equals torch's."""
     rng = np.random.default_rng(1)
@@ -160,7 +161,7 @@ def test_optimiser_matches_torch(name: str, ours_kw: dict[str, Any], theirs_kw: 
 
 def test_optimiser_errors() -> None:
     p = Tensor(np.ones(3, np.float32), requires_grad=True)
-    with pytest.raises(RuntimeError, match="no gradient"):
+    with Tensor.train(), pytest.raises(RuntimeError, match="no gradient"):
         SGD([p]).step()
     with pytest.raises(ValueError, match="no parameters"):
         SGD([Tensor([1.0], requires_grad=False)])
@@ -168,6 +169,35 @@ def test_optimiser_errors() -> None:
         SGD([p], nesterov=True)
 
 
+def test_optimiser_steps_only_in_training_mode() -> None:
+    """As in tinygrad: step() in eval mode is a RuntimeError that says how to turn training on, and changes
+    nothing; inside `with Tensor.train():` (or with Tensor.training = True) the same step runs."""
+    w = Tensor([1.0, -2.0], requires_grad=True)
+    opt = Adam([w], lr=0.1)
+    (w * w).sum().backward()
+    assert Tensor.training is False
+    with pytest.raises(RuntimeError, match=r"Tensor\.training = True|Tensor\.train\(\)"):
+        opt.step()
+    with pytest.raises(RuntimeError, match="training"):
+        opt.schedule_step()
+    np.testing.assert_array_equal(w.numpy(), [1.0, -2.0])
+    with Tensor.train():
+        opt.step()
+    tw = torch.tensor([1.0, -2.0], requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1)
+    (tw * tw).sum().backward()
+    topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-6)
+    Tensor.training = True
+    try:
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()  # the flag set by hand works too
+    finally:
+        Tensor.training = False
+
+
+@Tensor.train()
 def test_step_keeps_identity_and_zero_grad() -> None:
     layer = Linear(3, 2)
     w = layer.weight

@@ -37,6 +37,7 @@ def _loss(x: Any, w: Any, m: Any) -> Any:
     return ((x @ w).relu().log_softmax(1) * m + m).sum()
 
 
+@Tensor.train()  # uopgrad's optimisers step only in training mode (torch's ignore it)
 def _train(make_opt: Any, steps: int, tensor: Any) -> list:
     rng = np.random.default_rng(5)
     x0, w0 = (rng.standard_normal(s).astype(np.float32) for s in ((1, 4), (4, 4)))
@@ -104,6 +105,7 @@ def _lars_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, momentum: flo
     return p
 
 
+@Tensor.train()
 def _fixed_grad_steps(opt_fn: Any, p0: np.ndarray, grads: list[np.ndarray]) -> np.ndarray:
     """Each step's gradient is given: the loss is sum(p * g) for the step's g."""
     p = Tensor(p0.astype(np.float32), requires_grad=True)
@@ -166,6 +168,7 @@ def test_fused_and_grouped_steps_match_torch(name: str, kw: dict[str, Any]) -> N
         np.testing.assert_allclose(b, c, rtol=1e-5, atol=1e-6)
 
 
+@Tensor.train()
 def test_optimizer_group_indexing_and_buffers() -> None:
     w, frozen = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=False)
     a, b = SGD([w, frozen], lr=0.5), Adam([Tensor([0.5], requires_grad=True)])
@@ -178,6 +181,7 @@ def test_optimizer_group_indexing_and_buffers() -> None:
     assert w.grad is None and b.params[0].grad is None
 
 
+@Tensor.train()
 def test_zero_dim_parameter_and_lr_schedule() -> None:
     """A 0-d parameter steps (the learning rate is (1,), as the reference's); assigning the lr changes the
     next step only."""
@@ -194,6 +198,7 @@ def test_zero_dim_parameter_and_lr_schedule() -> None:
     assert p.item() == pytest.approx(0.0 - 0.25 * 3)
 
 
+@Tensor.train()
 def test_lamb_state_moved_with_to_() -> None:
     other = next((d for d in ("CPU", "REFERENCE:1") if d != Device.DEFAULT and _has(d)), None)
     if other is None:

@@ -81,6 +81,20 @@ def test_a_broadcast_reduce_ends_a_kernel():
     same_as_direct(x.sum(1, keepdim=True) + x, (x @ w).relu(), x.max(0) + x.prod(0))
 
 
+def test_an_embedding_lookup_is_one_kernel():
+    # the one-hot mask `arange == idx` is a compare per element of one small int buffer: it stays fused into
+    # the lookup's reduce (as in the reference) instead of getting a buffer and a launch of its own
+    from uopgrad.nn import Embedding
+    emb = Embedding(20, 30)
+    emb.weight = Tensor(np.random.default_rng(0).standard_normal((20, 30)).astype(np.float32))
+    idx = np.array([[1, 5, 9, 11], [12, 19, 8, 1]])
+    out = emb(Tensor(idx))
+    assert n_kernels(out) == 1
+    np.testing.assert_array_equal(run(out)[0], emb.weight.numpy()[idx])
+    x, w = rnd(4, 6), rnd(6, 5, seed=1)
+    assert n_kernels((x * 2) @ w) == 2  # float work broadcast into a matmul is still computed once
+
+
 def n_reduces(*ts: Tensor) -> int:
     return sum(u.op is Ops.REDUCE for k in sched(*ts).kernels for u in k.src[0].toposort())
 

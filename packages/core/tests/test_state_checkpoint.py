@@ -37,6 +37,7 @@ class Net:
         return self.l2(self.l1(x).relu())
 
 
+@Tensor.train()
 def _train(net: Net, opt: SGD, steps: int) -> None:
     rng = np.random.default_rng(steps)
     x = Tensor(rng.standard_normal((16, 3)).astype(np.float32))

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["Invalid",
-    "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
+    "DTYPES_DICT", "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
     "sum_acc_dtype", "truncate",
 ]
 
@@ -82,6 +82,16 @@ class DType(metaclass=_Interned):
     def base(self) -> DType:
         """The dtype without pointer-ness (identity for plain dtypes)."""
         return self
+
+    @property
+    def min(self) -> ConstType:
+        """The smallest value of this dtype (-inf for floats, False for bool): `dtypes.min(self)`."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> ConstType:
+        """The largest value of this dtype (inf for floats, True for bool): `dtypes.max(self)`."""
+        return dtypes.max(self)
 
     def scalar(self) -> DType:
         """The element type of a vector (itself for a scalar)."""
@@ -212,13 +222,16 @@ class dtypes:
 
     @staticmethod
     def from_py(x: object) -> DType:
-        """The natural dtype of a Python value (bool, int -> default_int, float -> default_float)."""
+        """The natural dtype of a Python value (bool, int -> default_int, float -> default_float); numpy
+        arrays and scalars in a list count by their kind (an int64 array as int, a float64 one as float)."""
         if isinstance(x, bool):
             return dtypes.bool
         if isinstance(x, int):
             return dtypes.default_int
         if isinstance(x, float):
             return dtypes.default_float
+        if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "biuf":  # numpy values in a list
+            return {"b": dtypes.bool, "f": dtypes.default_float}.get(x.dtype.kind, dtypes.default_int)
         if isinstance(x, (list, tuple)) and len(x) > 0:
             return max(dtypes.from_py(e) for e in x)
         if isinstance(x, (list, tuple)):
@@ -320,6 +333,9 @@ class dtypes:
                 return dt
         raise TypeError(f"numpy dtype {npdtype} is not supported")
 
+
+# every public name of a dtype the reference's DTYPES_DICT has (aliases included): no void, no index
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in dtypes.fields().items() if k not in ("void", "index")}
 
 # the predicates' sets: one hash and an identity hit instead of an equality test per member
 _FLOATS: frozenset[DType] = frozenset(dtypes.floats)

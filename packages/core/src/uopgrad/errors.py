@@ -15,7 +15,8 @@ __all__ = ["ArgumentError", "BackendError", "CompileError", "ConfigError", "DTyp
            "DTypeRangeError", "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
            "GradientError", "JitError", "LoweringError", "MovementError", "NotSupportedError",
            "OperandShapeError", "RenderError", "RewriteError", "SafetensorsError", "ScheduleError",
-           "ShapeError", "SymbolicDivisionError", "UnknownDTypeError", "UopgradError", "VerifyError"]
+           "ShapeError", "SymbolicDivisionError", "TrainingError", "UnknownDTypeError", "UopgradError",
+           "VerifyError"]
 
 
 class UopgradError(Exception):
@@ -96,6 +97,10 @@ class VerifyError(UopgradError, RuntimeError):
 
 class GradientError(UopgradError, RuntimeError):
     """A gradient can't be built: an op on the path has no rule, or a loss or target is not float."""
+
+
+class TrainingError(UopgradError, RuntimeError):
+    """An optimiser stepped while `Tensor.training` is False (the reference raises RuntimeError)."""
 
 
 class FunctionError(UopgradError, RuntimeError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeAlias
@@ -215,16 +216,20 @@ class GlobalCounters:
     """What the kernels run since the last `reset()` cost: their number, the FLOPs and bytes estimated from
     their lowered programs (uopgrad.codegen.estimate) and the seconds they ran. Copies between devices add
     their bytes. REFERENCE, which evaluates graphs without kernels, counts the kernels a schedule of the same
-    graph would launch, and the time of its evaluation."""
+    graph would launch, and the time of its evaluation. `mem_used` (and `mem_used_per_device`, by device
+    name) is the device memory the buffers of compiled backends hold now: added when a buffer gets its
+    memory, taken off when it is freed; `reset()` leaves it (tinygrad's counter of the same name)."""
 
     global_ops: ClassVar[int] = 0
     global_mem: ClassVar[int] = 0
     kernel_count: ClassVar[int] = 0
     time_sum_s: ClassVar[float] = 0.0
+    mem_used: ClassVar[int] = 0
+    mem_used_per_device: ClassVar[defaultdict[str, int]] = defaultdict(int)
 
     @staticmethod
     def reset() -> None:
-        """Set every counter back to zero."""
+        """Set every counter of the kernels run back to zero (not `mem_used`, which is a state)."""
         GlobalCounters.global_ops = GlobalCounters.global_mem = GlobalCounters.kernel_count = 0
         GlobalCounters.time_sum_s = 0.0
 

@@ -222,6 +222,26 @@ def _big_nested(red: UOp) -> bool:
         cast(int, prod(red.shape)) >= NESTED_OUTPUTS
 
 
+def _index_math(nodes: list[UOp], r: dict[UOp, None]) -> dict[UOp, frozenset[UOp] | None]:
+    """For each node (sources first), the loads of its fused expression if that is integer or bool math
+    (ALU ops, casts, views and constants; a realized or boundary node, a BUFFER or PARAM is one load), else
+    None."""
+    out: dict[UOp, frozenset[UOp] | None] = {}
+    for u in nodes:
+        if u in r or u.op in _BOUNDARY or u.op in (Ops.BUFFER, Ops.PARAM):
+            out[u] = frozenset((u,))
+        elif u.op in (Ops.CONST, Ops.VCONST):
+            out[u] = frozenset()
+        elif u.op in GroupOp.Movement:
+            out[u] = out.get(u.src[0])
+        elif (u.op in GroupOp.ALU or u.op is Ops.CAST) and not dtypes.is_float(u.dtype) and \
+                all(out.get(s) is not None for s in u.src):
+            out[u] = frozenset().union(*(cast(frozenset[UOp], out[s]) for s in u.src))
+        else:
+            out[u] = None
+    return out
+
+
 def _in_place_ok(target: UOp, value: UOp) -> bool:
     """A kernel may read the buffer it writes (PARAM 0) only elementwise through the target's own view: not
     through another view, and not inside a REDUCE (which reads other elements)."""
@@ -332,8 +352,12 @@ class _Scheduler:
     def _broadcast_reduces(self, r: dict[UOp, None]) -> None:
         """A REDUCE whose value reaches an EXPAND (before a kernel boundary) is realized, not recomputed; so
         is computed work (an ALU op right under movement ops) that is broadcast into a REDUCE, which would
-        otherwise run again for every element reduced (the elementwise operand of a matmul)."""
+        otherwise run again for every element reduced (the elementwise operand of a matmul). Integer and
+        bool index math that reads at most one buffer stays fused, as in the reference (which keeps such a
+        value unless it reads more than three buffers): the one-hot mask `arange == idx` of an embedding or
+        a gather is a compare per element, cheaper to compute again than to store and load."""
         consumers = self._consumers()
+        index_math = _index_math(self.nodes, r)
         expanded: dict[UOp, bool] = {}
         reduced: dict[UOp, bool] = {}         # the value flows into a REDUCE of this kernel
         into_reduce: dict[UOp, bool] = {}     # ... through an EXPAND
@@ -345,7 +369,8 @@ class _Scheduler:
                 any(into_reduce[c] for c in fused)
             if u.op is Ops.REDUCE and (expanded[u] or (reduced[u] and _big_nested(u))):
                 r[u] = None
-            elif u.op in GroupOp.ALU and into_reduce[u] and any(c.op in GroupOp.Movement for c in fused):
+            elif u.op in GroupOp.ALU and into_reduce[u] and any(c.op in GroupOp.Movement for c in fused) and \
+                    not ((reads := index_math.get(u)) is not None and len(reads) <= 1):
                 r[u] = None
 
     def allocate(self, u: UOp) -> UOp:
@@ -491,8 +516,8 @@ class _Scheduler:
             v = st.src[1]
             while v not in points and v.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is free
                 v = v.src[0]
-            if v not in points or v in into or v.op in (Ops.COPY, Ops.CONTIGUOUS) or _precompiled_output(v) \
-                    or _uninitialised(v):
+            if v not in points or v in into or v.op is Ops.COPY or _precompiled_output(v) \
+                    or _uninitialised(v.src[0] if v.op is Ops.CONTIGUOUS else v):
                 continue
             t = st.src[0]
             if (found := _buffer_of(t)) is None or found[1] or not _concrete_shape(v):

@@ -121,7 +121,7 @@ def _fold_lanes(a: UOp) -> UOp | None:
     if n == 1 or any(s.src for s in a.src):
         return None
     lanes = [s.arg if s.op is Ops.VCONST else (s.arg,) * n for s in a.src]
-    out: list[ConstType] = []
+    out: list[object] = []  # a lane is a constant or Invalid
     try:
         for vals in zip(*lanes):
             out.append(Invalid if any(v is Invalid for v in vals) else

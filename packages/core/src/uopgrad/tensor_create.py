@@ -1,6 +1,8 @@
 """Creating tensors (a mixin of Tensor, layer 15 with tensor.py): empty, invalids, full, zeros, ones and
 their `*_like` forms, arange, eye, and the seeded host-side random creators (rand, randn, uniform, normal,
-randint, scaled_uniform, glorot_uniform).
+randint, scaled_uniform, glorot_uniform). Their values come from the reference's counter-based Threefry
+stream (`RandomStream`), drawn on the host: after the same `manual_seed`, `rand` gives the reference's
+values bit for bit, and the creators built on it (randn, uniform, randint, randperm) its formulas.
 
 A creator makes a BUFFER (copied in from the host for random values) or a lazy constant graph: arange
 doubles a padded constant, eye reshapes a padded column of ones onto the diagonal.
@@ -8,6 +10,7 @@ doubles a padded constant, eye reshapes a padded column of ones onto the diagona
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
@@ -16,6 +19,7 @@ import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.backend import CompiledBackend, Device, HostAllocator
+from uopgrad.backends.numerics import reference_alu
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import DeviceError, DTypeRangeError
 from uopgrad.mixin import resolve_shape_arg
@@ -32,14 +36,101 @@ if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
     from uopgrad.uop import sint
 
-__all__ = ["CreateMixin"]
+__all__ = ["CreateMixin", "RandomStream", "Threefry"]
+
+_M32 = 0xFFFFFFFF
+_MANTISSA = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
+
+
+def _threefry_words(x: np.ndarray, key: int) -> np.ndarray:
+    """THREEFRY (REFERENCE's definition of the op) of each uint64 of `x` under `key`: the low 32-bit words of
+    the results, then the high ones."""
+    y = reference_alu[Ops.THREEFRY](x, np.full(x.shape, key, np.uint64))
+    return np.concatenate([(y & np.uint64(_M32)).astype(np.uint32), (y >> np.uint64(32)).astype(np.uint32)])
+
+
+class RandomStream:
+    """One device's random numbers, as the reference makes them: its key is the seed and a hash of the
+    device's place among the devices drawn on since the seed was set, and a draw of `num` words takes the
+    next `num` counts (a draw on another device leaves this one where it is). Each draw keys Threefry anew
+    from its first count, then hashes 0 .. num/2 - 1. Methods are named as numpy's Generator's."""
+
+    def __init__(self, seed: int, index: int) -> None:
+        place = int.from_bytes(hashlib.sha256(index.to_bytes(4, "big")).digest(), "big")
+        self.key = ((seed & _M32) << 32) | (place & _M32)
+        self.counter = 0
+
+    def bits(self, num: int) -> np.ndarray:
+        """The next `num` random uint32 words."""
+        start, self.counter = self.counter, (self.counter + num) % 2**64
+        out = [np.zeros(0, np.uint32)]
+        for i in range(0, num, _M32):  # chunks of at most 2**32 - 1 words, each under a key of its own
+            n = min(num - i, _M32)
+            half = (n + 1) // 2
+            k = _threefry_words(np.array([(start + i) % 2**64], np.uint64), self.key)
+            lo = np.arange(half, dtype=np.uint64)
+            counts = ((lo + np.uint64(half)) << np.uint64(32)) | lo
+            out.append(_threefry_words(counts, (int(k[1]) << 32) | int(k[0]))[:n])
+        return np.concatenate(out)
+
+    def random(self, shape: tuple[int, ...], dtype: DType | None = None) -> np.ndarray:
+        """Uniform in [0, 1): the top mantissa bits of a random word of `dtype` per value (`dtype` a float,
+        else default_float), as float64 (each value exactly one of `dtype`). Nothing drawn when empty."""
+        dt = dtype if dtype in _MANTISSA else dtypes.default_float
+        n, size = prod(shape), dt.itemsize
+        if n == 0:
+            return np.zeros(shape)
+        words = self.bits((n * size + 3) // 4).view(f"<u{size}")[:n]
+        mantissa: np.ndarray = (words >> np.array(8 * size - _MANTISSA[dt], words.dtype)).astype(np.float64)
+        return (mantissa * 2.0 ** -_MANTISSA[dt]).reshape(shape)
+
+    def _scaled(self, low: float, high: float, shape: tuple[int, ...]) -> np.ndarray:
+        """(high - low) * random, rounded once to default_float as the reference computes it."""
+        npdt = dtypes.to_numpy(dtypes.default_float)
+        return np.asarray(npdt.type(high - low) * self.random(shape).astype(npdt), np.float64)
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Box-Muller of two float32 uniforms per value: cos(2 pi u0) * sqrt(-2 log(1 - u1))."""
+        u = self.random((2, *shape), dtypes.float32).astype(np.float32)
+        return np.asarray(np.cos(u[0] * np.float32(2 * math.pi)) * np.sqrt(np.log(1 - u[1]) * np.float32(-2)))
+
+    def uniform(self, low: float, high: float, shape: tuple[int, ...]) -> np.ndarray:
+        """Uniform in [low, high)."""
+        return np.asarray(self._scaled(low, high, shape) + low)
+
+    def normal(self, mean: float, std: float, shape: tuple[int, ...]) -> np.ndarray:
+        """Normal with this mean and standard deviation."""
+        return np.asarray(std * self.standard_normal(shape).astype(np.float64) + mean)
+
+    def integers(self, low: int, high: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Integers in [low, high): the truncated uniform (never `high`, where rounding would reach it)."""
+        steps = np.minimum(np.trunc(self._scaled(low, high, shape)), high - low - 1)
+        return np.asarray(steps.astype(np.int64) + low)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A random permutation of 0 .. n-1: the order that sorts n uniforms."""
+        return np.argsort(self.random((n,)), kind="stable")
+
+
+class Threefry:
+    """The random state `Tensor.manual_seed` sets: a seed and the RandomStream of each device drawn on."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.streams: dict[str, RandomStream] = {}
+
+    def on(self, device: str) -> RandomStream:
+        """The stream of `device` (the next index for a device not drawn on yet)."""
+        if (stream := self.streams.get(device)) is None:
+            stream = self.streams[device] = RandomStream(self.seed, len(self.streams))
+        return stream
 
 
 class CreateMixin:
     """Creation classmethods and the `*_like` constructors."""
 
     __slots__ = ()
-    _rng: ClassVar[np.random.Generator] = np.random.default_rng(0)  # rand & co.; Tensor.manual_seed sets it
+    _rng: ClassVar[Threefry] = Threefry(0)  # rand & co.; Tensor.manual_seed sets it
 
     @classmethod
     def empty(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
@@ -174,30 +265,34 @@ class CreateMixin:
 
     @classmethod
     def manual_seed(cls, seed: int = 0) -> None:
-        """Seed the host-side generator behind rand/randn/uniform/normal/randint."""
-        cls._rng = np.random.default_rng(seed)
+        """Seed the host-side random state behind rand/randn/uniform/normal/randint/randperm (every device's
+        stream starts again)."""
+        cls._rng = Threefry(seed)
 
     @classmethod
-    def _random(cls, draw: Callable[[np.random.Generator], np.ndarray], device: str | tuple[str, ...] | None,
+    def _random(cls, draw: Callable[[RandomStream], np.ndarray], device: str | tuple[str, ...] | None,
                 dtype: DTypeLike | None, requires_grad: bool | None, default: DType | None = None) -> Tensor:
-        """A tensor of `draw(generator)`'s values. While a TinyJit captures, the draw is noted so that each
-        replay draws anew from the generator of its moment: the generator is an input of the step, so jitted
-        and plain calls give the same values after the same manual_seed (tinygrad's rule)."""
+        """A tensor of `draw(stream)`'s values, from the device's stream. While a TinyJit captures, the draw
+        is noted so that each replay draws anew from the stream of its moment: the random state is an input
+        of the step, so jitted and plain calls give the same values after the same manual_seed (tinygrad's
+        rule)."""
         tc = _cls(cls)
         if isinstance(device, tuple):  # the reference's rule: draw on one device, then shard or copy
             raise ValueError(f"random values are drawn on a single device, not {device}; shard them after")
         dt = to_dtype(dtype) if dtype is not None else default or dtypes.default_float
-        ret = tc(draw(tc._rng), device=device, dtype=dt, requires_grad=requires_grad)
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        ret = tc(draw(tc._rng.on(dev)), device=dev, dtype=dt, requires_grad=requires_grad)
         if recording() is not None and (buf := ret.uop.base).op is Ops.BUFFER:
-            note_host_fill(buf, lambda: tc._host_values(draw(tc._rng), dt), fresh=True)
+            note_host_fill(buf, lambda: tc._host_values(draw(tc._rng.on(dev)), dt), fresh=True)
         return ret
 
     @classmethod
     def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
-        """Uniform random values in [0, 1)."""
+        """Uniform random values in [0, 1) (the reference's, bit for bit, after the same manual_seed)."""
         shp = resolve_shape_arg(shape)
-        return cls._random(lambda g: g.random(shp), device, dtype, requires_grad)
+        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        return cls._random(lambda g: g.random(shp, dt), device, dt, requires_grad)
 
     @classmethod
     def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,

@@ -175,6 +175,10 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
 
     def __bool__(self) -> bool:
+        """A bool UOp's truth where its variables' ranges decide it (`start_pos > 0` for a variable from 1,
+        `n + 1 != n + 1`), as in the reference; anything else raises."""
+        if self.dtype == dtypes.bool and (s := self.simplify()).vmin == s.vmax and isinstance(s.vmin, bool):
+            return s.vmin
         raise TypeError(f"the truth value of a {self.op} UOp is symbolic; use .eq/.ne or vmin/vmax")
 
     # ------------------------------------------------------------------ identity and printing
@@ -460,15 +464,27 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             u = u.src[0]
         return u
 
+    @property
+    def buffer(self) -> UOp:
+        """The BUFFER (or BUFFER_VIEW) node whose storage holds this value, through movement ops, AFTERs (an
+        assign's target, a realized value's view), DETACH and MULTI: in uopgrad a buffer is that node, as
+        backends key their storage by it (tinygrad's `uop.buffer`). A ValueError for a value not stored."""
+        u = self
+        while u.op not in (Ops.BUFFER, Ops.BUFFER_VIEW):
+            if not (u.op in GroupOp.Movement or u.op in (Ops.AFTER, Ops.DETACH, Ops.MULTI)):
+                raise ValueError(f"{self.short()} is not stored in a buffer ({u.op} computes it); realize it")
+            u = u.src[0]
+        return u
+
     # ------------------------------------------------------------------ constructors
     @staticmethod
-    def const(dtype: DType, b: ConstType, device: str | tuple[str, ...] | None = None,
+    def const(dtype: DType, b: ConstType | tuple[ConstType, ...], device: str | tuple[str, ...] | None = None,
               shape: tuple[sint, ...] | None = None, unique: bool = False) -> UOp:
         """A (canonicalised) constant, on `device`, broadcast to `shape` by reshape + expand."""
         key = None
         if not unique and (kind := type(b)) in _CONST_KINDS and (shape is None or type(shape) is tuple):
             # the sign tells 0.0 from -0.0, which compare equal
-            key = (dtype, kind, b, math.copysign(1.0, b) if kind is float else 0, device, shape)
+            key = (dtype, kind, b, math.copysign(1.0, cast(float, b)) if kind is float else 0, device, shape)
             if (hit := _consts.get(key)) is not None:
                 return hit
         ret = UOp._const(dtype, b, device, shape, unique)
@@ -479,7 +495,7 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return ret
 
     @staticmethod
-    def _const(dtype: DType, b: ConstType, device: str | tuple[str, ...] | None,
+    def _const(dtype: DType, b: ConstType | tuple[ConstType, ...], device: str | tuple[str, ...] | None,
                shape: tuple[sint, ...] | None, unique: bool) -> UOp:
         src: tuple[UOp, ...] = ()
         if device is not None:

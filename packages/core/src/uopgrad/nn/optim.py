@@ -8,9 +8,10 @@
   reference has it (`Adam(weight_decay=...)` here additionally gives PyTorch's L2 form).
 - `OptimizerGroup` steps several optimisers (say one per parameter group) as one.
 
-`step()` assigns every update in place (the parameters keep their identity, so models and state dicts keep
-seeing them) and realizes the parameters with the optimiser's own state in one run. To read the loss of the
-same step, realize it in that run: `Tensor.realize(loss, *opt.schedule_step())`.
+`step()` (only while `Tensor.training` is True, as in the reference: else a `TrainingError`, which is a
+RuntimeError) assigns every update in place (the parameters keep their identity, so models and state dicts
+keep seeing them) and realizes the parameters with the optimiser's own state in one run. To read the loss of
+the same step, realize it in that run: `Tensor.realize(loss, *opt.schedule_step())`.
 
 Everything that changes from step to step (the learning rate `opt.lr`, LAMB's bias corrections `c1`, `c2`,
 which the reference calls `b1_t`, `b2_t`) lives in a device buffer, never a constant of the graph: every
@@ -26,7 +27,7 @@ import itertools
 from collections.abc import Sequence
 
 from uopgrad.dtype import DType, dtypes, least_upper_dtype
-from uopgrad.errors import GradientError
+from uopgrad.errors import GradientError, TrainingError
 from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
 from uopgrad.tensor_nn import no_grad
@@ -87,7 +88,11 @@ class Optimizer:
         return [p.grad.detach() for p in self.params if p.grad is not None]
 
     def schedule_step(self) -> list[Tensor]:
-        """Assign the updates (lazily); returns the tensors to realize: state, parameters and buffers."""
+        """Assign the updates (lazily); returns the tensors to realize: state, parameters and buffers.
+        Only while `Tensor.training` is True, as in the reference: a step taken in eval mode is an error."""
+        if not Tensor.training:
+            raise TrainingError("Tensor.training is False: an optimiser steps only in training mode; set "
+                                "Tensor.training = True, or step inside `with Tensor.train():`")
         with no_grad():
             grads = self._grads()
             if self.fused:  # one flat vector of every parameter, and one of every gradient
