@@ -99,3 +99,9 @@ def test_randperm_and_randint_follow_the_stream() -> None:
     assert r.min() >= 0 and r.max() < 2**30
     n = Tensor.randn(20000).numpy()
     assert abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+
+
+@pytest.mark.parametrize("make", ["rand", "randn", "uniform", "normal", "randint", "empty", "zeros"])
+def test_random_and_filled_tensors_refuse_a_negative_size(make: str) -> None:
+    with pytest.raises(ValueError, match="non-negative"):
+        getattr(Tensor, make)(-3, 2)

@@ -290,7 +290,7 @@ class CreateMixin:
     def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [0, 1) (the reference's, bit for bit, after the same manual_seed)."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "rand")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return cls._random(lambda g: g.random(shp, dt), device, dt, requires_grad)
 
@@ -298,7 +298,7 @@ class CreateMixin:
     def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Standard normal random values."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "randn")
         return cls._random(lambda g: g.standard_normal(shp), device, dtype, requires_grad)
 
     @classmethod
@@ -306,7 +306,7 @@ class CreateMixin:
                 device: str | None = None,
                 dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [low, high)."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "uniform")
         return cls._random(lambda g: g.uniform(low, high, shp), device, dtype, requires_grad)
 
     @classmethod
@@ -314,14 +314,14 @@ class CreateMixin:
                device: str | None = None,
                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
         """Normal random values with the given mean and standard deviation."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "normal")
         return cls._random(lambda g: g.normal(mean, std, shp), device, dtype, requires_grad)
 
     @classmethod
     def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
                 dtype: DTypeLike | None = None) -> Tensor:
         """Random integers in [low, high)."""
-        shp = resolve_shape_arg(shape)
+        shp = nonnegative(resolve_shape_arg(shape), "randint")
         return cls._random(lambda g: g.integers(low, high, shp), device, dtype, None, dtypes.int32)
 
     @classmethod
