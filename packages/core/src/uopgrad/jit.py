@@ -141,7 +141,9 @@ def _fixed_arguments(fxn: str, pairs: list[tuple[Name, Any]]) -> tuple[Fixed, di
             if var_vals.setdefault(var.arg[0], val) != val:
                 raise JitError(f"TinyJit {fxn!r} is called with variable {var.arg[0]!r} bound to both "
                                f"{var_vals[var.arg[0]]} and {val}")
-            keys[name] = (_VAR, _Same(var))
+            # by name, range and dtype: a variable made anew each call (`Variable("i", 0, 9).bind(n)` in the
+            # step's caller, tinygrad's habit) is the same variable, even once the last one was collected
+            keys[name] = (_VAR, var.arg, var.dtype)
         else:
             keys[name] = _key(x, 0)
     return keys, var_vals
