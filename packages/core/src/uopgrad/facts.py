@@ -247,14 +247,7 @@ def _ssub(a: sint, b: sint) -> sint:
         return a - b
     if not isinstance(a, int) and a.op is Ops.ADD and a.src[0] is b and a.src[1].op is Ops.CONST:
         return cast("sint", a.src[1].arg)  # (b + c) - b, e.g. a shard's bounds (i*sz, i*sz + sz)
-    diff = a - b
-    if isinstance(diff, int):
-        return diff
-    try:
-        s = diff.simplify()
-    except ConfigError:  # no simplifier registered yet (uopgrad.symbolic not imported)
-        return diff
-    return cast("sint", s.arg) if s.op is Ops.CONST else s
+    return _simplified(a - b)
 
 
 MOVEMENT_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
