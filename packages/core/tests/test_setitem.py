@@ -291,6 +291,23 @@ def test_setitem_of_a_sharded_value_into_a_sharded_tensor() -> None:
     assert t.numpy()[1].tolist() == [5.0] * 4 and t.numpy().sum() == 20
 
 
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("how", ["lazy view", "realized view", "detach"])
+def test_views_of_a_sharded_tensor_see_a_later_setitem_like_torch(axis: int | None, how: str) -> None:
+    t = Tensor(np.arange(8, dtype=np.float32).reshape(4, 2)).shard(DEVICES, axis=axis).realize()
+    ref = torch.arange(8.0).reshape(4, 2)
+    v, rv = (t.detach(), ref.detach()) if how == "detach" else (t[1:3], ref[1:3])
+    if how == "realized view":
+        v.realize()
+    assert v.tolist() == rv.tolist()  # read before the write, as a user prints it
+    t[1] = 100
+    ref[1] = 100
+    np.testing.assert_array_equal(v.numpy(), rv.numpy())
+    v[0] = -1  # and a write through the view reaches the sharded base
+    rv[0] = -1
+    np.testing.assert_array_equal(t.numpy(), ref.numpy())
+
+
 # ---------------------------------------------------------------------- views of the written buffer
 
 

@@ -56,6 +56,7 @@ from uopgrad.tensor_reduce import ReduceMixin
 from uopgrad.tensor_registry import is_realized as _is_realized
 from uopgrad.tensor_registry import plain_buffer as _plain_buffer
 from uopgrad.tensor_registry import storage_chain as _storage_chain
+from uopgrad.tensor_registry import view_of_buffer as _view_of_buffer
 from uopgrad.tensor_shape import ShapeMixin
 from uopgrad.uop import UOp, shape_vec, sint
 
@@ -87,25 +88,6 @@ def _buffer_view(u: UOp) -> bool:
     while u.op in (Ops.RESHAPE, Ops.SHRINK, Ops.PERMUTE, Ops.FLIP, Ops.DETACH):
         u = u.src[0]
     return u.op is Ops.BUFFER
-
-
-_VIEW_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP)
-
-
-def _view_of_buffer(u: UOp) -> UOp | None:
-    """`u` without its DETACHes when it is a chain of movement ops and DETACHes over a BUFFER (a stripped
-    graph: no AFTER), else None. Realized, such a tensor stays that view: a copy would stop it aliasing
-    its base (`v = t[1:3]; v.realize(); t[1] = 9` changes v, as in tinygrad and PyTorch)."""
-    chain: list[UOp] = []
-    while u.op in _VIEW_OPS or u.op is Ops.DETACH:
-        if u.op is not Ops.DETACH:
-            chain.append(u)
-        u = u.src[0]
-    if u.op is not Ops.BUFFER:
-        return None
-    for m in reversed(chain):
-        u = m if m.src[0] is u else m.replace(src=(u, *m.src[1:]))
-    return u
 
 
 def _unrealized(u: UOp) -> bool:
@@ -519,7 +501,8 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the "
                            "value would be baked into every replay; compute with Tensors, or read it outside "
                            "the step")
-        if isinstance(dev := self.device, tuple):  # gathered onto the first device
+        if isinstance(dev := self.device, tuple):  # realized where it lives (a pending write runs), then gathered
+            self.realize()
             return Tensor(self.uop.copy_to_device(dev[0]), requires_grad=False).numpy()
         self.realize()
         buf = _plain_buffer(realized_view(self.uop))

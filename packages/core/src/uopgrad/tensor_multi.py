@@ -13,7 +13,7 @@ from uopgrad.multi import Lowering, in_use, mark_used, multi_buffer
 from uopgrad.ops import Ops
 from uopgrad.realized import effects_under, overwritten, realized, settle, storage_view, strip_realized
 from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_registry import storage_chain
+from uopgrad.tensor_registry import storage_chain, view_of_buffer
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -156,16 +156,21 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
         cls._realize([t for t in registry.pending() if t.uop in readers])
     done: dict[UOp, tuple[list[Tensor], int | None]] = {}
     assigns: set[UOp] = set()  # the tensors that are an assign on every device
+    kept: dict[UOp, UOp] = {}  # a view of a realized tensor stays that view (it sees later writes)
     for t in tensors:
-        if t.uop not in done:
-            parts, axis = low.parts(strip_realized(t.uop))
-            if t.uop.op is Ops.AFTER and t.uop.src[1].op is Ops.STORE:
-                assigns.add(t.uop)
-            # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
-            done[t.uop] = ([cls(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
-                            for p in parts], axis)
+        if t.uop in done or t.uop in kept:
+            continue
+        if (view := view_of_buffer(stripped := strip_realized(t.uop))) is not None:
+            kept[t.uop] = view
+            continue
+        parts, axis = low.parts(stripped)
+        if t.uop.op is Ops.AFTER and t.uop.src[1].op is Ops.STORE:
+            assigns.add(t.uop)
+        # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
+        done[t.uop] = ([cls(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
+                        for p in parts], axis)
     cls._realize([p for ps, _ in done.values() for p in ps])
-    becomes: dict[UOp, UOp] = {}
+    becomes = {u: realized(view, u) for u, view in kept.items()}
     for u, (ps, axis) in done.items():
         if u in assigns:
             # an assign wrote into the buffer on the device tuple (or a view of it): the tensor is that

@@ -29,7 +29,8 @@ from uopgrad.uop import UOp
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
-__all__ = ["all_tensors", "is_realized", "moved", "pending", "register", "storage_chain", "views_of"]
+__all__ = ["all_tensors", "is_realized", "moved", "pending", "register", "storage_chain", "view_of_buffer",
+           "views_of"]
 
 # plain weak references (no callbacks): CPython hands out one shared callback-free ref per object, so both
 # indexes hold the same one, and dead entries are dropped in amortised sweeps
@@ -68,6 +69,26 @@ def storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
         u = realized_view(u) if is_realized_after(u) else u.src[0]
         chain.append(u)
     return chain, u
+
+
+_VIEW_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP)
+
+
+def view_of_buffer(u: UOp) -> UOp | None:
+    """`u` without its DETACHes when it is a chain of movement ops and DETACHes over a BUFFER (a stripped
+    graph: no AFTER), else None. Realized, such a tensor stays that view: a copy would stop it aliasing
+    its base (`v = t[1:3]; v.realize(); t[1] = 9` changes v, as in tinygrad and PyTorch). On a device
+    tuple the chain may pass the MULTI over the tuple's BUFFER."""
+    chain: list[UOp] = []
+    while u.op in _VIEW_OPS or u.op in (Ops.DETACH, Ops.MULTI):
+        if u.op is not Ops.DETACH:
+            chain.append(u)
+        u = u.src[0]
+    if u.op is not Ops.BUFFER:
+        return None
+    for m in reversed(chain):
+        u = m if m.src[0] is u else m.replace(src=(u, *m.src[1:]))
+    return u
 
 
 def register(t: Tensor) -> None:
