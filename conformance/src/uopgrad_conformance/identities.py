@@ -146,6 +146,18 @@ def empty_reductions(draw: st.DrawFn, dt: DType) -> EmptyReduction:
     return EmptyReduction(dt, tuple(shape), tuple(reds))
 
 
+def _differences(record: Recorder, oracle: str,
+                 results: list[tuple[str, np.ndarray, np.ndarray, float]]) -> list[str]:
+    """A message per (what, got, want, atol) that differs from the oracle (each error is recorded)."""
+    problems = []
+    for what, g, w, atol in results:
+        cmp = compare(g, w, dtypes.float64, 0, atol, False, label=oracle)
+        record.error(cmp.worst_rel)
+        if not cmp.ok:
+            problems.append(cmp.message(what))
+    return problems
+
+
 def check_empty(target: Target, prog: EmptyReduction, record: Recorder) -> None:
     """The reductions on the backend against numpy's identities (max/min over an empty axis must raise)."""
     ns = namespace(target.name, prog.dtype)
@@ -162,12 +174,9 @@ def check_empty(target: Target, prog: EmptyReduction, record: Recorder) -> None:
     except Exception as e:
         raise Failure(f"the empty reductions raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
                       + _repro_empty(target, prog, want)) from e
-    problems = list(raised)
-    for k, (g, w) in enumerate(zip(got, want)):
-        cmp = compare(g, w.astype(np.float64), dtypes.float64, 0, 0.0, False, label="numpy")
-        record.error(cmp.worst_rel)
-        if not cmp.ok:
-            problems.append(cmp.message(f"result {k} differs from numpy's identity"))
+    problems = raised + _differences(record, "numpy", [
+        (f"result {k} differs from numpy's identity", g, w.astype(np.float64), 0.0)
+        for k, (g, w) in enumerate(zip(got, want))])
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro_empty(target, prog, want))
 
@@ -276,16 +285,10 @@ def check_leaves(target: Target, prog: LeavesProgram, record: Recorder) -> None:
         raise Failure(f"the equal-leaves program raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
                       + _repro_leaves(target, prog, want)) from e
     names = prog.names()
-    problems = []
-    for n, g, w in zip(names, got, want):
-        if g is None:
-            problems.append(f"{n} is None: the leaf got no gradient of its own")
-            continue
-        cmp = compare(g, w, dtypes.float64, 0, 1e-6 * float(np.max(np.abs(w), initial=1.0)), False,
-                      label="closed form")
-        record.error(cmp.worst_rel)
-        if not cmp.ok:
-            problems.append(cmp.message(f"{n} differs from the closed form of its own term"))
+    problems = [f"{n} is None: the leaf got no gradient of its own" for n, g in zip(names, got) if g is None]
+    problems += _differences(record, "closed form", [
+        (f"{n} differs from its closed form", g, w, 1e-6 * float(np.max(np.abs(w), initial=1.0)))
+        for n, g, w in zip(names, got, want) if g is not None])
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro_leaves(target, prog, want))
 

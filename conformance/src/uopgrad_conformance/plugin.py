@@ -144,6 +144,13 @@ def get_target(config: pytest.Config) -> Target:
     return config.stash[_TARGET]
 
 
+def parametrize_cases(metafunc: pytest.Metafunc, cases: list[Case]) -> None:
+    """The test's `case` argument over `cases`, each under its id; one the target doesn't claim is skipped,
+    saying why."""
+    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
+                                               else []) for c in cases])
+
+
 def case_rng(case: Case, salt: str = "") -> np.random.Generator:
     """A generator seeded by the case's id: every run of a case sees the same values."""
     return np.random.default_rng(zlib.crc32((case.id + salt).encode()))

@@ -8,7 +8,7 @@ import pytest
 
 from uopgrad_conformance.edges import EDGE_ROWS, EdgeCase
 from uopgrad_conformance.forward import ForwardCheck, check_equal, run_forward
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
@@ -20,8 +20,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     target = get_target(metafunc.config)
     cases = [Case(row, dt, "forward", target.not_claimed(dt), spec, "edge") for row, spec in EDGE_ROWS.items()
              for dt in spec.dtypes]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def test_edge(case: Case, target: Target, record: Recorder) -> None:

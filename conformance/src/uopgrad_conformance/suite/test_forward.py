@@ -29,7 +29,7 @@ from uopgrad_conformance.numerics import (
     representable,
     special_values,
 )
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input
 from uopgrad_conformance.target import REFERENCE, Target, no_second_device
@@ -94,8 +94,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                 for c in _dt_cases("COPY", "copy", t, ALL_DTYPES)],
     }
     cases = builders[metafunc.function.__name__](target)
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 # ---------------------------------------------------------------------- ALU ops

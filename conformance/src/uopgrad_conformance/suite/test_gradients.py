@@ -8,7 +8,7 @@ import pytest
 from uopgrad_conformance.gradcases import FUNCTION_CASES, GRAD_CASES
 from uopgrad_conformance.gradcheck import GradProgram, check_gradients, second_order
 from uopgrad_conformance.numerics import FLOATS
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target, no_second_device
 
@@ -32,8 +32,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     table, group = {"test_gradient": (GRAD_CASES, "gradient"),
                     "test_function": (FUNCTION_CASES, "function")}[metafunc.function.__name__]
     cases = _cases(table, group, target)
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def _run(case: Case, target: Target, record: Recorder) -> None:

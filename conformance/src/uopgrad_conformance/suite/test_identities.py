@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from uopgrad import dtypes
 from uopgrad_conformance.identities import check_empty, check_leaves, empty_reductions, equal_leaves
-from uopgrad_conformance.plugin import get_target
+from uopgrad_conformance.plugin import get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
@@ -29,8 +29,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     else:
         cases = [Case("equal leaves", dt, "random", target.not_claimed(dt), None, "grad")
                  for dt in LEAF_DTYPES]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 @settings(max_examples=max(2, settings().max_examples // 5))

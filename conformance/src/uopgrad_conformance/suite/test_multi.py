@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from uopgrad import Tensor, dtypes
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, decisions_differ
 from uopgrad_conformance.numerics import fd_step, host_dtype
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input, execute, namespace
 from uopgrad_conformance.strategies import programs
@@ -49,8 +49,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = [Case(ROW, F32, name, skip, FIXED[name], "multi") for name in FIXED]
     else:
         cases = [Case(ROW, F32, "random", skip, None, "multi")]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def _axes(shapes: Sequence[tuple[int, ...]], how: str) -> list[int | None]:

@@ -14,7 +14,7 @@ import pytest
 
 from uopgrad import dtypes
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, check_gradients
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
@@ -87,8 +87,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     target = get_target(metafunc.config)
     cases = [Case(row, dtypes.float32, "grad", target.not_claimed(dtypes.float32), prog, "nn ops")
              for row, prog in NN_CASES.items()]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def test_nn_op(case: Case, target: Target, record: Recorder) -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from uopgrad import DType, dtypes
 from uopgrad_conformance.numerics import FLOATS
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.programcheck import check_program
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.strategies import DEFAULT_KINDS, fixed_programs, programs
@@ -39,8 +39,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = [Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
                  for row in ("programs one element", "programs one element realized")
                  for dt in (*FLOATS, dtypes.int32)]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def _cast_targets(target: Target, dt: DType) -> list[DType]:

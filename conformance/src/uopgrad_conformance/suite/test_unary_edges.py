@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from uopgrad_conformance.plugin import get_target
+from uopgrad_conformance.plugin import get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 from uopgrad_conformance.unary_edges import DTYPES, FAMILIES, check_family
@@ -17,8 +17,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     target = get_target(metafunc.config)
     cases = [Case(f"unary edges {fam}", dt, "edges", target.not_claimed(dt), fam, "edge")
              for fam in FAMILIES for dt in DTYPES]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def test_unary_edges(case: Case, target: Target, record: Recorder) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from uopgrad import DType, Tensor, dtypes
-from uopgrad_conformance.plugin import case_rng, get_target
+from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import REFERENCE, Target
 
@@ -34,8 +34,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     target = get_target(metafunc.config)
     cases = [Case(f"user order: {kind}", dt, "grad", target.not_claimed(dt), kind, "program")
              for kind in (*READS, "training loop") for dt in (dtypes.float32, dtypes.float64)]
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    parametrize_cases(metafunc, cases)
 
 
 def _tolerance(dt: DType) -> float:
