@@ -1,13 +1,19 @@
 """Benchmark (not a test): graph_rewrite and toposort throughput of uopgrad beside tinygrad 0.14.
 
 Both libraries build the identical workloads from the same recipe and rewrite them with the same small rule
-table (x+0 -> x, x*1 -> x, folding of constant ADD/MUL). Timings are the best of N, in CPU time of this
-process (time.process_time: on a shared, loaded machine wall time mostly measures the other jobs), with the
-garbage collector off during each timed call (as `timeit` does). Both libraries run in the same process on
-graphs built side by side, their calls alternating round by round, so the ratio compares like with like
-(neither gets the memory the other's first call faulted in). Nothing is asserted about speed.
+table (x+0 -> x, x*1 -> x, folding of constant ADD/MUL). A third workload is uopgrad's alone: random index
+expressions under its own `sym` table, whose nested commutative patterns ((x+c1)+c2, x*c1+x*c2, ...) fit a
+node in up to 16 ways each; it guards the compiled matcher (rewrite.py's HOT PATH sections), top-down and
+with each node offered once to the table ("match each node"; sym is no bottom-up table).
+
+Timings are the best of N, in CPU time of this process (time.process_time: on a shared, loaded machine wall
+time mostly measures the other jobs), with the garbage collector off during each timed call (as `timeit`
+does). Both libraries run in the same process on graphs built side by side, their calls alternating round
+by round, so the ratio compares like with like (neither gets the memory the other's first call faulted in).
+Nothing is asserted about speed.
 
     PYTHONPATH=packages/core/src python bench/rewrite.py [--repeat 5] [--terms 16000] [--chain 100000]
+        [--sym 2000]
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import argparse
 import gc
 import importlib.metadata
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -24,6 +31,7 @@ from typing import Any
 
 import uopgrad
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from uopgrad.symbolic import sym
 
 N_VARS = 8
 # ops that carry the workload's structure; leaves (variables) are spelled differently in the two libraries
@@ -39,6 +47,7 @@ class Lib:
     variable: Callable[[str], Any]
     graph_rewrite: Callable[..., Any]
     pm: Any
+    bottom_up: bool = True  # time a bottom-up rewrite (else: the table offered each node once)
 
 
 # ---------------------------------------------------------------------------------------------- rule tables
@@ -103,6 +112,26 @@ def chain(lib: Lib, length: int) -> Any:
     return x
 
 
+def symbolic(lib: Lib, count: int) -> Any:
+    """A SINK of `count` random index expressions (seeded) over a few bounded variables: sums, products and
+    floor divisions and moduli by constants, and some WHEREs, 2 to 6 levels deep."""
+    rng = random.Random(0)
+    vs = [lib.variable(f"v{i}") for i in range(N_VARS)]
+
+    def expr(depth: int) -> Any:
+        if depth == 0:
+            return rng.choice(vs) if rng.random() < 0.7 else lib.const(rng.randint(-3, 9))
+        a, b, r = expr(depth - 1), expr(depth - 1), rng.random()
+        if r < 0.35:
+            return a + b
+        if r < 0.6:
+            return a * lib.const(rng.randint(-2, 6))
+        if r < 0.75:
+            return a // lib.const(rng.randint(1, 8))
+        return a % lib.const(rng.randint(1, 8)) if r < 0.9 else (a < b).where(a, b)
+    return UOp.sink(*(expr(rng.randint(2, 6)) for _ in range(count)))
+
+
 def signature(u: Any) -> list[tuple[str, Any]]:
     """The compared ops of the toposort, with constant values: equal for equal graphs in both libraries."""
     return [(n.op.name, n.arg if n.op.name == "CONST" else None) for n in u.toposort()
@@ -126,10 +155,12 @@ def timed_once(fn: Callable[[], Any]) -> float:
 def tasks(lib: Lib, root: Any) -> dict[str, Callable[[], Any]]:
     """The timed calls on one library's graph."""
     pm, rw = lib.pm, lib.graph_rewrite
+    nodes = list(root.toposort())
     return {
         "toposort": lambda: root.toposort(),
         "rewrite top-down": lambda: rw(root, pm),
-        "rewrite bottom-up": lambda: rw(root, pm, bottom_up=True),
+        **({"rewrite bottom-up": lambda: rw(root, pm, bottom_up=True)} if lib.bottom_up else
+           {"match each node": lambda: [pm.rewrite(n) for n in nodes]}),
     }
 
 
@@ -148,7 +179,8 @@ def measure(libs: list[Lib], build: Callable[[Lib], Any],
             for times, fns in zip(best, calls):
                 times[task] = min(times[task], timed_once(fns[task]))
     sigs = [[signature(root), signature(lib.graph_rewrite(root, lib.pm)),
-             signature(lib.graph_rewrite(root, lib.pm, bottom_up=True))] for lib, root in zip(libs, roots)]
+             signature(lib.graph_rewrite(root, lib.pm, bottom_up=True)) if lib.bottom_up else []]
+            for lib, root in zip(libs, roots)]
     return best, len(roots[0].toposort()), all(s == sigs[0] for s in sigs)
 
 
@@ -157,16 +189,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="best of this many runs (default 5)")
     ap.add_argument("--terms", type=int, default=16_000, help="terms of the index sum (default 16000)")
     ap.add_argument("--chain", type=int, default=100_000, help="length of the chain (default 100000)")
+    ap.add_argument("--sym", type=int, default=2000, help="expressions of the sym workload (default 2000)")
     # a child process times one workload
-    ap.add_argument("--workload", choices=["index", "chain"], help=argparse.SUPPRESS)
+    ap.add_argument("--workload", choices=["index", "chain", "sym"], help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     tiny = load_tinygrad()
     if args.workload is not None:
-        build: Callable[[Lib], Any] = ((lambda lib: index_sum(lib, args.terms)) if args.workload == "index"
-                                       else (lambda lib: chain(lib, args.chain)))
-        wname = f"index sum ({args.terms} terms)" if args.workload == "index" else f"chain ({args.chain} ops)"
+        builds: dict[str, tuple[str, Callable[[Lib], Any]]] = {
+            "index": (f"index sum ({args.terms} terms)", lambda lib: index_sum(lib, args.terms)),
+            "chain": (f"chain ({args.chain} ops)", lambda lib: chain(lib, args.chain)),
+            "sym": (f"symbolic, sym ({args.sym} exprs)", lambda lib: symbolic(lib, args.sym))}
+        wname, build = builds[args.workload]
         libs = [ours] if isinstance(tiny, str) else [ours, tiny]
+        if args.workload == "sym":  # the project's own table: nothing to compare with
+            libs = [Lib(ours.name, ours.const, ours.variable, graph_rewrite, sym, bottom_up=False)]
         times, ours_n, same = measure(libs, build, args.repeat)
         for task, t in times[0].items():
             other = "-" if len(times) == 1 else f"{times[1][task]:14.1f}"
@@ -188,9 +225,10 @@ def main() -> None:
     print("-" * len(header), flush=True)
     # a fresh process per workload: the garbage one workload leaves would set the memory layout of the next
     # one's graphs, and a walk over 100k nodes is bound by where they lie
-    for workload in ("index", "chain"):
+    for workload in ("index", "chain", "sym"):
         subprocess.run([sys.executable, __file__, "--workload", workload, "--repeat", str(args.repeat),
-                        "--terms", str(args.terms), "--chain", str(args.chain)], check=True)
+                        "--terms", str(args.terms), "--chain", str(args.chain), "--sym", str(args.sym)],
+                       check=True)
     print("\nratio = ours / tinygrad (below 1: uopgrad is faster). nodes = uopgrad's toposort of the input.")
 
 

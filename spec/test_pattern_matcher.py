@@ -1,13 +1,17 @@
 """Spec of UPat matching and PatternMatcher rule selection (docs/semantics.md §1.7, §4.5).
 
 `hit(pat, u)` asks a one-rule PatternMatcher, so early reject and rule order are part of every check;
-`UPat.match` is used where the list of binding dicts itself is the subject.
+`UPat.match` is used where the list of binding dicts itself is the subject. `UPat.match` is the model of
+matching (an interpreter); the last section holds the compiled matcher that rule tables run to it, over
+random patterns and graphs.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 
@@ -162,7 +166,7 @@ def test_nested_permutations_with_a_shared_name():
 
 
 def test_plain_variables_fit_last_with_the_same_result():
-    # compiled matchers try a plain variable's source after the others: the answer and bindings stay
+    # a plain variable and a node that names the same variable inside: one binding, whichever comes first
     pat = UPat(Ops.ADD, src=(UPat.var("x"), UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))))
     assert hit(pat, a + a * 2)
     assert not hit(pat, a + b * 2)
@@ -293,3 +297,85 @@ def test_early_reject_is_a_set_test_so_permutations_still_match():
     one = k(1, dtypes.index)
     assert hit(pat, one + a) and hit(pat, a + one)
     assert not hit(pat, a + b)
+
+
+def test_a_repeated_source_pattern_that_binds_is_refused_by_the_compiled_matcher():
+    # the number of ways would depend on the number of sources: `match` models it, tables refuse it
+    pat = UPat(Ops.SINK, src=UPat(Ops.CONST, name="c"))
+    assert pat.match(k(1).sink(k(1)), {}) == [{"c": k(1)}]
+    with pytest.raises(ValueError, match="repeated source"):
+        PatternMatcher([(pat, lambda c: c)])
+
+
+def test_names_that_are_no_identifiers_are_passed_as_keywords():
+    pat = UPat(Ops.ADD, src=(UPat.var("if"), UPat.var("a b")))
+    assert PatternMatcher([(pat, lambda **kw: kw)]).rewrite(a + b) == {"if": a, "a b": b}
+
+
+# ---------------------------------------------------------------------------------------------- the oracle
+# random graphs over a few ops, and random patterns (some cut from those graphs, so that they fit)
+
+_NAMES = ("x", "y", "z", "if")
+_DTYPES = (dtypes.int, dtypes.float, dtypes.bool, dtypes.int.vec(2))
+_leaf = st.one_of(st.sampled_from([a, b]), st.builds(k, st.integers(0, 2), st.sampled_from(_DTYPES)))
+
+
+def _node(op: Ops, dtype: Any, src: tuple[UOp, ...]) -> UOp:
+    return UOp(op, dtype, src)
+
+
+graphs = st.recursive(_leaf, lambda kids: st.builds(
+    _node, st.sampled_from([Ops.ADD, Ops.MUL, Ops.WHERE, Ops.CAST, Ops.SINK]), st.sampled_from(_DTYPES),
+    st.lists(kids, max_size=3).map(tuple)), max_leaves=8)
+
+
+@st.composite
+def patterns(draw: st.DrawFn, u: UOp | None = None, depth: int = 0) -> UPat:
+    """A pattern; where `u` is given, mostly one that fits `u` (cut from it, with shuffled or loosened
+    parts), sometimes a random one."""
+    name = draw(st.none() | st.sampled_from(_NAMES))
+    kinds = ["var", "node", "node", "list", "any", "rep"] if depth < 3 else ["var", "node"]
+    kind = draw(st.sampled_from(kinds))
+    fit = u is not None and draw(st.integers(0, 5)) > 0
+    op = (u.op if fit else draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.CONST, Ops.SINK, Ops.DEFINE_VAR])))
+    ops = draw(st.sampled_from([None, op, (op, Ops.CAST)]))
+    dtype = draw(st.none() | st.just(u.dtype.scalar() if fit else dtypes.int) | st.sampled_from(_DTYPES))
+    arg = u.arg if fit and u.op is Ops.CONST and draw(st.booleans()) else None
+    srcs = u.src if fit else tuple(None for _ in range(draw(st.integers(0, 2))))
+    kids = tuple(draw(patterns(s, depth + 1)) for s in srcs)
+    if kind == "var":
+        return UPat.var(name)
+    if kind == "list":
+        return UPat(ops, dtype, list(kids), arg, name)
+    if kind == "any":
+        return UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1))).named(name) if name else \
+            UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1)))
+    if kind == "rep":  # one way and no names: what the compiled matcher takes
+        rep = UPat(draw(st.sampled_from([None, Ops.CONST, (Ops.CONST, Ops.ADD)])))
+        return UPat(ops, dtype, rep, arg, name)
+    any_len = draw(st.booleans()) and len(kids) > 0
+    return UPat(ops, dtype, kids[:-1] if any_len else kids, arg, name, allow_any_len=any_len)
+
+
+def _quirk(pat: UPat, u: UOp) -> bool:
+    """The early reject of a repeated source pattern of one op on a node without sources (spec §2)."""
+    rep = pat.src
+    return isinstance(rep, UPat) and rep.op is not None and len(rep.op) == 1 and not u.src and \
+        pat.any_of is None
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[UPat, UOp]:
+    u = draw(graphs)
+    return draw(patterns(draw(st.sampled_from(list(u.toposort()))) if draw(st.booleans()) else u)), u
+
+
+@given(cases())
+def test_the_compiled_matcher_finds_what_match_finds_in_the_same_order(case: tuple[UPat, UOp]) -> None:
+    pat, u = case
+    seen: list[dict[str, UOp]] = []
+    pm = PatternMatcher([(pat, lambda **kw: seen.append(kw))])  # None: on to the next way
+    for n in u.toposort():
+        seen.clear()
+        pm.rewrite(n)
+        assert seen == ([] if _quirk(pat, n) else pat.match(n, {})), (pat, n)

@@ -23,11 +23,11 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import DeviceError
-from uopgrad.facts import infer_axis
+from uopgrad.facts import AXIS
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.realized import is_realized_after, realized_view
 from uopgrad.uop import DEVICE_NUM, UOp
@@ -117,7 +117,14 @@ def _resolve(v: object, i: int) -> object:
 
 class Lowering:
     """One realize's lowering: `single(u)` is a graph on one device, `parts(u)` the per-device graphs of a
-    value on a device tuple. Both are memoised, so a shared subgraph is lowered once."""
+    value on a device tuple. Both are memoised, so a shared subgraph is lowered once.
+
+    The rules are two tables per op: `LOCAL_RULES` (device i's graph of a value that is the same on every
+    device) and `SHARDED_RULES` (the shards of a sharded value). What is imperative is the walking around
+    them: the memos, `single`'s pass over a one-device graph, `to_one`'s choice between gathering and
+    summing, `_warm`'s sources-first order, and the collective helpers the rules share (`gather`,
+    `allreduce`, `reshard`). They are not PatternMatcher rows: a rule returns per-device graphs and recurses
+    through the memo, not a rewritten node."""
 
     def __init__(self) -> None:
         self._multi: dict[UOp, bool] = {}
@@ -181,33 +188,49 @@ class Lowering:
         key = (u, i)
         if key in self._local:
             return self._local[key]
-        devices = u.device
-        if is_realized_after(u):
+        if is_realized_after(u):  # a value computed already: read from its storage
             ret = self.local(realized_view(u), i)
-        elif not isinstance(devices, tuple):
+        elif not isinstance(u.device, tuple):  # a value on one device (a shard's source before the COPY)
             ret = self.single(u)
-        elif u.op is Ops.DEVICE:
-            ret = UOp(Ops.DEVICE, arg=devices[i])
-        elif u.op is Ops.BUFFER:
-            ret = shard_buffers(u)[i]
-        elif u.op is Ops.COPY:
-            src = u.src[0]
-            if not isinstance(src.device, tuple):
-                ret = self.single(src).copy_to_device(devices[i])
-            elif has_multi(src, self._multi):
-                ret = self.gather(self.parts(src), devices[i])
-            else:
-                ret = self.local(src, i)
-        elif u.op in GroupOp.Movement:
-            ret = self.local(u.src[0], i)._mop(u.op, _resolve(u.marg, i))
-        elif u.op is Ops.MULTI and u.src:
-            raise DeviceError(f"a sharded value is used where a per-device value is expected: {u.short()}")
-        elif u.op is Ops.DEFINE_VAR and u.arg[0] == DEVICE_NUM:
-            ret = UOp.const(u.dtype, i)
         else:
-            ret = u.replace(src=tuple(self.local(s, i) for s in u.src))
+            ret = self.LOCAL_RULES.get(u.op, Lowering._per_device)(self, u, i)
         self._local[key] = ret
         return ret
+
+    def _per_device(self, u: UOp, i: int) -> UOp:
+        """Any other op: itself over device `i`'s sources."""
+        return u.replace(src=tuple(self.local(s, i) for s in u.src))
+
+    def _local_device(self, u: UOp, i: int) -> UOp:
+        return UOp(Ops.DEVICE, arg=cast("tuple[str, ...]", u.device)[i])
+
+    def _local_buffer(self, u: UOp, i: int) -> UOp:
+        return shard_buffers(u)[i]
+
+    def _local_copy(self, u: UOp, i: int) -> UOp:
+        """A copy onto the tuple: of a one-device value, of a sharded one (gathered), of a replicated one."""
+        src, device = u.src[0], cast("tuple[str, ...]", u.device)[i]
+        if not isinstance(src.device, tuple):
+            return self.single(src).copy_to_device(device)
+        if has_multi(src, self._multi):
+            return self.gather(self.parts(src), device)
+        return self.local(src, i)
+
+    def _local_movement(self, u: UOp, i: int) -> UOp:
+        return self.local(u.src[0], i)._mop(u.op, _resolve(u.marg, i))
+
+    def _local_multi(self, u: UOp, i: int) -> UOp:
+        if u.src:
+            raise DeviceError(f"a sharded value is used where a per-device value is expected: {u.short()}")
+        return self._per_device(u, i)
+
+    def _local_define_var(self, u: UOp, i: int) -> UOp:
+        return UOp.const(u.dtype, i) if u.arg[0] == DEVICE_NUM else self._per_device(u, i)
+
+    # op -> device i's graph of a value of that op (any other op: `_per_device`)
+    LOCAL_RULES: ClassVar[dict[Ops, Callable[[Lowering, UOp, int], UOp]]] = {
+        Ops.DEVICE: _local_device, Ops.BUFFER: _local_buffer, Ops.COPY: _local_copy, Ops.MULTI: _local_multi,
+        Ops.DEFINE_VAR: _local_define_var, **dict.fromkeys(GroupOp.Movement, _local_movement)}
 
     def gather(self, p: Parts, device: str) -> UOp:
         """The whole value of `p` on `device`: the shards copied there and concatenated in device order."""
@@ -260,40 +283,53 @@ class Lowering:
         return tuple(out)
 
     def _sharded(self, u: UOp, devices: tuple[str, ...]) -> Parts:
-        op, n = u.op, len(devices)
-        if op is Ops.MULTI:
-            return tuple(self.local(u.src[0], i) for i in range(n)), cast("int", u.arg)
-        if op in GroupOp.ALU:
-            axis = u.axis
-            srcs = [self.reshard(self._operand(s, devices), axis, devices) for s in u.src]
-            return tuple(u.replace(src=tuple(s[i] for s in srcs)) for i in range(n)), axis
-        if op in _PER_SHARD:
-            parts, axis = self.parts(u.src[0])
-            return tuple(u.replace(src=(x,)) for x in parts), axis
-        if op is Ops.REDUCE:
-            parts, axis = self.parts(u.src[0])
-            local = [UOp(Ops.REDUCE, u.dtype, (x,), u.arg) for x in parts]
-            if axis is not None and axis in u.arg[1]:
-                return self.allreduce(local, u.arg[0], devices), None
-            return tuple(local), axis
-        if op is Ops.ALLREDUCE:
-            parts, axis = self.parts(u.src[0])
-            return self.allreduce(parts, u.arg, devices), axis
-        if op in GroupOp.Movement:
-            return self._movement(u, devices)
-        if op is Ops.AFTER and len(u.src) == 2 and u.src[1].op is Ops.STORE:  # an assign, per device
-            (dest, axis), store = self.parts(u.src[0]), u.src[1]
-            target = self.reshard(self.parts(store.src[0]), axis, devices)
-            if not all(_writable(t) for t in target):  # a view that cuts across shards: write whole shards
-                return self.parts(_through_whole(u))
-            value = self.reshard(self._operand(store.src[1], devices), axis, devices)
-            return tuple(d.after(t.store(v)) for d, t, v in zip(dest, target, value)), axis
-        if op is Ops.GETTUPLE and u.src[0].op is Ops.TUPLE:
+        if (rule := self.SHARDED_RULES.get(u.op)) is None:
+            raise self._not_shardable(u)
+        return rule(self, u, devices)
+
+    def _multi_shards(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        return tuple(self.local(u.src[0], i) for i in range(len(devices))), cast("int", u.arg)
+
+    def _elementwise(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        """Shard by shard, every operand resharded to the result's axis first."""
+        axis = u.axis
+        srcs = [self.reshard(self._operand(s, devices), axis, devices) for s in u.src]
+        return tuple(u.replace(src=tuple(s[i] for s in srcs)) for i in range(len(devices))), axis
+
+    def _per_shard(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        parts, axis = self.parts(u.src[0])
+        return tuple(u.replace(src=(x,)) for x in parts), axis
+
+    def _reduce(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        """Each shard reduced; over the sharded axis, the partials then all-reduced."""
+        parts, axis = self.parts(u.src[0])
+        local = [UOp(Ops.REDUCE, u.dtype, (x,), u.arg) for x in parts]
+        if axis is not None and axis in u.arg[1]:
+            return self.allreduce(local, u.arg[0], devices), None
+        return tuple(local), axis
+
+    def _allreduce_op(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        parts, axis = self.parts(u.src[0])
+        return self.allreduce(parts, u.arg, devices), axis
+
+    def _assign(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        """AFTER(dest, STORE(view, value)): each device stores its shard of the value into its shard."""
+        if len(u.src) != 2 or u.src[1].op is not Ops.STORE:
+            raise self._not_shardable(u)
+        (dest, axis), store = self.parts(u.src[0]), u.src[1]
+        target = self.reshard(self.parts(store.src[0]), axis, devices)
+        if not all(_writable(t) for t in target):  # a view that cuts across shards: write whole shards
+            return self.parts(_through_whole(u))
+        value = self.reshard(self._operand(store.src[1], devices), axis, devices)
+        return tuple(d.after(t.store(v)) for d, t, v in zip(dest, target, value)), axis
+
+    def _gettuple(self, u: UOp, devices: tuple[str, ...]) -> Parts:
+        """An output of a TUPLE, or of a FUNCTION (inlined: each device computes its shards of the call)."""
+        if u.src[0].op is Ops.TUPLE:
             return self.parts(u.src[0].src[u.arg])
-        if op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
+        if u.src[0].op is Ops.FUNCTION:
             return self.parts(inline(u.src[0], u.arg))
-        raise DeviceError(f"{op} is not supported on sharded values ({u.short()}); gather it first with "
-                          f".to(device)")
+        raise self._not_shardable(u)
 
     def _operand(self, s: UOp, devices: tuple[str, ...]) -> Parts:
         if s.device is None:  # a constant without a device: the same node everywhere
@@ -307,7 +343,7 @@ class Lowering:
         parts, axis = self.parts(u.src[0])
         n = len(devices)
         if axis is not None and op is Ops.RESHAPE:
-            new_axis = u._ok("axis", infer_axis)  # raises for a reshape that moves elements between shards
+            new_axis = AXIS(u)  # raises for a reshape that moves elements between shards
             assert new_axis is not None
             shape = tuple(s // n if a == new_axis else s for a, s in enumerate(arg))
             return tuple(x.reshape(shape) for x in parts), new_axis
@@ -325,6 +361,17 @@ class Lowering:
         if axis is not None and op is Ops.SHRINK:
             arg = tuple((0, parts[0].shape[a]) if a == axis else s for a, s in enumerate(arg))
         return tuple(x._mop(op, arg) for x in parts), axis
+
+    @staticmethod
+    def _not_shardable(u: UOp) -> DeviceError:
+        return DeviceError(f"{u.op} is not supported on sharded values ({u.short()}); gather it first with "
+                           f".to(device)")
+
+    # op -> the shards of a sharded value of that op (any other op is an error)
+    SHARDED_RULES: ClassVar[dict[Ops, Callable[[Lowering, UOp, tuple[str, ...]], Parts]]] = {
+        Ops.MULTI: _multi_shards, Ops.REDUCE: _reduce, Ops.ALLREDUCE: _allreduce_op, Ops.AFTER: _assign,
+        Ops.GETTUPLE: _gettuple, **dict.fromkeys(GroupOp.ALU, _elementwise),
+        **dict.fromkeys(_PER_SHARD, _per_shard), **dict.fromkeys(GroupOp.Movement, _movement)}
 
 
 def inline(k: UOp, i: int) -> UOp:

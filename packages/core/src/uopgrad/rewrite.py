@@ -1,7 +1,15 @@
 """The rewrite engine (layer 5): `UPat` patterns, `PatternMatcher` rule tables and `graph_rewrite`.
 
 The engine is written against the five UOp fields and `replace` only, so it sits below `uop.py`; this lets
-`UOp.substitute` use it without an upward import. Both engines are iterative: no recursion over the graph.
+`UOp.substitute` use it without an upward import. It reads in three parts (spec/rewrite.md is their spec):
+
+- `UPat.match` is the model of matching: a plain interpreter, used by no rule table. The spec tests hold
+  the production matcher to it (spec/test_pattern_matcher.py, by hypothesis over random patterns).
+- The production matcher compiles each pattern once into Python source (`_compiled`): per way the pattern
+  can fit a node one `if` of inline tests, then the call of the rule's function.
+- `graph_rewrite` runs a table over a graph: the fixpoint engine or the one-pass walk, both iterative.
+
+The tricks that only buy speed sit in sections marked HOT PATH, each naming the benchmark that guards it.
 """
 from __future__ import annotations
 
@@ -9,7 +17,6 @@ import functools
 import inspect
 import itertools
 import keyword
-import operator
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +46,7 @@ class UPat(MathMixin):
     """A pattern over UOps. `src` is a tuple (positional), a list (any permutation), one UPat (every source)
     or None (sources not inspected). A `name` binds the matched UOp; a repeated name demands the same node."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings",
-                 "_required_ops", "_alts", "_det", "_bare", "_made")
+    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings", "_made")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                  src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
@@ -67,14 +73,7 @@ class UPat(MathMixin):
             self._orderings = [tuple(src)]
         else:
             self._orderings = None
-        first: Iterable[UPat] = (src,) if isinstance(src, UPat) else (src or ())
-        self._required_ops = frozenset(next(iter(p.op)) for p in first if p.op is not None and len(p.op) == 1)
-        # a plain variable: fits any node (it only binds its name)
-        self._bare = self.op is None and self.dtype is None and arg is None and src is None and any_of is None
-        self._alts = _compile(self)
-        self._det = self._alts[0] if self._alts is not None and len(self._alts) == 1 else None
         self._made: dict[bool, _Maker] = {}  # by has_ctx: what builds this pattern's rule function for a fxn
-
     @staticmethod
     @functools.cache
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -134,17 +133,16 @@ class UPat(MathMixin):
         ops = "None" if self.op is None else "(" + ", ".join(sorted(o.name for o in self.op)) + ")"
         return f"UPat({ops}, name={self.name!r}, arg={self.arg!r}, src={self.src!r})"
 
+    # ------------------------------------------------------------------ the model of matching
     def match(self, uop: UOp, store: Bindings) -> list[Bindings]:
-        """Every way this pattern matches `uop`, each as a binding dict extending `store`."""
-        if self._alts is not None:  # compiled: one matcher per way, each on its own copy of `store`
-            return [st for d in self._alts if d(uop, st := dict(store))]
+        """Every way this pattern matches `uop`, each as a binding dict extending `store` (a copy of it).
+
+        The interpreter that defines matching; rule tables run the compiled form (`_compiled`), which the
+        spec tests compare with this one."""
         if self.any_of is not None:
-            out = []
-            for p in self.any_of:
-                out.extend(p.match(uop, dict(store)))
-            if self.name is not None:
-                out = [b for b in out if b.setdefault(self.name, uop) is uop]
-            return out
+            out = [b for p in self.any_of for b in p.match(uop, dict(store))]
+            return out if self.name is None else [b for b in out if b.setdefault(self.name, uop) is uop]
+        store = dict(store)
         if (self.op is not None and uop.op not in self.op) or \
                 (self.name is not None and store.setdefault(self.name, uop) is not uop) or \
                 (self.dtype is not None and uop.dtype not in self.dtype and
@@ -154,100 +152,19 @@ class UPat(MathMixin):
         if self._orderings is None:
             return [store]
         if isinstance(self._orderings, UPat):
-            orderings: list[Sequence[UPat]] = [itertools.repeat(self._orderings, len(uop.src))]  # type: ignore[list-item]
+            orderings: list[Sequence[UPat]] = [[self._orderings] * len(uop.src)]
         else:
             n = len(self._orderings[0])
             if len(uop.src) < n or (not self.allow_any_len and len(uop.src) != n):
                 return []
             orderings = self._orderings
         res: list[Bindings] = []
-        # with one ordering `store` is ours to extend: every caller hands each dict to a single match
-        single = len(orderings) == 1
         for ordering in orderings:
-            stores = [store if single else dict(store)]
+            stores = [store]
             for u, p in zip(uop.src, ordering):
                 stores = [b for s in stores for b in p.match(u, s)]
-                if not stores:
-                    break
             res.extend(stores)
         return res
-
-
-Det = Callable[["UOp", Bindings], bool]
-
-
-def _compile(p: UPat) -> tuple[Det, ...] | None:
-    """The pattern compiled to one matcher per way it can fit a node, in `match`'s order, else None.
-
-    Each matcher checks the node in `match`'s order, binds names into the dict it is handed (which the
-    caller drops on False) and says whether the node fits: no lists, no copies. A permutation gives one
-    matcher per ordering and `UPat.any` the concatenation of its alternatives'; sources must be patterns
-    with exactly one matcher (else None: `match` enumerates them)."""
-    if p.any_of is not None:
-        if any(a._alts is None for a in p.any_of):
-            return None
-        alts = tuple(d for a in p.any_of for d in (a._alts or ()))
-        if (any_name := p.name) is None:
-            return alts
-        return tuple(_named(d, any_name) for d in alts)
-    ops, dts, arg, name, any_len, o = p.op, p.dtype, p.arg, p.name, p.allow_any_len, p._orderings
-    if o is None and ops is None and dts is None and arg is None:  # a bare or named `UPat.var`
-        if name is None:
-            return (lambda u, st: True,)
-        return (lambda u, st: st.setdefault(name, u) is u,)
-    if isinstance(o, UPat):
-        if o._det is None:
-            return None
-        return (_node(ops, dts, arg, name, any_len, o._det, None),)
-    if o is None:
-        return (_node(ops, dts, arg, name, any_len, None, None),)
-    if any(c._det is None for ordering in o for c in ordering):
-        return None
-    return tuple(_node(ops, dts, arg, name, any_len, None,
-                       tuple(c._det for c in ordering if c._det is not None),
-                       tuple(i for i, c in enumerate(ordering) if c._bare)) for ordering in o)
-
-
-def _named(d: Det, name: str) -> Det:
-    return lambda u, st: d(u, st) and st.setdefault(name, u) is u
-
-
-def _node(ops: frozenset[Ops] | None, dts: frozenset[DType] | None, arg: Any, name: str | None,
-          any_len: bool, rep: Det | None, kids: tuple[Det, ...] | None, bare: tuple[int, ...] = ()) -> Det:
-    """The matcher of one node pattern: its own checks, then `rep` on every source or `kids` in order,
-    except that the `bare` kids (plain variables: they only bind) go last, so a source that can't fit is
-    rejected before anything is bound (all kids must fit, so the order changes no result)."""
-    n = -1 if kids is None else len(kids)
-    if kids is not None and bare:
-        order = [i for i in range(n) if i not in bare] + list(bare)
-        kids, pos = tuple(kids[i] for i in order), tuple(order)
-    else:
-        pos = tuple(range(max(n, 0)))
-    p0, p1 = (pos[0], pos[1]) if n == 2 else (0, 1)
-
-    def det(u: UOp, st: Bindings) -> bool:
-        if (ops is not None and u.op not in ops) or \
-                (name is not None and st.setdefault(name, u) is not u) or \
-                (dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts) or \
-                (arg is not None and not arg == u.arg):
-            return False
-        src = u.src
-        if rep is not None:
-            for s in src:
-                if not rep(s, st):
-                    return False
-            return True
-        if kids is None:
-            return True
-        if len(src) != n and (not any_len or len(src) < n):
-            return False
-        if n == 2:
-            return kids[0](src[p0], st) and kids[1](src[p1], st)
-        for k, i in zip(kids, pos):
-            if not k(src[i], st):
-                return False
-        return True
-    return det
 
 
 def _ops_of(p: UPat) -> Iterable[Ops]:
@@ -284,7 +201,8 @@ class PatternMatcher:
                 rules[op].append((rule, i))
                 self.pdict[op].append((pat, fxn))
         self.stats = _Stats([0] * len(self.patterns))
-        # per op value (a list index: an Ops hash is a Python call), the op's rules folded into one function
+        # HOT PATH (bench/rewrite.py, every task): per op value the op's rules folded into one function, in
+        # a list (an Ops hash is a Python call, so a dict by op would cost one per node)
         self._by_value: list[RuleFn | None] = list(_NO_RULES)
         for op, op_rules in rules.items():
             self._by_value[op.value] = _op_fn(tuple(op_rules), self.stats.hits)
@@ -302,65 +220,17 @@ class PatternMatcher:
         return None if fn is None else fn(uop, ctx)
 
 
-def _op_fn(rules: tuple[tuple[RuleFn, int], ...], hits: list[int]) -> RuleFn:
-    """One op's rules in order: the first result that is neither None nor the node itself. Generated and
-    unrolled (no loop, no tuple unpacking per rule); the code depends only on the number of rules."""
-    if (make := _op_makers.get(len(rules))) is None:
-        lines = [f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
-                 "    def op_rules(uop, ctx):"]
-        for i in range(len(rules)):
-            lines += [f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
-                      "            if track():", f"                hits[i{i}] += 1", "            return ret"]
-        lines += ["        return None", "    return op_rules"]
-        namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), f"<{len(rules)} rules>", "exec"), namespace)
-        make = _op_makers[len(rules)] = namespace["make"]
-    return cast(RuleFn, make(hits, _track_stats, *itertools.chain.from_iterable(rules)))
-
-
-_op_makers: dict[int, Callable[..., RuleFn]] = {}
-
+# ------------------------------------------------------------------------------------------- compiled rules
 
 def _rule_fn(pat: UPat, fxn: Callable[..., Any], has_ctx: bool) -> RuleFn:
     """The rule as a function; its code is made once per pattern (and has_ctx), then bound to `fxn`."""
     if (make := pat._made.get(has_ctx)) is None:
-        make = pat._made[has_ctx] = _generated(pat, has_ctx) or _generic(pat, has_ctx)
+        make = pat._made[has_ctx] = _compiled(pat, has_ctx)
     return make(fxn)
 
 
-def _generic(pat: UPat, has_ctx: bool) -> _Maker:
-    """The rule through the pattern's matcher closures (or `match`): a binding dict per way."""
-    # the early reject: a source op the pattern demands (a repeated source pattern fits no sources, but its
-    # op is demanded all the same)
-    required = pat._required_ops if pat.any_of is None else frozenset()
-    alts = pat._alts
-
-    def make(fxn: Callable[..., Any]) -> RuleFn:
-        def rule(uop: UOp, ctx: Any) -> Any:
-            if required and not required <= set(map(_op_of, uop.src)):
-                return None
-            if alts is None:
-                return _first_result(pat, fxn, has_ctx, uop, ctx)
-            for det in alts:
-                st: Bindings = {}
-                if det(uop, st) and (ret := fxn(ctx=ctx, **st) if has_ctx else fxn(**st)) is not None:
-                    return ret
-            return None
-        return rule
-    return make
-
-
-def _first_result(pat: UPat, fxn: Callable[..., Any], has_ctx: bool, uop: UOp, ctx: Any) -> Any:
-    """An uncompiled rule on `uop`: the first binding's result that is not None (`uop` itself ends it)."""
-    for bindings in pat.match(uop, {}):
-        ret = fxn(ctx=ctx, **bindings) if has_ctx else fxn(**bindings)
-        if ret is not None:
-            return ret
-    return None
-
-
 class _Code:
-    """The constants and fresh local names of one generated rule."""
+    """The constants and fresh local names of one compiled rule."""
 
     def __init__(self) -> None:
         self.consts: dict[str, Any] = {}
@@ -376,23 +246,18 @@ class _Code:
         return f"{prefix}{self.n}"
 
 
-_Way = tuple[list[str], dict[str, str]]  # a way's conditions, and the names it binds (name -> expression)
+_Way = tuple[list[str], dict[str, str]]  # a way's tests, and the names it binds (name -> expression)
 
 
-def _generated(pat: UPat, has_ctx: bool) -> _Maker | None:
-    """The rule as generated Python (as tinygrad does): per way one `if` of inline tests, then the call of
-    fxn with its names as keywords; no dicts, no closures per source. None where the pattern needs a loop
-    (a repeated source pattern), a name is no identifier, or `_compile` would not compile it either."""
+def _compiled(pat: UPat, has_ctx: bool) -> _Maker:
+    """The rule as Python source: per way the pattern can fit (in `match`'s order) one `if` of inline
+    tests, then the call of fxn with the bound names as keywords; the first result that is not None wins."""
     code = _Code()
-    ways = None if pat._alts is None else _ways(pat, "uop", code, {}, top=True)
-    if ways is None or pat._alts is None or len(ways) != len(pat._alts):
-        return None
-    if any(not n.isidentifier() or keyword.iskeyword(n) for _, b in ways for n in b):
-        return None
     lines = ["def make(f):", "    def rule(uop, ctx):"]
-    for conds, bound in ways:
-        args = ", ".join((["ctx=ctx"] if has_ctx else []) + [f"{n}={e}" for n, e in bound.items()])
-        lines += [f"        if {' and '.join(conds) or 'True'}:", f"            ret = f({args})",
+    for conds, bound in _ways(pat, "uop", code, {}, top=True):
+        args = (["ctx=ctx"] if has_ctx else []) + [f"{n}={e}" if n.isidentifier() and not keyword.iskeyword(n)
+                                                   else f"**{{{n!r}: {e}}}" for n, e in bound.items()]
+        lines += [f"        if {' and '.join(conds) or 'True'}:", f"            ret = f({', '.join(args)})",
                   "            if ret is not None:", "                return ret"]
     lines += ["        return None", "    return rule"]
     namespace: dict[str, Any] = dict(code.consts)
@@ -400,31 +265,27 @@ def _generated(pat: UPat, has_ctx: bool) -> _Maker | None:
     return cast(_Maker, namespace["make"])
 
 
-def _bind(name: str, e: str, bound: dict[str, str]) -> list[str]:
+def _bind(name: str, e: str, conds: list[str], bound: dict[str, str]) -> _Way:
     """Bind `name` to the node `e`: the first binding takes it, a later one must be the same node."""
     if name in bound:
-        return [f"{e} is {bound[name]}"]
-    bound[name] = e
-    return []
+        return conds + [f"{e} is {bound[name]}"], bound
+    return conds, {**bound, name: e}
 
 
-def _ways(p: UPat, e: str, code: _Code, bound: dict[str, str], top: bool = False) -> list[_Way] | None:
-    """Per way `p` can fit the node `e`, in `match`'s order: its tests, in `_node`'s order, and the names
-    bound. None for a repeated source pattern, or a source pattern with other than one way. The `top`
-    node's op is not tested: the matcher asks the rule only for the ops of its pattern."""
+def _ways(p: UPat, e: str, code: _Code, bound: dict[str, str], top: bool = False) -> list[_Way]:
+    """Per way `p` can fit the node `e`, in `match`'s order: its tests and the names bound. The `top` node's
+    op is not tested: the matcher asks the rule only for the ops of its pattern."""
     if p.any_of is not None:
         out: list[_Way] = []
         for a in p.any_of:
-            if (sub := _ways(a, e, code, bound)) is None:
-                return None
-            out += [(c + _bind(p.name, e, b) if p.name is not None else c, b) for c, b in sub]
+            for c, b in _ways(a, e, code, bound):
+                out.append((c, b) if p.name is None else _bind(p.name, e, c, b))
         return out
     conds: list[str] = []
-    bound = dict(bound)
     if p.op is not None and not top:
         conds.append(_op_test(p.op, e, code))
     if p.name is not None:
-        conds += _bind(p.name, e, bound)
+        conds, bound = _bind(p.name, e, conds, bound)
     if p.dtype is not None:
         d, k = code.local("d"), code.const(p.dtype)
         conds.append(f"(({d} := {e}.dtype) in {k} or {d}.scalar() in {k})")
@@ -433,30 +294,36 @@ def _ways(p: UPat, e: str, code: _Code, bound: dict[str, str], top: bool = False
     if p._orderings is None:
         return [(conds, bound)]
     if isinstance(p._orderings, UPat):
-        return None
+        return [(conds + [_every_source(p._orderings, e, code, bound, top)], bound)]
+    s, n = code.local("s"), len(p._orderings[0])
     out = []
     for ordering in p._orderings:
-        if (way := _ordered_way(p, ordering, e, code, conds, bound)) is None:
-            return None
-        out.append(way)
+        ways = [(conds + [f"len({s} := {e}.src) {'>=' if p.allow_any_len else '=='} {n}"], bound)]
+        for i, sp in enumerate(ordering):  # the product of the sources' ways, the first source's slowest
+            ways = [(c + c2, b2) for c, b in ways for c2, b2 in _ways(sp, f"{s}[{i}]", code, b)]
+        out += ways
     return out
 
 
-def _ordered_way(p: UPat, ordering: Sequence[UPat], e: str, code: _Code, conds: list[str],
-                 bound: dict[str, str]) -> _Way | None:
-    """The way `p` fits `e` with its sources in `ordering`: after `conds`, the length, then each source."""
-    s, n = code.local("s"), len(ordering)
-    wc, wb = conds + [f"len({s} := {e}.src) {'>=' if p.allow_any_len else '=='} {n}"], bound
-    # the plain variables (they only bind) go last, as in `_node`
-    for i in sorted(range(n), key=lambda i: ordering[i]._bare):
-        if (sub := _ways(ordering[i], f"{s}[{i}]", code, wb)) is None or len(sub) != 1:
-            return None
-        wc, wb = wc + sub[0][0], sub[0][1]
-    return wc, wb
+def _every_source(rep: UPat, e: str, code: _Code, bound: dict[str, str], top: bool) -> str:
+    """The test that every source of `e` fits `rep`. `rep` must fit in one way and bind no new name (the
+    way count would depend on the number of sources). On the `top` node, a `rep` of exactly one op also
+    demands one source at least (the reference's early reject: that op must occur among the sources)."""
+    x = code.local("x")
+    ways = _ways(rep, x, code, bound)
+    if len(ways) != 1 or ways[0][1] != bound:
+        raise ValueError(f"a repeated source pattern must fit in one way and bind no name: {rep!r}")
+    test = f"all({' and '.join(ways[0][0]) or 'True'} for {x} in {e}.src)"
+    return f"({e}.src and {test})" if top and rep.op is not None and len(rep.op) == 1 else test
 
+
+# ---------------------------------------------------------------------------------------------- HOT PATH
+# Two tricks of the compiled matcher, for speed only. Guarded by bench/rewrite.py's sym workload ("match
+# each node"): each was worth 5-8% there when it was written. The model is `UPat.match` and `_ways`.
 
 def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
-    """`e.op in ops`, as identity tests for a few ops (an Ops hash is a Python call)."""
+    """`e.op in ops`, as identity tests for a few ops: an Ops hash is a Python call, so a set test of a
+    few ops costs more than comparing them one by one."""
     if len(ops) > 3:
         return f"{e}.op in {code.const(ops)}"
     ks = [code.const(op) for op in sorted(ops, key=lambda op: -op.value)]
@@ -466,8 +333,26 @@ def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
     return "(" + " or ".join([f"({o} := {e}.op) is {ks[0]}"] + [f"{o} is {k}" for k in ks[1:]]) + ")"
 
 
+def _op_fn(rules: tuple[tuple[RuleFn, int], ...], hits: list[int]) -> RuleFn:
+    """One op's rules in order: the first result that is neither None nor the node itself. Generated and
+    unrolled (a loop over (rule, index) pairs costs a tuple unpack and a branch per rule); the code depends
+    only on the number of rules."""
+    if (make := _op_makers.get(len(rules))) is None:
+        lines = [f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
+                 "    def op_rules(uop, ctx):"]
+        for i in range(len(rules)):
+            lines += [f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
+                      "            if track():", f"                hits[i{i}] += 1", "            return ret"]
+        lines += ["        return None", "    return op_rules"]
+        namespace: dict[str, Any] = {}
+        exec(compile("\n".join(lines), f"<{len(rules)} rules>", "exec"), namespace)
+        make = _op_makers[len(rules)] = namespace["make"]
+    return cast(RuleFn, make(hits, _track_stats, *itertools.chain.from_iterable(rules)))
+
+
+_op_makers: dict[int, Callable[..., RuleFn]] = {}
 _track_stats = TRACK_MATCH_STATS.get
-_op_of = operator.attrgetter("op")
+# ---------------------------------------------------------------------------------------------- end HOT PATH
 
 
 def match_stats() -> list[tuple[PatternMatcher, list[int]]]:
@@ -500,6 +385,10 @@ class _RewriteContext:
             return x.src[0]
         return None
 
+    # ------------------------------------------------------------------------------------------ HOT PATH
+    # The fixpoint engine is one loop with its stages inlined, and a rebuilt node's stages run on the spot.
+    # Guarded by bench/rewrite.py ("rewrite top-down", "rewrite bottom-up" of every workload); its model is
+    # spec/rewrite.md §3.2, checked against a naive recursive rewriter by spec/test_traversal.py.
     def fixpoint(self, root: UOp) -> UOp:  # noqa: C901  (the engine's hot loop: its stages inlined)
         """Rewrite to a fixpoint: BPM pre-order, PM post-order, replacements rewritten again.
 
@@ -632,6 +521,7 @@ class _RewriteContext:
                         stack.extend(waitlist.pop(n))
                 break
         return replace[root]
+    # -------------------------------------------------------------------------------------- end HOT PATH
 
     def walk(self, root: UOp) -> UOp:
         """One pass, no fixpoint: BPM results are final and not entered; PM applies once per rebuilt node."""
