@@ -116,6 +116,9 @@ _CHECKED = [(s, dt) for s in ALU_SPECS if s.op is not Ops.THREEFRY for dt in s.d
 
 @pytest.mark.parametrize(("spec", "dt"), _CHECKED, ids=[f"{s.op.name}-{name(d)}" for s, d in _CHECKED])
 def test_reference_alu_matches_the_oracle(spec: AluSpec, dt: DType) -> None:
+    # an op newer than the oracle's tables is skipped, saying so: the tables stay independent of core's
+    if spec.op not in (_FLOAT.keys() if dtypes.is_float(dt) else _INT.keys() | _BOOL.keys()):
+        pytest.skip(f"the independent oracle has no row for {spec.op.name} on {name(dt)}")
     # the suite's inputs (special values, random values) plus the ones it keeps out of process: (min, -1)
     ins = alu_inputs(spec, dt, np.random.default_rng(7))
     arrays = ins.arrays

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from uopgrad import DType, GroupOp, Ops, dtypes
+from uopgrad.alu import ALU
 from uopgrad_conformance.numerics import (
     ALL_DTYPES,
-    FLOATS,
     name,
     random_values,
     representable,
@@ -31,7 +31,6 @@ __all__ = ["ALU_SPECS", "INTS", "NOT_CLAIMED_OPS", "AluSpec", "OpInputs", "alu_i
            "cast_inputs", "range_edges"]
 
 INTS = tuple(dt for dt in ALL_DTYPES if dtypes.is_int(dt))
-NUMBERS = INTS + FLOATS
 Mask = Callable[..., np.ndarray]  # the operand arrays -> the elements to keep
 
 
@@ -88,44 +87,46 @@ def _div_variants(op: str) -> tuple[str, ...]:
             f"Tensor(a.maximum(0).uop.alu(Ops.{op}, b.maximum(1).uop))")
 
 
-_ARITH = NUMBERS + (dtypes.bool,)
-_LOGIC = INTS + (dtypes.bool,)
-_ALL = (dtypes.bool,) + NUMBERS
+def _spec(op: Ops, keep: Mask | None = None, signed_zero: bool = True, variants: tuple[str, ...] = (),
+          cond: bool = False) -> AluSpec:
+    """The check of `op`: its dtypes and error class come from its row of core's ALU table."""
+    row = ALU[op]
+    dts = tuple(dt for dt in ALL_DTYPES if dt in row.defined_on)
+    return AluSpec(op, dts, "transcendental" if row.libm else "basic", keep, signed_zero, variants, cond)
 
-ALU_SPECS: tuple[AluSpec, ...] = (
-    AluSpec(Ops.EXP2, FLOATS, "transcendental"),
-    AluSpec(Ops.LOG2, FLOATS, "transcendental"),
-    AluSpec(Ops.SIN, FLOATS, "transcendental"),
-    AluSpec(Ops.SQRT, FLOATS),
-    AluSpec(Ops.RECIPROCAL, FLOATS),
-    AluSpec(Ops.NEG, _ALL),
-    AluSpec(Ops.TRUNC, _ALL),
-    AluSpec(Ops.ADD, _ARITH, variants=(_const("ADD", "1"), _const("ADD", "{pi}"))),
-    AluSpec(Ops.SUB, _ARITH, variants=(_const("SUB", "1"),)),
-    AluSpec(Ops.MUL, _ARITH, variants=(_const("MUL", "{m1}"), _const("MUL", "{pi}"))),
-    AluSpec(Ops.SHL, INTS, variants=(_const("SHL", "3"), _const("SHL", "{width}"))),
-    AluSpec(Ops.SHR, INTS, variants=(_const("SHR", "3"), _const("SHR", "{width}"))),
-    AluSpec(Ops.CDIV, NUMBERS, keep=_int_divisor, variants=_div_variants("CDIV")),
-    AluSpec(Ops.CMOD, NUMBERS, keep=_int_divisor, variants=_div_variants("CMOD")),
-    AluSpec(Ops.FDIV, NUMBERS, keep=_int_divisor, variants=(_const("FDIV", "3"),)),
-    AluSpec(Ops.FLOORDIV, NUMBERS, keep=_int_divisor, variants=_div_variants("FLOORDIV")),
-    AluSpec(Ops.FLOORMOD, NUMBERS, keep=_int_divisor, variants=_div_variants("FLOORMOD")),
-    AluSpec(Ops.MAX, _ARITH, signed_zero=False, variants=(_const("MAX", "0"),)),
-    AluSpec(Ops.POW, _ARITH, "transcendental", variants=(_const("POW", "3"), _const("POW", "{m1}"))),
-    AluSpec(Ops.CMPLT, _ALL, variants=(_const("CMPLT", "1"),)),
-    AluSpec(Ops.CMPNE, _ALL, variants=(_const("CMPNE", "1"),)),
-    AluSpec(Ops.CMPEQ, _ALL, variants=(_const("CMPEQ", "1"),)),
-    AluSpec(Ops.AND, _LOGIC, variants=(_const("AND", "{bits}"),)),
-    AluSpec(Ops.OR, _LOGIC, variants=(_const("OR", "{bits}"),)),
-    AluSpec(Ops.XOR, _LOGIC, variants=(_const("XOR", "{bits}"),)),
-    AluSpec(Ops.THREEFRY, (dtypes.uint64,), variants=(_const("THREEFRY", "0x1234567890abcdef"),)),
-    AluSpec(Ops.WHERE, _ALL, cond=True),
-    AluSpec(Ops.MULACC, NUMBERS),
-)
+
+# what an op's check adds to its ALU row: left-out inputs, variants with a constant operand, ...; every
+# other op of the table gets the plain check
+_CHECKS: dict[Ops, AluSpec] = {s.op: s for s in (
+    _spec(Ops.ADD, variants=(_const("ADD", "1"), _const("ADD", "{pi}"))),
+    _spec(Ops.SUB, variants=(_const("SUB", "1"),)),
+    _spec(Ops.MUL, variants=(_const("MUL", "{m1}"), _const("MUL", "{pi}"))),
+    _spec(Ops.SHL, variants=(_const("SHL", "3"), _const("SHL", "{width}"))),
+    _spec(Ops.SHR, variants=(_const("SHR", "3"), _const("SHR", "{width}"))),
+    _spec(Ops.CDIV, keep=_int_divisor, variants=_div_variants("CDIV")),
+    _spec(Ops.CMOD, keep=_int_divisor, variants=_div_variants("CMOD")),
+    _spec(Ops.FDIV, keep=_int_divisor, variants=(_const("FDIV", "3"),)),
+    _spec(Ops.FLOORDIV, keep=_int_divisor, variants=_div_variants("FLOORDIV")),
+    _spec(Ops.FLOORMOD, keep=_int_divisor, variants=_div_variants("FLOORMOD")),
+    _spec(Ops.MAX, signed_zero=False, variants=(_const("MAX", "0"),)),
+    _spec(Ops.POW, variants=(_const("POW", "3"), _const("POW", "{m1}"))),
+    _spec(Ops.CMPLT, variants=(_const("CMPLT", "1"),)),
+    _spec(Ops.CMPNE, variants=(_const("CMPNE", "1"),)),
+    _spec(Ops.CMPEQ, variants=(_const("CMPEQ", "1"),)),
+    _spec(Ops.AND, variants=(_const("AND", "{bits}"),)),
+    _spec(Ops.OR, variants=(_const("OR", "{bits}"),)),
+    _spec(Ops.XOR, variants=(_const("XOR", "{bits}"),)),
+    _spec(Ops.THREEFRY, variants=(_const("THREEFRY", "0x1234567890abcdef"),)),
+    _spec(Ops.WHERE, cond=True),
+)}
 
 # ALU ops no backend is asked for, with the reason (an empty table: every op of GroupOp.ALU is expressible
 # at the UOp level on tensors, so every one is checked)
 NOT_CLAIMED_OPS: dict[Ops, str] = {}
+
+# one check per row of the ALU table (`uopgrad.alu.ALU`, in the order of `Ops`), none for an unclaimed op
+ALU_SPECS: tuple[AluSpec, ...] = tuple(_CHECKS.get(op) or _spec(op) for op in ALU
+                                       if op not in NOT_CLAIMED_OPS)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 from conftest import rnd
 
 from uopgrad import GroupOp, Ops, UOp, dtypes
+from uopgrad.alu import ALU
 from uopgrad.backend import Device
 from uopgrad.backends.reference import REFERENCE_OPS, evaluate, run_program, run_schedule
 from uopgrad.codegen import GridLimits, Program
@@ -66,8 +67,8 @@ DTYPES = [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.i
 
 
 def _defined(op: Ops, dt: DType) -> bool:
-    """Whether REFERENCE defines `op` on `dt` (spec/reference.md §3)."""
-    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL):
+    """Whether REFERENCE defines `op` on `dt` (spec/reference.md §3; a float-only op by its row of `ALU`)."""
+    if ALU[op].float_only:
         return dtypes.is_float(dt)
     if op in (Ops.SHL, Ops.SHR, Ops.CDIV, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD):
         return dtypes.is_int(dt)

@@ -40,3 +40,19 @@ def test_the_rules_give_what_the_ops_mean():
     i = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("i", 0, 9))
     assert (i * 3 + 2).vmin == 2 and (i * 3 + 2).vmax == 29
     assert ((i + 1) // 2).vmin == 0 and ((i + 1) // 2).vmax == 5
+
+
+def test_sizes_and_the_device_index_are_named_once():
+    """`sint` and `DEVICE_NUM` are defined in uopgrad.ops only; the modules above import them."""
+    import re
+    from pathlib import Path
+
+    import uopgrad
+    from uopgrad import facts, mixin, ops, uop
+    src = Path(uopgrad.__file__).parent
+    defining = sorted(p.name for p in src.rglob("*.py")
+                      if re.search(r"^(sint|_?DEVICE_NUM)\b.*=", p.read_text(), re.MULTILINE))
+    assert defining == ["ops.py"], defining
+    assert uop.sint is ops.sint and uop.DEVICE_NUM is ops.DEVICE_NUM
+    assert facts.DEVICE_NUM is ops.DEVICE_NUM and mixin.sint is ops.sint
+

@@ -8,6 +8,7 @@ from uopgrad import Tensor, function
 from uopgrad.errors import DeviceError, ShapeError
 from uopgrad.multi import set_allreduce
 from uopgrad.ops import Ops
+from uopgrad.realized import is_realized
 from uopgrad.uop import UOp
 
 D2 = ("REFERENCE", "REFERENCE:1")
@@ -128,7 +129,7 @@ def test_cast_comparison_where_and_bool_gather() -> None:
 def test_realized_sharded_value_is_reused_and_not_recomputed() -> None:
     a = data(4, 2)
     x = (Tensor(a).shard(D2, 0) * 2).realize()
-    assert x.uop.is_realized and x.device == D2 and x.uop.axis == 0
+    assert is_realized(x.uop) and x.device == D2 and x.uop.axis == 0
     y = x + 1
     np.testing.assert_array_equal(y.numpy(), a * 2 + 1)
     np.testing.assert_array_equal(x.numpy(), a * 2)

@@ -8,11 +8,14 @@ import gc
 import math
 import pickle
 import sys
+from pathlib import Path
 
 import pytest
 
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from uopgrad.alu import ALU
 from uopgrad.dtype import AddrSpace, DType
+from uopgrad.facts import NOT_COMPUTED, Fact
 from uopgrad.uop import CallInfo, Metadata, UOpMetaClass, all_metadata, shape_vec, vec_values
 
 # ---------------------------------------------------------------------- helpers
@@ -292,24 +295,28 @@ def test_const_like_shape_device_dtype():
 
 # ---------------------------------------------------------------------- the Ops enum
 
-# docs/semantics.md §1.4, verbatim
-SEMANTICS_OPS_ORDER = """
-DEFINE_VAR, BIND, SPECIAL, DEFINE_LOCAL, DEFINE_REG, NOOP, REWRITE_ERROR, PARAM, FUNCTION, CALL, PATCH,
-PROGRAM, LINEAR, SOURCE, BINARY, SINK, AFTER, GROUP, GEP, STACK, TUPLE, GETTUPLE, INDEX, LOAD, STORE,
-WMMA, SHAPED_WMMA, CAST, BITCAST, EXP2, LOG2, SIN, SQRT, RECIPROCAL, NEG, TRUNC, ADD, MUL, SHL, SHR, CDIV,
-MAX, CMOD, CMPLT, CMPNE, CMPEQ, XOR, OR, AND, THREEFRY, SUB, FDIV, POW, FLOORDIV, FLOORMOD, WHERE, MULACC,
-BARRIER, RANGE, IF, END, ENDIF, WAIT, VCONST, CONST, CUSTOM, CUSTOMI, INS, UNIQUE, DEVICE, LUNIQUE,
-CONTIGUOUS, CONTIGUOUS_BACKWARD, DETACH, STAGE, COPY, BUFFER, BUFFER_VIEW, MSELECT, MSTACK,
-CUSTOM_FUNCTION, RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP, MULTI, REDUCE, ALLREDUCE, UNROLL, CONTRACT,
-VCAT, PTRCAT."""
+def _semantics_ops_order() -> list[str]:
+    """docs/semantics.md §1.4's list of the ops, its `ALU` the rows of the ALU table in their order."""
+    text = (Path(__file__).parents[3] / "docs" / "semantics.md").read_text()
+    section = text[text.index("### 1.4 The Ops enum"):text.index("### 1.5")]
+    listed = [name.strip() for name in section.split("```")[1].replace("\n", " ").split(",")]
+    i = listed.index("ALU")
+    return [*listed[:i], *(op.name for op in ALU), *listed[i + 1:]]
 
 
 def test_ops_order_matches_the_semantics_list_exactly():
-    text = SEMANTICS_OPS_ORDER.strip().rstrip(".").replace("\n", " ")
-    expected = [name.strip() for name in text.split(",")]
-    assert [op.name for op in Ops] == expected
+    assert [op.name for op in Ops] == _semantics_ops_order()
     values = [op.value for op in Ops]
     assert values == sorted(values) and len(set(values)) == len(values)
+
+
+def test_reference_spec_lists_every_alu_op_once():
+    # spec/reference.md §3 is the one list of the ALU ops (numerics and gradient): a row each, as ALU has
+    text = (Path(__file__).parents[3] / "spec" / "reference.md").read_text()
+    section = text[text.index("## 3. ALU ops"):text.index("## 4.")]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| ")]
+    listed = [name.strip() for row in rows[1:] for name in row.split(",")]  # rows[0] is the header
+    assert sorted(listed) == sorted(op.name for op in ALU)
 
 
 # ---------------------------------------------------------------------- shapes
@@ -436,13 +443,14 @@ def test_threads_asking_facts_of_one_new_graph_all_get_them():
                 nodes.append(nodes[-1] * (i + 2) + i)
             errors: list[BaseException] = []
             start = threading.Barrier(8)
+            op_fact: Fact[Ops] = Fact("test_threads", lambda n: n.op)
 
             def ask(order: list[UOp], start: threading.Barrier = start,
-                    errors: list[BaseException] = errors) -> None:
+                    errors: list[BaseException] = errors, op_fact: Fact[Ops] = op_fact) -> None:
                 try:
                     start.wait()
                     for u in order:
-                        assert u._fact("test_threads", lambda n: n.op) is u.op
+                        assert op_fact(u) is u.op
                 except BaseException as e:  # reported by the main thread
                     errors.append(e)
 
@@ -453,7 +461,7 @@ def test_threads_asking_facts_of_one_new_graph_all_get_them():
             for t in threads:
                 t.join()
             assert not errors, errors[0]
-            assert all(u._cache["test_threads"] is u.op for u in nodes)
+            assert all(op_fact.get(u) is u.op for u in nodes)
     finally:
         sys.setswitchinterval(old)
 
@@ -464,27 +472,68 @@ def test_a_fact_is_computed_once_per_node_sources_first():
     calls: list[UOp] = []
 
     def count(u: UOp) -> int:
-        assert all("test_count" in s._cache for s in u.src)  # sources first
+        assert all(counted.known(s) for s in u.src)  # sources first
         calls.append(u)
         return len(calls)
 
+    counted: Fact[int] = Fact("test_count", count)
+
     x = UOp.variable("fact_x", 0, 10)
     y = (x + 1) * 2
-    assert y._fact("test_count", count) == len(calls) == len(y.toposort())
+    assert counted(y) == len(calls) == len(y.toposort())
     assert calls == list(y.toposort())
     calls.clear()
     z = y + 3
-    assert z._fact("test_count", count) == 2 and calls == list(z.toposort())[-2:]  # the new const, then z
+    assert counted(z) == 2 and calls == list(z.toposort())[-2:]  # the new const, then z
     calls.clear()
-    assert (z * 4)._fact("test_count", count) == 2 and len(calls) == 2  # a fresh count: 4, then the MUL
+    assert counted(z * 4) == 2 and len(calls) == 2  # a fresh count: 4, then the MUL
     calls.clear()
     v = UOp(Ops.NEG, dtypes.index, (z,))
-    assert v._fact("test_count", count) == 1 and calls == [v]  # built on a source that has it: v alone
+    assert counted(v) == 1 and calls == [v]  # built on a source that has it: v alone
     calls.clear()
     w = z - y
-    w._fact("test_count", count)
-    assert y._fact("test_count", count) == len(y.toposort())  # cached, not recomputed
+    counted(w)
+    assert counted(y) == len(y.toposort())  # cached, not recomputed
     assert len(calls) == len([u for u in w.toposort() if u not in z.toposort()])
+
+
+
+def test_facts_start_not_computed_and_are_kept_by_the_node():
+    """Every fact slot of a new node holds NOT_COMPUTED (no slot is left unset), and a Fact without a rule
+    is filled by its module's own walk through known/get/put."""
+    u = UOp(Ops.CONST, dtypes.int, (), 987_654_323, "test_fresh_facts")
+    assert u._shape_fact is NOT_COMPUTED and u._device_fact is NOT_COMPUTED and not u._facts
+    assert u.device is None and u._device_fact is None and u.shape == () and u._shape_fact == ()
+    mark: Fact[str] = Fact("test_mark")
+    assert not mark.known(u) and mark.get(u) is NOT_COMPUTED
+    mark.put(u, "seen")
+    assert mark.known(u) and mark.get(u) == "seen" and mark(u) == "seen"
+    with pytest.raises(TypeError, match="no rule"):
+        mark(u + 1)
+
+
+def test_a_failed_fact_is_kept_and_raised_where_asked():
+    from uopgrad.errors import ShapeError
+    asked: list[UOp] = []
+
+    def fails(u: UOp) -> int:
+        asked.append(u)
+        raise ShapeError(f"no fact for {u.op}")
+
+    failing: Fact[int] = Fact("test_failing", fails)
+    x = var("failed_x")
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="DEFINE_VAR"):
+            failing(x)
+    assert asked == [x]  # computed once, raised twice
+
+
+def test_reference_spellings_are_aliases():
+    x = buf(2, 3)
+    assert x.numel() == x.size == 6
+    assert x.backward_slice_with_self == x.toposort()
+    assert repr(x) == x.pretty() and x.short().startswith("UOp(Ops.RESHAPE")
+    assert x.to_dot().startswith("digraph uop {")
 
 
 def test_binary_sugar_broadcasts_and_promotes():
@@ -654,7 +703,6 @@ def test_rop():
     assert r.op is Ops.REDUCE and r.arg == (Ops.ADD, (0, 2)) and r.shape == (1, 1, 1) and r.dtype == x.dtype
     assert x._rop(Ops.MAX, (1,)) is x
     assert x._rop(Ops.MUL, ()) is x
-    assert x.r(Ops.ADD, (0,)) is x._rop(Ops.ADD, (0,))
 
 
 def test_bind_and_variable():

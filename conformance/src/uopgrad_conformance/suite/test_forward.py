@@ -217,10 +217,10 @@ def test_reduce(case: Case, target: Target, record: Recorder) -> None:
               Input("y", _reduce_values(op, dt, (3, 4), rng), dt),
               Input("c", rng.random((3, 4)) < 0.5, dtypes.bool)]
     method = {"ADD": "sum", "MAX": "max", "MUL": "prod"}[op]
-    exprs = [f"Tensor(x.uop.r(Ops.{op}, (0,)))", f"Tensor(x.uop.r(Ops.{op}, (1,)))",
-             f"Tensor(x.uop.r(Ops.{op}, (0, 1)))", f"Tensor(w.uop.r(Ops.{op}, (0, 2)))",
-             f"Tensor(e.uop.r(Ops.{op}, (0,)))", f"Tensor(f.uop.r(Ops.{op}, (1,)))",
-             f"Tensor(c.where(x, y).uop.r(Ops.{op}, (1,)))", f"x.{method}(1)", f"w.{method}((0, 1))"]
+    exprs = [f"Tensor(x.uop._rop(Ops.{op}, (0,)))", f"Tensor(x.uop._rop(Ops.{op}, (1,)))",
+             f"Tensor(x.uop._rop(Ops.{op}, (0, 1)))", f"Tensor(w.uop._rop(Ops.{op}, (0, 2)))",
+             f"Tensor(e.uop._rop(Ops.{op}, (0,)))", f"Tensor(f.uop._rop(Ops.{op}, (1,)))",
+             f"Tensor(c.where(x, y).uop._rop(Ops.{op}, (1,)))", f"x.{method}(1)", f"w.{method}((0, 1))"]
     if op != "MAX":  # Tensor.max over an empty axis has no value and raises (docs/semantics.md §5)
         exprs.append(f"e.{method}(0)")
     checks = []

@@ -3,7 +3,6 @@
 The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; everything else lives in its
 module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 """
-from uopgrad import symbolic as _symbolic  # noqa: F401  (registers UOp.simplify)
 from uopgrad._version import __version__ as __version__
 from uopgrad.backend import Device, GlobalCounters
 from uopgrad.config import Context

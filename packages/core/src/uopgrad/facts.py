@@ -1,35 +1,40 @@
-"""Facts derived from a UOp (layer 5): shape, device, sharding axis, structural key and value range, each
-as one rule per op in a table.
+"""Facts derived from a UOp (layer 5): `Fact`, the one way any module keeps what it derives from a node on
+the node, and the node's own facts (shape, device, sharding axis, structural key, value range), each as one
+rule per op in a table.
 
-A rule computes one node's fact from its own fields and its sources' facts, which are already cached on
-them (`_shape_fact`, `_device_fact`, or `_cache` for the others: UOp._fact fills a whole graph in one
-iterative post-order pass). `SHAPE_RULES` and `MOVEMENT_SHAPE_RULES` give every op its shape rule;
-`VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops whose vmin/vmax are tighter than their dtype's bounds
-(`DTYPE_RANGE_OPS` are the rest, by name). A failed shape rule raises ShapeError (MovementError for a bad
-movement argument), which the cache keeps and raises again only where the shape is needed. The rules read
-nodes and never build them, so this module sits below uop.py (UOp is named only for the type checker).
+A rule computes one node's fact from its own fields and its sources' facts, which `Fact` has computed
+before it (sources first, in one iterative post-order pass). `SHAPE_RULES` and `MOVEMENT_SHAPE_RULES` give
+every op its shape rule; `VALUE_RANGE_RULES` and `INT_RANGE_RULES` the ops whose vmin/vmax are tighter than
+their dtype's bounds (`DTYPE_RANGE_OPS` are the rest, by name). A failed shape rule raises ShapeError
+(MovementError for a bad movement argument), which the node keeps and raises again only where the shape is
+needed. Most rules only read the graph; symbolic sizes are the exception: a PAD's, SHRINK's or MULTI's
+size, a sharded RESHAPE's axis and a call's sizes in terms of its arguments are new index expressions,
+built (and simplified) through the operators and methods of the size nodes themselves. So this module
+still sits below uop.py (UOp is named only for the type checker).
 """
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 from uopgrad._util import all_int, prod
+from uopgrad.alu import cdiv
 from uopgrad.dtype import ConstType, Invalid, PtrDType, dtypes
-from uopgrad.errors import ConfigError, MovementError, ShapeError
-from uopgrad.ops import GroupOp, Ops
+from uopgrad.errors import MovementError, ShapeError
+from uopgrad.ops import DEVICE_NUM, GroupOp, Ops, sint
 
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["DTYPE_RANGE_OPS", "INT_RANGE_RULES", "MOVEMENT_SHAPE_RULES", "SHAPE_RULES", "VALUE_RANGE_RULES",
-           "Err", "infer_axis", "infer_device", "infer_key", "infer_min_max", "infer_shape", "vec_values"]
+__all__ = ["AXIS", "DTYPE_RANGE_OPS", "INT_RANGE_RULES", "KEY", "MINMAX", "MOVEMENT_SHAPE_RULES",
+           "NOT_COMPUTED", "SHAPE_RULES", "VALUE_RANGE_RULES", "Err", "Fact", "infer_axis", "infer_device",
+           "infer_key", "infer_min_max", "infer_shape", "vec_values"]
 
-sint: TypeAlias = "int | UOp"
 Shape: TypeAlias = "tuple[sint, ...]"
 Bounds: TypeAlias = tuple[ConstType, ConstType]
+T = TypeVar("T")
 
 
 class Err:
@@ -39,6 +44,87 @@ class Err:
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
+
+
+class _NotComputed:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_COMPUTED"
+
+
+NOT_COMPUTED: Any = _NotComputed()  # a fact not computed yet (None is a fact: a shapeless node's shape)
+
+
+class Fact(Generic[T]):
+    """A fact derived from nodes and kept on each node it was computed for, so it dies with the node. Every
+    module that keeps something per node declares a Fact for it at import, `READS = Fact("reads", rule)`.
+
+    `FACT(u)` is the fact of `u`: `rule` computes it for `u` and for every node under it that lacks it,
+    sources first in one iterative pass (so a rule reads its sources' facts with `FACT.get`, never asks them
+    again); a ShapeError a rule raises is kept on the node and raised wherever the fact is asked. A module
+    that fills a graph by a walk of its own (one that stops at some nodes, or fills two facts at once) uses
+    `get`, which gives NOT_COMPUTED for a node without the fact, `known` and `put`. The facts asked of
+    nearly every node, the shape and the device, are kept in a slot of their own (`slot`, the member
+    descriptor, uopgrad.uop declares them); the others share the node's fact dict, keyed by the Fact. A rule
+    that reads only the sources that decide it (the device: the first source that has one) may be `partial`:
+    it is tried on the node alone first and returns NOT_COMPUTED where such a source lacks the fact.
+    """
+
+    __slots__ = ("name", "rule", "get", "put", "partial")
+
+    def __init__(self, name: str, rule: Callable[[UOp], T] | None = None, slot: Any = None,  # noqa: ANN401
+                 partial: bool = False) -> None:
+        self.name, self.rule, self.partial = name, rule, partial
+        self.get: Callable[[UOp], Any]  # the fact (T or Err), or NOT_COMPUTED
+        self.put: Callable[[UOp, T | Err], None]
+        if slot is not None:
+            self.get, self.put = slot.__get__, slot.__set__
+        else:
+            self.get = lambda u: u._facts.get(self, NOT_COMPUTED)
+            self.put = lambda u, value: u._facts.__setitem__(self, value)
+
+    def __repr__(self) -> str:
+        return f"Fact({self.name!r})"
+
+    def known(self, u: UOp) -> bool:
+        """Whether `u` holds this fact (computed already, or failed)."""
+        return self.get(u) is not NOT_COMPUTED
+
+    def __call__(self, u: UOp) -> T:
+        """The fact of `u`, computed where it is missing; raises the error its rule raised."""
+        ret = self.get(u)
+        if ret is NOT_COMPUTED:
+            ret = self.fill(u)
+        if type(ret) is Err:
+            raise ret.exc
+        return cast(T, ret)
+
+    def fill(self, u: UOp) -> T | Err:
+        """Compute the fact for `u` and for every node under it that lacks it, sources first; the fact of
+        `u`, or the Err that holds its rule's ShapeError."""
+        get, put, rule = self.get, self.put, self.rule
+        if rule is None:
+            raise TypeError(f"{self} has no rule: its module fills it with put()")
+        if self.partial and (ret := rule(u)) is not NOT_COMPUTED:  # decided by sources that have the fact
+            put(u, ret)
+            return ret
+        nodes: Iterable[UOp] = (u,)  # a node built on known sources (the common case) needs no walk
+        for s in u.src:
+            if get(s) is NOT_COMPUTED:
+                # new sources on known ones (a fresh constant, a shape vector): they first, still no walk
+                fresh = [x for x in dict.fromkeys(u.src) if get(x) is NOT_COMPUTED]
+                if all(get(y) is not NOT_COMPUTED for x in fresh for y in x.src):
+                    nodes = (*fresh, u)
+                else:
+                    nodes = u.toposort(gate=lambda x: get(x) is NOT_COMPUTED)
+                break
+        for n in nodes:
+            try:
+                put(n, rule(n))
+            except ShapeError as e:
+                put(n, Err(e))
+        return cast("T | Err", get(u))  # (not the last node computed: another thread may have filled `u`)
 
 
 def vec_values(v: UOp) -> tuple[sint, ...]:
@@ -202,7 +288,6 @@ def _sadd(a: sint, b: sint) -> sint:
     return _same_on_every_device(a + b)
 
 
-_DEVICE_NUM = "_device_num"  # uopgrad.uop.DEVICE_NUM (uop imports this module)
 _EVAL: dict[Ops, Callable[[int, int], int]] = {Ops.ADD: lambda x, y: x + y, Ops.MUL: lambda x, y: x * y}
 
 
@@ -210,7 +295,7 @@ def _at(x: UOp, i: int) -> int | None:
     """`x`, an index expression of constants and the shard index, at shard index `i` (None: another form)."""
     if x.op is Ops.CONST and isinstance(x.arg, int):
         return x.arg
-    if x.op is Ops.DEFINE_VAR and x.arg[0] == _DEVICE_NUM:
+    if x.op is Ops.DEFINE_VAR and x.arg[0] == DEVICE_NUM:
         return i
     if x.op in _EVAL and len(x.src) == 2:
         a, b = _at(x.src[0], i), _at(x.src[1], i)
@@ -224,7 +309,7 @@ def _same_on_every_device(x: sint) -> sint:
     if isinstance(x, int) or x.op not in _EVAL:
         return x
     dvars = [v for v in x.toposort() if v.op is Ops.DEFINE_VAR]
-    if not dvars or any(v.arg[0] != _DEVICE_NUM for v in dvars):
+    if not dvars or any(v.arg[0] != DEVICE_NUM for v in dvars):
         return x
     vals = {_at(x, i) for i in range(int(dvars[0].arg[1]), int(dvars[0].arg[2]) + 1)}
     return next(iter(vals)) if len(vals) == 1 and None not in vals else x  # type: ignore[return-value]
@@ -234,10 +319,7 @@ def _simplified(x: sint) -> sint:
     """A symbolic size simplified (so a pad of a width-2 window by (v, 5-(v+2)) has size 5, not a sum)."""
     if isinstance(x, int):
         return x
-    try:
-        s = x.simplify()
-    except ConfigError:  # no simplifier registered yet (uopgrad.symbolic not imported)
-        return x
+    s = x.simplify()
     return cast("sint", s.arg) if s.op is Ops.CONST else s
 
 
@@ -289,7 +371,8 @@ def infer_shape(u: UOp) -> Shape | None:
 
 # ---------------------------------------------------------------------- device, axis, key
 def infer_device(u: UOp) -> str | tuple[str, ...] | None:
-    """The device a value lives on: a DEVICE's arg, a COPY's/BUFFER's target, else its first source's."""
+    """The device a value lives on: a DEVICE's arg, a COPY's/BUFFER's target, else its first source's
+    (a partial rule: NOT_COMPUTED where the source that decides it has no device fact yet)."""
     if u.op is Ops.DEVICE:
         return cast("str | tuple[str, ...]", u.arg)
     if u.op in (Ops.COPY, Ops.BUFFER, Ops.ALLREDUCE):
@@ -303,8 +386,8 @@ def infer_device(u: UOp) -> str | tuple[str, ...] | None:
 
 
 def _axis_of(u: UOp) -> int | None:
-    a = u._cache.get("axis")
-    return None if isinstance(a, Err) else cast("int | None", a)
+    a = AXIS.get(u)
+    return None if a is NOT_COMPUTED or isinstance(a, Err) else cast("int | None", a)
 
 
 def infer_axis(u: UOp) -> int | None:
@@ -360,7 +443,7 @@ def infer_key(u: UOp) -> bytes:
     """A content hash of the graph under `u`: equal for equal structure, across processes."""
     h = hashlib.sha256(f"{u.op}|{u.dtype!r}|{u.arg!r}|{u.tag!r}".encode())
     for s in u.src:
-        h.update(s._cache["key"])
+        h.update(KEY.get(s))
     return h.digest()
 
 
@@ -464,7 +547,7 @@ def _cdiv(_u: UOp, mm: list[Bounds]) -> Bounds | None:
     if not _ints(mm) or mm[1][0] * mm[1][1] <= 0:
         return None
     (a0, a1), (b0, b1) = mm
-    corners = [(abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1) for a in (a0, a1) for b in (b0, b1)]
+    corners = [cdiv(int(a), int(b)) for a in (a0, a1) for b in (b0, b1)]  # ints: _ints(mm)
     return (min(corners), max(corners))
 
 
@@ -552,7 +635,7 @@ def infer_min_max(u: UOp) -> Bounds:
     if dt == dtypes.void:  # effects and markers hold no value: unbounded, so no law can use their bounds
         return (-math.inf, math.inf)
     lo, hi = dtypes.min(dt), dtypes.max(dt)
-    mm = [cast(Bounds, s._cache["minmax"]) for s in u.src]
+    mm = [cast(Bounds, MINMAX.get(s)) for s in u.src]
     if (rule := VALUE_RANGE_RULES.get(u.op)) is not None and (known := rule(u, mm)) is not None:
         return known
     if not dtypes.is_int(dt):
@@ -561,3 +644,9 @@ def infer_min_max(u: UOp) -> Bounds:
     if ret is None or (dt != dtypes.index and (ret[0] < lo or ret[1] > hi)):
         return (lo, hi) if dt != dtypes.index else (-math.inf, math.inf)
     return ret
+
+
+# the node's facts kept in its fact dict (shape and device have slots: uopgrad.uop declares those two)
+AXIS: Fact[int | None] = Fact("axis", infer_axis)
+KEY: Fact[bytes] = Fact("key", infer_key)
+MINMAX: Fact[Bounds] = Fact("minmax", infer_min_max)

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeAlias
+from typing import Any, Self
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ArgumentError, MovementError, ShapeError
-from uopgrad.ops import Ops
-
-if TYPE_CHECKING:
-    from uopgrad.uop import UOp
+from uopgrad.ops import Ops, sint
 
 __all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "concrete_size", "resolve_shape_arg"]
-
-sint: TypeAlias = "int | UOp"
 
 
 class MathMixin:

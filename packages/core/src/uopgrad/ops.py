@@ -1,10 +1,18 @@
-"""The op vocabulary of the IR (layer 3): `Ops` (declaration order = toposort tie-breaks) and `GroupOp`."""
+"""The op vocabulary of the IR (layer 3): `Ops` (declaration order = toposort tie-breaks) and `GroupOp`, and
+the two names every layer above shares about sizes: `sint` and `DEVICE_NUM`."""
 # ruff: noqa: E702  (the enum is a table: one row per family of ops)
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ["GroupOp", "Ops"]
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
+
+__all__ = ["DEVICE_NUM", "GroupOp", "Ops", "sint"]
+
+sint: TypeAlias = "int | UOp"  # a size: a number, or a symbolic index expression
+DEVICE_NUM = "_device_num"  # the name of the variable that stands for a shard's device index (0 .. devices-1)
 
 
 class Ops(Enum):

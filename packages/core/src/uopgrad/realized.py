@@ -19,14 +19,15 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Collection, Iterable
-from typing import cast
+from typing import Any, cast
 
 from uopgrad._util import LRU
 from uopgrad.errors import GradientError
+from uopgrad.facts import Fact
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
 
-__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under",
+__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under", "is_realized",
            "is_realized_after", "is_realized_call", "overwritten", "reads", "realized", "realized_effect",
            "realized_view", "settle", "storage_view", "strip_realized"]
 
@@ -97,13 +98,16 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 
 _EMPTY: frozenset[UOp] = frozenset()
-# Three derived facts (in UOp._cache, so an answer dies with its node), none entering realized values or call
-# bodies: node -> the BUFFERs it reads itself and node -> the effects of the AFTERs under it (filled in
-# together), and node -> the node with every realized value read from its buffer (_SAME where nothing under
-# it is realized: a node whose cache held the node itself could only be freed by the cycle collector, and
-# with it its buffer; a BUFFER's reads are _SELF for the same reason). No node's answer refers back to the
-# node. The strip has its own walk: it builds nodes, and reads are asked of graphs that are never run.
-_READS, _EFFECTS, _STRIPPED = "reads", "effects", "stripped"
+# Three derived facts (uopgrad.facts.Fact: an answer dies with its node), filled by this module's own walk
+# (`_lacking`), none entering realized values or call bodies: node -> the BUFFERs it reads itself and
+# node -> the effects of the AFTERs under it (filled in together), and node -> the node with every realized
+# value read from its buffer (_SAME where nothing under it is realized: a node whose fact held the node
+# itself could only be freed by the cycle collector, and with it its buffer; a BUFFER's reads are _SELF for
+# the same reason). No node's answer refers back to the node. The strip has its own walk: it builds nodes,
+# and reads are asked of graphs that are never run.
+_READS: Fact[frozenset[UOp]] = Fact("reads")
+_EFFECTS: Fact[frozenset[UOp]] = Fact("effects")
+_STRIPPED: Fact[UOp] = Fact("stripped")
 _SAME: UOp = cast("UOp", object())
 _SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itself (not kept: a cycle)
 
@@ -116,7 +120,7 @@ def _union(parts: list[frozenset[UOp]]) -> frozenset[UOp]:
     return distinct.pop() if len(distinct) == 1 else frozenset().union(*distinct)
 
 
-def _lacking(u: UOp, fact: str) -> dict[UOp, None]:
+def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
     """The nodes under `u` without `fact`, sources first; a realized AFTER is not entered, nor a call's body.
     Asking again, or about a graph grown from one asked about before, walks only the new nodes: a training
     step's graph, built on the realized weights and data each time, is walked once."""
@@ -125,47 +129,49 @@ def _lacking(u: UOp, fact: str) -> dict[UOp, None]:
     calls, after = GroupOp.Call, Ops.AFTER
     while stack:
         node, expanded = stack.pop()
-        if node in out or fact in node._cache:
+        if node in out or fact.known(node):
             continue
         if expanded or (node.op is after and is_realized_after(node)):
             out[node] = None
             continue
         stack.append((node, True))
         srcs = node.src[1:] if node.op in calls else node.src
-        stack.extend([(x, False) for x in srcs if fact not in x._cache])
+        stack.extend([(x, False) for x in srcs if not fact.known(x)])
     return out
 
 
-def _reads_effects(u: UOp) -> dict[str, object]:
-    """`u`'s fact cache, with the reads and effects of every node under it filled in."""
-    if _EFFECTS not in (top := u._cache):
-        calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
-        for node in _lacking(u, _EFFECTS):
-            cache, op = node._cache, node.op
-            if op is after and is_realized_after(node):  # it reads its storage, not what computed it
-                cache[_READS] = frozenset(b for b in realized_view(node).toposort() if b.op is buffer)
-                cache[_EFFECTS] = _EMPTY
-                continue
-            srcs = node.src[1:] if op in calls else node.src
-            caches = [x._cache for x in srcs]
-            cache[_READS] = _SELF if op is buffer else \
-                _union([frozenset((x,)) if (r := c[_READS]) is _SELF else r for x, c in zip(srcs, caches)])
-            effects = [c[_EFFECTS] for c in caches]
-            if op is after:
-                effects.append(frozenset(node.src[1:]))
-            cache[_EFFECTS] = _union(effects)
-    return top
+def _fill_reads_effects(u: UOp) -> None:
+    """The reads and effects of every node under `u` that lacks them, filled in."""
+    if _EFFECTS.known(u):
+        return
+    calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
+    get_reads, get_effects, put_reads, put_effects = _READS.get, _EFFECTS.get, _READS.put, _EFFECTS.put
+    for node in _lacking(u, _EFFECTS):
+        op = node.op
+        if op is after and is_realized_after(node):  # it reads its storage, not what computed it
+            put_reads(node, frozenset(b for b in realized_view(node).toposort() if b.op is buffer))
+            put_effects(node, _EMPTY)
+            continue
+        srcs = node.src[1:] if op in calls else node.src
+        put_reads(node, _SELF if op is buffer else
+                  _union([frozenset((x,)) if (r := get_reads(x)) is _SELF else r for x in srcs]))
+        effects = [get_effects(x) for x in srcs]
+        if op is after:
+            effects.append(frozenset(node.src[1:]))
+        put_effects(node, _union(effects))
 
 
 def reads(u: UOp) -> frozenset[UOp]:
     """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
-    r = _reads_effects(u)[_READS]
+    _fill_reads_effects(u)
+    r = _READS.get(u)
     return frozenset((u,)) if r is _SELF else cast("frozenset[UOp]", r)
 
 
 def effects(u: UOp) -> frozenset[UOp]:
     """`effects_under([u])`, remembered per node."""
-    return cast("frozenset[UOp]", _reads_effects(u)[_EFFECTS])
+    _fill_reads_effects(u)
+    return cast("frozenset[UOp]", _EFFECTS.get(u))
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:
@@ -205,6 +211,15 @@ def is_realized_call(info: CallInfo) -> bool:
     return info.name == REALIZE and info.grad_fxn is _realized_gradient
 
 
+def is_realized(u: UOp) -> bool:
+    """The value lives in a buffer: a view of a BUFFER, in the realized form or not (tinygrad's
+    `uop.is_realized`; a realized value sharded over a device tuple too)."""
+    u = realized_view(u)
+    if u.op is Ops.MULTI and u.src:  # the shards of a BUFFER on a device tuple
+        u = u.src[0]
+    return u.base.op is Ops.BUFFER
+
+
 def realized_view(u: UOp) -> UOp:
     """The view holding a realized value (`u` itself for anything else)."""
     return u.src[0].src[0] if is_realized_after(u) else u
@@ -233,22 +248,22 @@ def strip_realized(u: UOp) -> UOp:
     """`u` with every realized value read from its buffer: the graph a backend runs. A realized AFTER
     becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
     per node, like `reads` (a walk of the whole graph was a sixth of a small realize)."""
-    if _STRIPPED not in u._cache:
-        calls, after = GroupOp.Call, Ops.AFTER
+    if not _STRIPPED.known(u):
+        calls, after, get, put = GroupOp.Call, Ops.AFTER, _STRIPPED.get, _STRIPPED.put
         for node in _lacking(u, _STRIPPED):
-            cache, op = node._cache, node.op
+            op = node.op
             if op is after and is_realized_after(node):
                 # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
-                cache[_STRIPPED] = strip_realized(realized_view(node))
+                put(node, strip_realized(realized_view(node)))
                 continue
             srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
-            new = [x if (r := x._cache[_STRIPPED]) is _SAME else r for x in srcs]
+            new = [x if (r := get(x)) is _SAME else r for x in srcs]
             if all(a is b for a, b in zip(new, srcs)):
-                cache[_STRIPPED] = _SAME
+                put(node, _SAME)
             else:
                 src = (node.src[0], *new) if op in calls else tuple(new)
-                cache[_STRIPPED] = UOp(op, node.dtype, src, node.arg, node.tag)
-    r = u._cache[_STRIPPED]
+                put(node, UOp(op, node.dtype, src, node.arg, node.tag))
+    r = _STRIPPED.get(u)
     return u if r is _SAME else cast("UOp", r)
 
 

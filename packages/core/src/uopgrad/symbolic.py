@@ -1,24 +1,24 @@
-"""Symbolic simplification (layer 7): `exec_alu`, the value of an ALU op on constants, and `sym`, the table
-of algebraic and index-arithmetic laws behind `UOp.simplify`. Every law holds for every value of its dtype:
-ints wrap at their width, `index` is unbounded, floats are IEEE. The laws are listed in spec/symbolic.md.
+"""Symbolic simplification (below uop.py, whose `simplify` runs `pm_symbolic`): `exec_alu`, the value of
+an ALU op on constants, and `sym`, the table of algebraic and index-arithmetic laws behind `UOp.simplify`.
+Every law holds for every value of its dtype: ints wrap at their width, `index` is unbounded, floats are
+IEEE. The laws are listed in spec/symbolic.md.
 """
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from uopgrad.dtype import ConstType, DType, Invalid, dtypes, truncate
+from uopgrad.alu import FOLDED, exec_alu
+from uopgrad.dtype import ConstType, DType, Invalid, dtypes
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.symbolic_divmod import pm_div_mod
 from uopgrad.symbolic_rules import pm_commutative, pm_propagate_invalid, pm_symbolic_index, pm_symbolic_simple
 from uopgrad.symbolic_valid import pm_move_where_on_load, pm_simplify_valid
-from uopgrad.uop import UOp, register_simplifier
-from uopgrad.uop_index import register_exec_alu, sym_infer
+from uopgrad.uop_index import sym_infer
+
+if TYPE_CHECKING:  # the rules build nodes through the nodes they match (uop.py imports this module)
+    from uopgrad.uop import UOp
 
 __all__ = ["exec_alu", "pm_commutative", "pm_laws", "pm_move_where_on_load", "pm_simplify_valid",
            "pm_sym_ungated", "pm_symbolic", "sym", "sym_infer"]
@@ -26,83 +26,6 @@ __all__ = ["exec_alu", "pm_commutative", "pm_laws", "pm_move_where_on_load", "pm
 _INTS = (*dtypes.ints, dtypes.index)
 _INTS_BOOL = (*_INTS, dtypes.bool)
 _INTS_FLOATS = (*_INTS, *dtypes.floats)
-
-
-# ---------------------------------------------------------------------- exec_alu: ALU ops on Python scalars
-def _cdiv(a: int, b: int) -> int:
-    """C division: the quotient rounds toward zero."""
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-def _cmod(a: int, b: int) -> int:
-    """C remainder: takes the sign of the dividend, so a == b*cdiv(a, b) + cmod(a, b)."""
-    return a - b * _cdiv(a, b)
-
-
-def _ipow(a: int, b: int) -> int:
-    """Integer power; a negative exponent has no integer result."""
-    if b < 0:
-        raise ArithmeticError(f"{a} ** {b} has no integer value")
-    if abs(a) > 1 and b > 4096:
-        raise OverflowError(f"{a} ** {b} is too large to fold")
-    return a**b  # type: ignore[no-any-return]  # int ** non-negative int is an int
-
-
-_INT_OPS: dict[Ops, Callable[..., int]] = {
-    Ops.ADD: operator.add, Ops.SUB: operator.sub, Ops.MUL: operator.mul, Ops.NEG: operator.neg, Ops.MAX: max,
-    Ops.AND: operator.and_, Ops.OR: operator.or_, Ops.XOR: operator.xor, Ops.TRUNC: operator.pos,
-    Ops.FLOORDIV: operator.floordiv, Ops.FLOORMOD: operator.mod, Ops.CDIV: _cdiv, Ops.CMOD: _cmod,
-    Ops.POW: _ipow,
-}
-# numpy float64 ufuncs: IEEE results (1/0 = inf, log2(0) = -inf, sqrt(-1) = nan, maximum propagates NaN)
-_FLOAT_OPS: dict[Ops, Callable[..., Any]] = {
-    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
-    Ops.FDIV: np.divide, Ops.POW: np.power, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
-    Ops.SQRT: np.sqrt, Ops.RECIPROCAL: np.reciprocal, Ops.TRUNC: np.trunc, Ops.FLOORDIV: np.floor_divide,
-    Ops.FLOORMOD: np.remainder, Ops.CMOD: np.fmod, Ops.CDIV: lambda a, b: np.trunc(np.divide(a, b)),
-}
-_COMPARE: dict[Ops, Callable[[Any, Any], bool]] = {Ops.CMPLT: operator.lt, Ops.CMPNE: operator.ne,
-                                                   Ops.CMPEQ: operator.eq}
-_FOLDABLE = frozenset({*_INT_OPS, *_FLOAT_OPS, *_COMPARE, Ops.SHL, Ops.SHR, Ops.WHERE})
-
-
-def _shift(op: Ops, a: int, b: int, bits: int) -> int:
-    """a << b or a >> b (arithmetic); a count outside the width is undefined, as in C."""
-    if not 0 <= b < bits:
-        raise ArithmeticError(f"shift count {b} is outside [0, {bits})")
-    return a << b if op is Ops.SHL else a >> b
-
-
-def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
-    """The value of `op` on constant operands, truncated to the result `dtype` (ints wrap, floats round).
-
-    Comparisons and WHERE act on the operand values; other ops use integer semantics for int, index and
-    bool results (FLOORDIV/FLOORMOD round toward -inf, CDIV/CMOD toward zero, bool NEG is `not`) and
-    IEEE float64 semantics, rounded, for float results. Where the value is undefined it raises
-    ArithmeticError (integer division by zero, a negative integer exponent, a shift count outside the
-    width); an op that means nothing for `dtype` (a float AND) raises TypeError.
-    """
-    dt = dtype.scalar()
-    vals = [float(v) if isinstance(v, float) else v for v in operands]  # FloatConst compares by bits
-    if op in _COMPARE:
-        return _COMPARE[op](vals[0], vals[1])
-    if op is Ops.WHERE:
-        return truncate(dt, vals[1] if vals[0] else vals[2])
-    if dt in dtypes.floats:
-        if op not in _FLOAT_OPS:
-            raise TypeError(f"{op} has no value on {dtype}")
-        with np.errstate(all="ignore"):
-            return truncate(dt, float(_FLOAT_OPS[op](*(np.float64(v) for v in vals))))
-    if dt not in _INTS_BOOL or any(isinstance(v, float) for v in vals):
-        raise TypeError(f"{op} has no value on {dtype} operands {vals}")
-    if dt == dtypes.bool and op is Ops.NEG:
-        return not vals[0]
-    if op in (Ops.SHL, Ops.SHR):
-        return truncate(dt, _shift(op, int(vals[0]), int(vals[1]), 8 * dt.itemsize))
-    if op not in _INT_OPS:
-        raise TypeError(f"{op} has no value on {dtype}")
-    return truncate(dt, _INT_OPS[op](*vals))
 
 
 # ---------------------------------------------------------------------- helpers of the rules
@@ -128,7 +51,7 @@ def _fold_lanes(a: UOp) -> UOp | None:
                        exec_alu(a.op, a.dtype.scalar(), list(vals)))
     except (ArithmeticError, TypeError):
         return None
-    return UOp(Ops.VCONST, a.dtype, (), tuple(out))
+    return type(a)(Ops.VCONST, a.dtype, (), tuple(out))
 
 
 def _fold_cast(a: UOp, c: UOp) -> UOp | None:
@@ -205,8 +128,8 @@ _c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.C
 
 pm_laws = PatternMatcher([
     # ** constant folding **
-    (UPat(_FOLDABLE, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
-    (UPat(_FOLDABLE, src=UPat((Ops.CONST, Ops.VCONST)), name="a"), _fold_lanes),  # alu(v1, v2) -> v by lane
+    (UPat(FOLDED, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
+    (UPat(FOLDED, src=UPat((Ops.CONST, Ops.VCONST)), name="a"), _fold_lanes),  # alu(v1, v2) -> v by lane
     (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
     # ** canonical order: constants go right **
     (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),
@@ -268,12 +191,10 @@ pm_sym_distribute = PatternMatcher([
     (-1 * (_xi + _y), lambda x, y: (-x) + (-y)),  # -(x+y) -> -x + -y (ints)
     ((UPat.var("x", dtypes.index) + _y) * _c, lambda x, y, c: x * c + y * c),  # (x+y)*c -> x*c+y*c (index)
     # storing what was just loaded from the same element does nothing
-    (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: UOp(Ops.NOOP)),
+    (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: type(index)(Ops.NOOP)),
 ])
 # `sym` with gates simplified clause by clause (the reference's `sym`); `pm_sym_ungated` skips that step, for
 # the many small rewrites while an index is built (simplify_valid on each was 60 s for a 20000-long arange)
 pm_sym_ungated = pm_symbolic + pm_sym_distribute
 sym = pm_symbolic + pm_simplify_valid + pm_sym_distribute
 
-register_simplifier(lambda u: graph_rewrite(u, pm_symbolic, name="simplify"))
-register_exec_alu(exec_alu)

@@ -1,6 +1,6 @@
-"""Floor division and modulo of index expressions (layer 7): `pm_div_mod`, the rules that cancel,
-split, nest and factor `x // y` and `x % y` using the value ranges of x and y. Index only: the unbounded
-integers, where floor division is exact and nothing wraps.
+"""Floor division and modulo of index expressions (below uop.py): `pm_div_mod`, the rules that cancel, split,
+nest and factor `x // y` and `x % y` using the value ranges of x and y. Index only: the unbounded integers,
+where floor division is exact and nothing wraps.
 """
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import itertools
 import math
 import operator
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from uopgrad.dtype import dtypes
 from uopgrad.errors import SymbolicDivisionError
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
-from uopgrad.uop import UOp
+from uopgrad.uop_index import IndexMixin
+
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
 
 __all__ = ["pm_div_mod", "fold_divmod"]
 
@@ -125,7 +129,7 @@ def fold_divmod(d: UOp) -> UOp | None:
             return ret
     all_uops = list(x.split_uop(Ops.ADD))
     # a common factor of x and y: x//y -> (x/g)//(y/g), x%y -> ((x/g)%(y/g))*g
-    gcd = UOp.gcd(*all_uops, y).simplify()
+    gcd = IndexMixin.gcd(*all_uops, y).simplify()
     if not (gcd.op is Ops.CONST and gcd.arg == 1):
         xg, yg = x.divide_exact(gcd), y.divide_exact(gcd)
         if xg is not None and yg is not None:

@@ -1,7 +1,7 @@
-"""Index arithmetic laws (layer 7), in the order and the normal form of the reference's symbolic engine:
-`pm_propagate_invalid` (gated indices), `pm_symbolic_simple` (local folding), `pm_commutative` (operand
-order of index ops) and `pm_symbolic_index` (term combining, comparisons, casts). `uopgrad.symbolic` joins
-them with the division rules (`uopgrad.symbolic_divmod`) and its own table.
+"""Index arithmetic laws (below uop.py), in the order and the normal form of the reference's symbolic engine:
+`pm_propagate_invalid` (gated indices), `pm_symbolic_simple` (local folding), `pm_commutative` (operand order
+of index ops) and `pm_symbolic_index` (term combining, comparisons, casts). `uopgrad.symbolic` joins them with
+the division rules (`uopgrad.symbolic_divmod`) and its own table.
 
 Where a law is false for some dtype it is limited to the dtypes where it holds: laws that move terms across
 a comparison or reassociate divisions hold for the unbounded `index` only (fixed-width ints wrap), and laws
@@ -10,11 +10,14 @@ that assume x*0 == 0 or x-x == 0 hold for ints and bool only (a float may be NaN
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from uopgrad.dtype import DType, Invalid, dtypes
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
-from uopgrad.uop import UOp
+
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
 
 __all__ = ["pm_commutative", "invalid_gate", "invalid_pat", "pm_propagate_invalid", "pm_symbolic_index",
            "pm_symbolic_simple"]

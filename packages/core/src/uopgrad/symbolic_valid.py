@@ -1,18 +1,21 @@
-"""Simplification under a gate (layer 7): an index or a condition is rewritten knowing that the gate around it
-holds (`pm_simplify_valid`), and the conditions of a `where` around a load move into the load's gate
-(`pm_move_where_on_load`). A gate is an AND of clauses `X < c` and `X >= c` (`(X < c) != True`) on
-integer expressions; each clause narrows X, and the expression is simplified with X replaced by a variable
-of the narrowed range.
+"""Simplification under a gate (below uop.py): an index or a condition is rewritten knowing that the gate
+around it holds (`pm_simplify_valid`), and the conditions of a `where` around a load move into the load's gate
+(`pm_move_where_on_load`). A gate is an AND of clauses `X < c` and `X >= c` (`(X < c) != True`) on integer
+expressions; each clause narrows X, and the expression is simplified with X replaced by a variable of the
+narrowed range.
 """
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from uopgrad.dtype import ConstType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.symbolic_rules import invalid_gate
-from uopgrad.uop import UOp
+
+if TYPE_CHECKING:
+    from uopgrad.uop import UOp
 
 __all__ = ["pm_drop_and_clauses", "pm_move_where_on_load", "pm_simplify_valid", "uop_given_valid"]
 
@@ -44,14 +47,14 @@ def uop_given_valid(valid: UOp, uop: UOp, try_simplex: bool = True) -> UOp:  # n
     for i, (expr, v) in enumerate(bounds.items()):
         v0 = expr.vmin if v[0] is None else v[0]
         v1 = expr.vmax if v[1] is None else v[1]
-        all_candidates.append((expr, UOp.variable(f"fake{i}", v0, v1, expr.dtype)))
+        all_candidates.append((expr, type(expr).variable(f"fake{i}", v0, v1, expr.dtype)))
         if not try_simplex:
             continue
         # each candidate is a set of narrowed subexpressions; if every one gives the same result, keep it
         candidates = [[all_candidates[-1]]]
         if expr.op is Ops.ADD and v0 == 1 and all(u.op in _IRREDUCIBLE for u in expr.split_uop(Ops.ADD)):
             # X0 + X1 + ... >= 1 with every Xi >= 0: try each Xi >= 1 on its own
-            candidates.append([(xi, UOp.variable(f"fake{i}", 1, xi.vmax, xi.dtype))
+            candidates.append([(xi, type(xi).variable(f"fake{i}", 1, xi.vmax, xi.dtype))
                                for xi in expr.split_uop(Ops.ADD)])
         for candidate in candidates:
             subbed = [uop.substitute({x: nx}) for x, nx in candidate]
@@ -109,7 +112,7 @@ def _drop_and_clauses(cond: UOp, x: UOp, i: UOp) -> UOp | None:
     keep = [c for c in cond.split_uop(Ops.AND) if any(r in xr for r in c.ranges)]
     if len(keep) == len(list(cond.split_uop(Ops.AND))):
         return None
-    return UOp.const(dtypes.bool, True).uprod(*keep).where(x, i)
+    return type(x).const(dtypes.bool, True).uprod(*keep).where(x, i)
 
 
 pm_drop_and_clauses = PatternMatcher([(invalid_gate, _drop_and_clauses)])
@@ -130,7 +133,7 @@ def _where_on_load(cond: UOp, buf: UOp, idx: UOp, or_cast: UOp) -> UOp | None:
         return None
     new = buf.index(idx.get_idx().valid(load_valid.uprod(*moved)))
     ret = new.cast(or_cast.dtype) if or_cast.op is Ops.CAST else new
-    return UOp.const(dtypes.bool, True).uprod(*keep).where(ret, ret.const_like(0))
+    return type(ret).const(dtypes.bool, True).uprod(*keep).where(ret, ret.const_like(0))
 
 
 _load = UPat(Ops.INDEX, src=(UPat.var("buf"), UPat.var("idx"))).or_casted("or_cast")

@@ -1,7 +1,9 @@
-"""The IR node (layer 6): `UOp`, an immutable hash-consed `(op, dtype, src, arg, tag)`, plus `CallInfo`.
+"""The IR node: `UOp`, an immutable hash-consed `(op, dtype, src, arg, tag)`, plus `CallInfo`.
 
-Facts derived from a node (shape, device, sharding axis, vmin/vmax, key) are cached on it and filled in for
-a whole graph by one iterative post-order pass, so a 100 000-node chain needs no deep recursion.
+Facts derived from a node (shape, device, sharding axis, vmin/vmax, key) are `uopgrad.facts.Fact`s: kept on
+the node and filled in for a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
+deep recursion. Printing is uopgrad.uop_print, the index algebra uopgrad.uop_index, simplification the
+`sym` table of uopgrad.symbolic (below this module: its rules build nodes through the nodes they match).
 """
 from __future__ import annotations
 
@@ -10,22 +12,21 @@ import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from uopgrad import uop_print
 from uopgrad._util import all_int, prod
 from uopgrad.dtype import ConstType, DType, Invalid, PtrDType, dtypes, least_upper_dtype
-from uopgrad.errors import ConfigError, DeviceError, MovementError, ShapeError
-from uopgrad.facts import Err, infer_axis, infer_device, infer_key, infer_min_max, infer_shape, vec_values
+from uopgrad.errors import DeviceError, MovementError, ShapeError
+from uopgrad.facts import AXIS, KEY, MINMAX, NOT_COMPUTED, Err, Fact, infer_device, infer_shape, vec_values
 from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
-from uopgrad.ops import GroupOp, Ops
+from uopgrad.ops import DEVICE_NUM, GroupOp, Ops, sint
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.symbolic import pm_symbolic
 from uopgrad.uop_index import IndexMixin, sym_infer
 
-__all__ = ["DEVICE_NUM", "CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp", "all_metadata", "sint",
-           "ssimplify", "sym_infer"]
-
-sint: TypeAlias = "int | UOp"
-T = TypeVar("T")
+__all__ = ["DEVICE", "DEVICE_NUM", "SHAPE", "CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp",
+           "all_metadata", "sint", "ssimplify", "sym_infer"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,9 @@ class UOpMetaClass(type):
         _set_src(created, src)
         _set_arg(created, arg)
         _set_tag(created, tag)
-        _set_shape_fact(created, _NO_FACT)  # (the device slot stays unset until asked: one call less a node)
-        _set_cache(created, {})
+        _set_shape_fact(created, NOT_COMPUTED)
+        _set_device_fact(created, NOT_COMPUTED)
+        _set_facts(created, {})
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
         # Lock-free, safe under threads and GC (see _drop_keyed): an entry is only added where its key is
@@ -126,44 +128,35 @@ def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType
 
 _CALLS = GroupOp.Call
 _DONE: Any = object()  # toposort's stack marker: the node below it has all its sources visited
-_NO_FACT: Any = object()  # a fact not computed yet (None is a fact: a shapeless node's shape)
 _unique_counter = iter(range(1 << 62))
 # UOp.const by its arguments (a graph's constants are few and rebuilt on every step, and a broadcast constant
 # is four nodes); exact builtin values only, so a subclass's own __eq__ never picks an entry
 _consts: dict[tuple[Any, ...], UOp] = {}
 _CONSTS_MAX = 4096
 _CONST_KINDS = (int, float, bool)
-DEVICE_NUM = "_device_num"  # the symbolic device index of a shard (0 .. devices-1)
 
 
 class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
     """An immutable IR node. `==` is identity; equal fields give the same object (see `UOpMetaClass`).
     `arg` is the one field typed `Any`: a CONST value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_cache", "__weakref__")
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts", "__weakref__")
     op: Ops
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
     tag: Any
-    # Derived facts, computed on demand and kept. The shape and the device are asked of nearly every node
-    # (building a node compares its operands' shapes; a tensor op checks devices), so each has a slot of its
-    # own; the others (key, value range, ...) live in the `_cache` dict. The shape in that dict gave every
-    # node a keys table too: ~120 of a node's ~550 bytes.
-    _shape_fact: Any  # tuple | None | Err, or _NO_FACT until inferred
-    _device_fact: Any  # str | tuple[str, ...] | None; unset until inferred
-    _cache: dict[str, Any]
+    # Derived facts (uopgrad.facts.Fact), NOT_COMPUTED until asked. The shape and the device are asked of
+    # nearly every node (building a node compares its operands' shapes; a tensor op checks devices), so each
+    # has a slot of its own (SHAPE, DEVICE below); the others share the `_facts` dict. The shape in that dict
+    # gave every node a keys table too: ~120 of a node's ~550 bytes.
+    _shape_fact: Any  # tuple | None | Err
+    _device_fact: Any  # str | tuple[str, ...] | None
+    _facts: dict[Fact[Any], Any]
 
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
-                 tag: Any = None) -> None:
-        # the fields a node has; UOpMetaClass builds nodes through the slot setters below instead
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "src", src)
-        object.__setattr__(self, "arg", arg)
-        object.__setattr__(self, "tag", tag)
-        object.__setattr__(self, "_shape_fact", _NO_FACT)
-        object.__setattr__(self, "_cache", {})
+    if TYPE_CHECKING:  # the constructor's signature; nodes are built (and interned) by UOpMetaClass.__call__
+        def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                     tag: Any = None) -> None: ...
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable: can't set {name!r}; use replace()")
@@ -199,29 +192,19 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return self.replace(tag=tag)
 
     def __repr__(self) -> str:
-        return self.pretty()
+        return uop_print.pretty(self)
 
     def short(self) -> str:
         """One line: op, dtype, arg and the ops of the sources."""
-        srcs = ", ".join(s.op.name for s in self.src)
-        tag = "" if self.tag is None else f", tag={self.tag!r}"
-        return f"UOp({self.op}, {self.dtype!r}, arg={self.arg!r}, src=({srcs})){tag}"
+        return uop_print.short(self)
 
     def pretty(self, limit: int = 60) -> str:
         """An SSA-style listing of the graph (iterative; shared nodes printed once); at most `limit` lines."""
-        order = list(self.toposort())
-        names = {u: f"%{i}" for i, u in enumerate(order)}
-        lines = []
-        for u in order[-limit:]:
-            srcs = ", ".join(names[s] for s in u.src)
-            tag = "" if u.tag is None else f" tag={u.tag!r}"
-            arg = "" if u.arg is None else f" arg={u.arg!r}"
-            lines.append(f"{names[u]} = {u.op.name} {u.dtype!r}{arg} ({srcs}){tag}")
-        if len(order) > limit:
-            lines.insert(0, f"... {len(order) - limit} earlier nodes")
-        if len(lines) == 1:
-            return f"UOp({self.op}, {self.dtype!r}, arg={self.arg!r}, src=())"
-        return "\n".join(lines)
+        return uop_print.pretty(self, limit)
+
+    def to_dot(self) -> str:
+        """The graph as Graphviz DOT text (uopgrad.uop_print.to_dot)."""
+        return uop_print.to_dot(self)
 
     # ------------------------------------------------------------------ traversal
     def toposort(self, gate: Callable[[UOp], bool] | None = None,
@@ -283,7 +266,7 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 
     @property
     def backward_slice_with_self(self) -> dict[UOp, None]:
-        """Everything this node depends on, and the node."""
+        """`toposort()`: everything this node depends on, and the node (the reference's spelling)."""
         return self.toposort()
 
     def op_in_backward_slice_with_self(self, *ops: Ops) -> bool:
@@ -302,90 +285,15 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 
     def simplify(self) -> UOp:
         """Symbolic simplification (the `sym` table of uopgrad.symbolic)."""
-        if _simplifier is None:
-            raise ConfigError("no simplifier registered: import uopgrad (or uopgrad.symbolic) first")
-        return _simplifier(self)
+        return graph_rewrite(self, pm_symbolic, name="simplify")
 
-    # ------------------------------------------------------------------ derived facts (cached, iterative)
-    def _fact(self, name: str, compute: Callable[[UOp], T]) -> T | Err:
-        """The fact `name` of this node, computed by `compute` for every node under it that lacks it (one
-        iterative post-order pass); a ShapeError is kept as an Err and raised where the fact is needed."""
-        c = self._cache
-        ret: T | Err = c.get(name, _NO_FACT)  # (the cache holds Any: annotated, not cast, in the hot path)
-        if ret is not _NO_FACT:
-            return ret
-        nodes: Iterable[UOp] = (self,)  # a node built on known sources (the common case) needs no walk
-        for s in self.src:
-            if name not in s._cache:
-                # new sources on known ones (a fresh constant, a shape vector): they first, still no walk
-                fresh = [x for x in dict.fromkeys(self.src) if name not in x._cache]
-                if all(name in y._cache for x in fresh for y in x.src):
-                    nodes = (*fresh, self)
-                else:
-                    nodes = self.toposort(gate=lambda x: name not in x._cache)
-                break
-        for u in nodes:
-            try:
-                u._cache[name] = compute(u)
-            except ShapeError as e:
-                u._cache[name] = Err(e)
-        ret = c[name]
-        return ret
-
-    def _ok(self, name: str, compute: Callable[[UOp], T]) -> T:
-        """`_fact` for facts whose rules never fail."""
-        ret = self._fact(name, compute)
-        if type(ret) is Err:
-            raise ret.exc
-        return ret  # type: ignore[return-value]  # not an Err: a T (mypy does not narrow a TypeVar union)
-
-    def _fill(self, get: Callable[[UOp], Any], put: Callable[[UOp, Any], None],
-              compute: Callable[[UOp], T]) -> Any:
-        """`_fact` for a fact with its own slot (`get`/`put` its descriptor's): computed for this node and for
-        every node under it lacking it; a ShapeError is kept as an Err."""
-        fresh = [x for x in dict.fromkeys(self.src) if get(x) is _NO_FACT]
-        if all(get(y) is not _NO_FACT for x in fresh for y in x.src):
-            nodes: Iterable[UOp] = (*fresh, self)  # new sources on known ones (a fresh constant): no walk
-        else:
-            nodes = self.toposort(gate=lambda x: get(x) is _NO_FACT)
-        for u in nodes:
-            try:
-                put(u, compute(u))
-            except ShapeError as e:
-                put(u, Err(e))
-        return get(self)
-
-    def _fill_shape(self) -> tuple[sint, ...] | None | Err:
-        """The shape fact of a node that lacks it. A node built on known sources (the common case) is one
-        rule call: the slots read directly, not through `_fill`'s descriptor calls."""
-        for s in self.src:
-            if s._shape_fact is _NO_FACT:
-                filled = self._fill(_get_shape_fact, _set_shape_fact, infer_shape)
-                return cast("tuple[sint, ...] | None | Err", filled)
-        try:
-            ret: tuple[sint, ...] | None | Err = infer_shape(self)
-        except ShapeError as e:
-            ret = Err(e)
-        _set_shape_fact(self, ret)
-        return ret
-
-    def _fill_device(self) -> str | tuple[str, ...] | None | Err:
-        """The device fact of a node that lacks it, as `_fill_shape`; the rule reads its sources' slots, and
-        one that is unset (a source never asked) sends the node through `_fill`'s walk."""
-        try:
-            ret = infer_device(self)
-        except AttributeError:
-            filled = self._fill(_device_or_none, _set_device_fact, infer_device)
-            return cast("str | tuple[str, ...] | None | Err", filled)
-        _set_device_fact(self, ret)
-        return ret
-
+    # ------------------------------------------------------------------ derived facts (uopgrad.facts.Fact)
     @property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for shapeless nodes (raises if the graph's shapes are inconsistent)."""
         ret: tuple[sint, ...] | None | Err = self._shape_fact  # the cached fact, one slot read
-        if ret is _NO_FACT:
-            ret = self._fill_shape()
+        if ret is NOT_COMPUTED:
+            ret = SHAPE.fill(self)
         if type(ret) is Err:
             raise ret.exc
         return ret  # type: ignore[return-value]  # not an Err (mypy does not narrow on type() is)
@@ -404,13 +312,15 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         """Number of elements."""
         return prod(self.shape)
 
+    def numel(self) -> sint:
+        """`size` (the reference's spelling)."""
+        return self.size
+
     @property
     def device(self) -> str | tuple[str, ...] | None:
         """The device (a name, or a tuple for multi-device values), or None."""
-        try:
-            d = self._device_fact  # known (the common case): one slot read
-        except AttributeError:
-            d = self._fill_device()
+        if (d := self._device_fact) is NOT_COMPUTED:  # known (the common case): one slot read
+            d = DEVICE.fill(self)
         if type(d) is Err:
             raise d.exc
         return cast("str | tuple[str, ...] | None", d)
@@ -418,8 +328,9 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
     @property
     def axis(self) -> int | None:
         """The sharding axis of a multi-device value, or None."""
-        ret = self._fact("axis", infer_axis)
-        return None if isinstance(ret, Err) else ret
+        if (ret := AXIS.get(self)) is NOT_COMPUTED:
+            ret = AXIS.fill(self)
+        return None if type(ret) is Err else cast("int | None", ret)
 
     @property
     def bounds(self) -> tuple[tuple[sint, sint], ...]:
@@ -433,17 +344,17 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
     @property
     def key(self) -> bytes:
         """A content hash of the whole graph under this node: equal for equal structure, across processes."""
-        return self._ok("key", infer_key)
+        return KEY(self)
 
     @property
     def vmin(self) -> ConstType:
         """A lower bound of every value this node can take."""
-        return self._ok("minmax", infer_min_max)[0]
+        return MINMAX(self)[0]
 
     @property
     def vmax(self) -> ConstType:
         """An upper bound of every value this node can take."""
-        return self._ok("minmax", infer_min_max)[1]
+        return MINMAX(self)[1]
 
     @property
     def marg(self) -> Any:
@@ -662,10 +573,6 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         """This value (or buffer view) as one dimension."""
         return self.reshape((self.size,))
 
-    def numel(self) -> sint:
-        """Number of elements."""
-        return self.size
-
     def after(self, *deps: UOp) -> UOp:
         """This value, but only after `deps` have happened."""
         return UOp(Ops.AFTER, self.dtype, (self, *deps))
@@ -750,10 +657,6 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             return self
         return UOp(Ops.REDUCE, self.dtype, (self,), (op, kept))
 
-    def r(self, op: Ops, axes: Iterable[int]) -> UOp:
-        """Public name of `_rop`."""
-        return self._rop(op, axes)
-
     def dot(self, w: UOp) -> UOp:
         """Matrix product of two shaped nodes (numpy's matmul broadcasting), as a sum over a broadcast MUL:
         the same graph Tensor.dot builds, without its dtype promotion."""
@@ -777,17 +680,6 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 
     def __matmul__(self, w: UOp) -> UOp:
         return self.dot(w)
-
-    @property
-    def is_realized(self) -> bool:
-        """The value lives in a buffer: a view of a BUFFER (through the realized form of uopgrad.realized)."""
-        u = self
-        if (u.op is Ops.AFTER and len(u.src) == 2 and u.src[0].op is Ops.DETACH and u.src[1].op is Ops.CALL
-                and u.src[1].arg.name == "realize"):
-            u = u.src[0].src[0]
-        if u.op is Ops.MULTI and u.src:  # the shards of a BUFFER on a device tuple
-            u = u.src[0]
-        return u.base.op is Ops.BUFFER
 
     def ssimplify(self) -> UOp | ConstType:
         """Simplify; a node that folds to a constant comes back as a Python value (tinygrad's name)."""
@@ -833,44 +725,16 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             return UOp(op, self.dtype, (self, begins, ends))
         return UOp(op, self.dtype, (self,), arg)
 
-    def to_dot(self) -> str:
-        """The graph as Graphviz DOT text (`dot -Tsvg`): one node per UOp, edges from each source, labelled
-        with the source's position. The VIZ page (uopgrad.viz) draws the same graph without graphviz."""
-        order = list(self.toposort(enter_calls=False))
-        ids = {u: i for i, u in enumerate(order)}
-        lines = ["digraph uop {", '  node [shape=box, fontname="monospace", fontsize=10];']
-        for u in order:
-            text = f"{u.op.name}\n{u.dtype!r}" + ("" if u.arg is None else f"\n{u.arg!r}"[:60])
-            lines.append(f'  n{ids[u]} [label="{_dot_escape(text)}"];')
-            lines += [f'  n{ids[s]} -> n{ids[u]} [label="{k}"];' for k, s in enumerate(u.src) if s in ids]
-        return "\n".join([*lines, "}"])
-
-
-def _dot_escape(text: str) -> str:
-    """A DOT string body: quotes and backslashes escaped, except the \\n line breaks made above."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
 
 # the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
 _new_node: Callable[[type], Any] = object.__new__
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_device_fact, _set_cache = (
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_device_fact, _set_facts = (
     cast(Any, UOp.__dict__[f]).__set__
-    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_cache"))
-_get_shape_fact: Callable[[UOp], Any] = cast(Any, UOp.__dict__["_shape_fact"]).__get__
-
-
-def _device_or_none(u: UOp) -> Any:
-    """The device slot, or _NO_FACT where it is unset."""
-    return getattr(u, "_device_fact", _NO_FACT)
-
-
-_simplifier: Callable[[UOp], UOp] | None = None
-
-
-def register_simplifier(fn: Callable[[UOp], UOp]) -> None:
-    """Called once by uopgrad.symbolic: `UOp.simplify` lives above this layer."""
-    global _simplifier
-    _simplifier = fn
+    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts"))
+# the two facts with a slot of their own (the rules of uopgrad.facts read their sources' slots directly)
+SHAPE: Fact[tuple[sint, ...] | None] = Fact("shape", infer_shape, UOp.__dict__["_shape_fact"])
+DEVICE: Fact[str | tuple[str, ...] | None] = Fact("device", infer_device, UOp.__dict__["_device_fact"],
+                                                  partial=True)
 
 
 def ssimplify(u: UOp | ConstType) -> UOp | ConstType:

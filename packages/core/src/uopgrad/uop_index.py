@@ -1,5 +1,5 @@
-"""Index algebra on UOps (layer 6): the term-level helpers the symbolic rules read (`split_uop`,
-`const_factor`, `divides`, `gcd`, `divide_exact`, ...), gated index values (`invalid`, `valid`,
+"""Index algebra on UOps (below uopgrad.symbolic): the term-level helpers the symbolic rules read
+(`split_uop`, `const_factor`, `divides`, `gcd`, `divide_exact`, ...), gated index values (`invalid`, `valid`,
 `get_idx`, `get_valid`), and the two ways to read an expression back: `render` (Python-like text, the form
 tests compare) and `sym_infer` (its value for an assignment of its variables).
 
@@ -12,28 +12,21 @@ import functools
 import math
 import operator
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from uopgrad.alu import exec_alu
 from uopgrad.dtype import ConstType, DType, Invalid, dtypes
+from uopgrad.facts import Fact
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["IndexMixin", "register_exec_alu", "pm_render", "sym_infer"]
+__all__ = ["IndexMixin", "pm_render", "sym_infer"]
 
 Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
-
-
-# exec_alu lives in uopgrad.symbolic, above this layer: it registers itself here (as the simplifier does)
-_exec_alu: list[Callable[[Ops, DType, list[Any]], ConstType]] = []
-
-
-def register_exec_alu(fn: Callable[[Ops, DType, list[Any]], ConstType]) -> None:
-    """Called once by uopgrad.symbolic: `sym_infer` evaluates ALU ops with it."""
-    _exec_alu[:] = [fn]
 
 
 class IndexMixin:
@@ -54,13 +47,7 @@ class IndexMixin:
     @property
     def tuplize(self: UOp) -> tuple[Any, ...]:  # type: ignore[misc]
         """A total order key of the graph under this node (op, arg, dtype, then the sources'), kept."""
-        c = self._cache
-        if (ret := c.get("tuplize")) is None:
-            for u in self.toposort(gate=lambda x: "tuplize" not in x._cache):
-                u._cache["tuplize"] = (u.op.value, _arg_key(u.arg), u.dtype.priority, u.dtype.count,
-                                       u.dtype.name, *(s._cache["tuplize"] for s in u.src))
-            ret = c["tuplize"]
-        return cast("tuple[Any, ...]", ret)
+        return _TUPLIZE(self)
 
     def split_uop(self: UOp, sep: Ops) -> Iterator[UOp]:  # type: ignore[misc]
         """The operands of a chain of `sep` (a+b+c -> a, b, c), left to right."""
@@ -216,7 +203,6 @@ class IndexMixin:
 
     def sym_infer(self: UOp, var_vals: Mapping[str, int]) -> ConstType:  # type: ignore[misc]
         """The value of this expression with its variables (by name) set to `var_vals`."""
-        exec_alu = _exec_alu[0]
         vals: dict[UOp, Any] = {}
         for u in self.toposort():
             if u.op is Ops.DEFINE_VAR:
@@ -252,6 +238,14 @@ def _bitcast(v: ConstType, src: DType, dst: DType) -> ConstType:
 def _arg_key(arg: Any) -> Any:  # noqa: ANN401  (an arg is any value: docs/style.md P13)
     # constants order by value, Invalid after every number (it compares with nothing)
     return (1,) if arg is Invalid else (0, arg) if isinstance(arg, (int, float)) else arg
+
+
+def _tuplize(u: UOp) -> tuple[Any, ...]:
+    return (u.op.value, _arg_key(u.arg), u.dtype.priority, u.dtype.count, u.dtype.name,
+            *(_TUPLIZE.get(s) for s in u.src))
+
+
+_TUPLIZE: Fact[tuple[Any, ...]] = Fact("tuplize", _tuplize)
 
 
 # ---------------------------------------------------------------------- the text form

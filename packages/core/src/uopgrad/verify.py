@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from uopgrad.dtype import DType, FloatConst, PtrDType, dtypes
 from uopgrad.errors import ShapeError, VerifyError
+from uopgrad.facts import Fact
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import CallInfo, Invalid, UOp
@@ -424,15 +425,15 @@ def verify_new(root: UOp) -> None:
     """The rules of `verify(root)` for the nodes no earlier `verify_new` passed: the check at the door of
     realize, where a step repeated in a training loop costs a walk over its new nodes only. Shapes are left
     to shape inference, which raises its own error when a kernel needs one (and keeps symbolic sizes that
-    are equal but not yet simplified apart from wrong ones). Passed nodes are marked in their derived-fact
-    cache, so the mark dies with the node."""
-    nodes = list(root.toposort(gate=lambda u: _VERIFIED not in u._cache))
+    are equal but not yet simplified apart from wrong ones). Passed nodes are marked with a fact
+    (`_VERIFIED`), so the mark dies with the node."""
+    nodes = list(root.toposort(gate=lambda u: not _VERIFIED.known(u)))
     for i, u in enumerate(nodes):
         if (problem := _check_rules(u, pm_spec_tensor)) is not None:
             expect = _EXPECT.get(u.op, "this op is not part of the tensor-level IR")
             raise VerifyError(_message(u, i, len(nodes), problem, expect), u, i)
     for u in nodes:
-        u._cache[_VERIFIED] = True
+        _VERIFIED.put(u, True)
 
 
-_VERIFIED = "verified"
+_VERIFIED: Fact[bool] = Fact("verified")  # filled by verify_new's own walk

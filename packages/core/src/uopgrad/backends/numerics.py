@@ -1,6 +1,7 @@
-"""REFERENCE's numerics (layer 14): numpy dtypes, casts and bitcasts, the ALU table `reference_alu`, reduces
-and movement ops on arrays. This is where the numerics every backend must share (spec/reference.md) live in
-code; the graph evaluator and the linear-program interpreter both compute with it.
+"""REFERENCE's numerics (layer 14): numpy dtypes, casts and bitcasts, `reference_alu` (the ALU table of
+`uopgrad.alu` on arrays), reduces and movement ops on arrays. This is where the numerics every backend must
+share (spec/reference.md) live in code; the graph evaluator and the linear-program interpreter both compute
+with it.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from uopgrad.alu import ALU, Alu
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import Ops
 
@@ -89,174 +91,40 @@ def bitcast(a: Array, src: DType, dt: DType) -> Array:
     return bits.view(np_dtype(dt))
 
 
-# ---------------------------------------------------------------------- the ALU table
-def _is_float(a: Array) -> bool:
-    return a.dtype.kind == "f"
+# ---------------------------------------------------------------------- the ALU table on arrays
+def _kinds(xs: Sequence[Array]) -> list[str]:
+    return [str(x.dtype) for x in xs]
 
 
-def _need_int(*xs: Array) -> None:
-    if any(x.dtype.kind not in "iub" for x in xs):
-        raise TypeError(f"needs integer or bool operands, got {[str(x.dtype) for x in xs]}")
-
-
-def _need_float(*xs: Array) -> None:
-    if any(not _is_float(x) for x in xs):
-        raise TypeError(f"needs float operands, got {[str(x.dtype) for x in xs]}")
-
-
-def _arith(f: Callable[..., Array]) -> Callable[..., Array]:
-    """Bool arithmetic runs on 0/1 integers; the result is True where it is nonzero."""
+def _on_arrays(row: Alu) -> Callable[..., Array]:
+    """A row of `uopgrad.alu.ALU` on operand arrays: floats if any operand is a float, else ints (all-bool
+    operands as 0/1 ints, then `!= 0`); where C leaves an integer result undefined, the row's defined value
+    (the operands there replaced by ones so that numpy computes nothing undefined)."""
     def run(*xs: Array) -> Array:
-        if all(x.dtype == np.bool_ for x in xs):
-            return np.asarray(f(*(x.astype(np.int8) for x in xs)) != 0)
-        return np.asarray(f(*xs))
+        kinds = [x.dtype.kind for x in xs]
+        if "f" in kinds:
+            if row.floats is None:
+                raise TypeError(f"needs integer or bool operands, got {_kinds(xs)}")
+            return np.asarray(row.floats(*xs))
+        if row.ints is None:
+            raise TypeError(f"needs float operands, got {_kinds(xs)}")
+        if kinds.count("b") == len(kinds):
+            if row.bools is not None:
+                return np.asarray(row.bools(*xs))
+            return np.asarray(run(*(x.astype(np.int8) for x in xs)) != 0)
+        if (u := row.undefined) is None:
+            return np.asarray(row.ints(*xs))
+        a, b = xs
+        if not (bad := u.where(a, b, a.dtype.itemsize * 8)).any():  # the usual case: nothing to replace
+            return np.asarray(row.ints(a, b))
+        out = np.asarray(row.ints(a, np.where(bad, np.ones_like(b), b)))
+        return np.asarray(np.where(bad, np.asarray(u.value(a, b)).astype(out.dtype), out))
     return run
 
 
-def _safe(b: Array) -> tuple[Array, Array]:
-    """(b == 0, b with its zeros replaced by 1): integer division by zero is defined as 0."""
-    zero = b == 0
-    return zero, np.where(zero, np.ones_like(b), b)
-
-
-def _division(a: Array, b: Array, on_floats: Callable[[Array, Array], Array],
-              on_ints: Callable[[Array, Array], Array]) -> Array:
-    """A division-like op: numpy's float semantics, or the integer rule on a divisor with no zeros,
-    where a zero divisor gives 0."""
-    if _is_float(a) or _is_float(b):
-        return np.asarray(on_floats(a, b))
-    _need_int(a, b)
-    zero, bs = _safe(b)
-    out = on_ints(a, bs)
-    return np.asarray(np.where(zero, np.zeros_like(out), out))
-
-
-def _trunc_div(a: Array, b: Array) -> Array:
-    q = np.floor_divide(a, b)
-    inexact = np.not_equal(np.remainder(a, b), 0)
-    return np.asarray(np.where(inexact & ((a < 0) != (b < 0)), q + 1, q))
-
-
-def _cdiv(a: Array, b: Array) -> Array:
-    """C division: the quotient truncated toward zero."""
-    return _division(a, b, lambda x, y: np.trunc(x / y), _trunc_div)
-
-
-def _cmod(a: Array, b: Array) -> Array:
-    """C remainder: the sign of the dividend."""
-    return _division(a, b, np.fmod, np.fmod)
-
-
-def _floordiv(a: Array, b: Array) -> Array:
-    """Floor division: the quotient rounded toward -inf."""
-    return _division(a, b, np.floor_divide, np.floor_divide)
-
-
-def _floormod(a: Array, b: Array) -> Array:
-    """Floor remainder: the sign of the divisor (a == (a // b) * b + a % b)."""
-    return _division(a, b, np.remainder, np.remainder)
-
-
-def _fdiv(a: Array, b: Array) -> Array:
-    return np.asarray(np.true_divide(a, b) if _is_float(a) or _is_float(b) else _cdiv(a, b))
-
-
-def _pow(a: Array, b: Array) -> Array:
-    """IEEE pow for floats. For ints: wrapping repeated multiplication; a negative exponent gives the
-    truncated real result (1 for base 1, ±1 for base -1, else 0)."""
-    if _is_float(a) or _is_float(b):
-        return np.asarray(np.power(a, b))
-    _need_int(a, b)
-    neg = b < 0
-    r = np.power(a, np.where(neg, np.zeros_like(b), b))
-    odd = np.remainder(b, 2) != 0
-    one = np.ones_like(r)
-    inv = np.where(a == 1, one, np.where(a == -1, np.where(odd, -one, one), np.zeros_like(r)))
-    return np.asarray(np.where(neg, inv, r))
-
-
-def _shift(a: Array, b: Array, left: bool) -> Array:
-    """Shifts by 0..bits-1; a shift by any other amount gives 0 (or -1 for a right shift of a negative)."""
-    _need_int(a, b)
-    bits = a.dtype.itemsize * 8
-    ok = (b >= 0) & (b < bits)
-    amount = np.where(ok, b, np.zeros_like(b)).astype(a.dtype)
-    if left:
-        return np.asarray(np.where(ok, np.left_shift(a, amount), np.zeros_like(a)))
-    fill = np.where(a < 0, -np.ones_like(a), np.zeros_like(a)) if a.dtype.kind == "i" else np.zeros_like(a)
-    return np.asarray(np.where(ok, np.right_shift(a, amount), fill))
-
-
-def _bitwise(f: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
-    def run(a: Array, b: Array) -> Array:
-        _need_int(a, b)
-        return f(a, b)
-    return run
-
-
-def _threefry(x: Array, key: Array) -> Array:
-    """Threefry-2x32 (20 rounds) of the two 32-bit halves of `x` under `key`, as tinygrad decomposes it."""
-    x, key = x.astype(np.uint64), key.astype(np.uint64)
-    lo = np.uint64(0xFFFFFFFF)
-    x0, x1 = (x & lo).astype(np.uint32), (x >> np.uint64(32)).astype(np.uint32)
-    k0, k1 = (key & lo).astype(np.uint32), (key >> np.uint64(32)).astype(np.uint32)
-    ks = (k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA), k0)
-    lo32: Array = x0 + ks[2]
-    hi32: Array = x1 + ks[0]
-    for i in range(5):
-        for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
-            lo32, hi32 = lo32 + hi32, (lo32 + hi32) ^ ((hi32 << np.uint32(r)) | (hi32 >> np.uint32(32 - r)))
-        lo32, hi32 = lo32 + ks[i % 3], hi32 + ks[(i + 1) % 3] + np.uint32(i + 1)
-    return np.asarray((hi32.astype(np.uint64) << np.uint64(32)) | lo32.astype(np.uint64))
-
-
-def _where(c: Array, a: Array, b: Array) -> Array:
-    return np.asarray(np.where(c.astype(np.bool_), a, b))
-
-
-def _mulacc(a: Array, b: Array, c: Array) -> Array:
-    return _arith(np.add)(_arith(np.multiply)(a, b), c)
-
-
-def _unary_float(f: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    def run(a: Array) -> Array:
-        _need_float(a)
-        return f(a)
-    return run
-
-
-# One row per ALU op: the numpy meaning of the op on operand arrays (results are then stored in the node's
-# dtype). Adding an op means adding a row here (docs/style.md P7).
-reference_alu: dict[Ops, Callable[..., Array]] = {
-    Ops.ADD: _arith(np.add),
-    Ops.SUB: _arith(np.subtract),
-    Ops.MUL: _arith(np.multiply),
-    Ops.NEG: lambda a: np.logical_not(a) if a.dtype == np.bool_ else np.negative(a),
-    Ops.MAX: np.maximum,  # NaN-propagating
-    Ops.CMPLT: np.less,
-    Ops.CMPNE: np.not_equal,
-    Ops.CMPEQ: np.equal,
-    Ops.FDIV: _fdiv,
-    Ops.CDIV: _cdiv,
-    Ops.CMOD: _cmod,
-    Ops.FLOORDIV: _floordiv,
-    Ops.FLOORMOD: _floormod,
-    Ops.POW: _arith(_pow),
-    Ops.AND: _bitwise(np.bitwise_and),
-    Ops.OR: _bitwise(np.bitwise_or),
-    Ops.XOR: _bitwise(np.bitwise_xor),
-    Ops.SHL: lambda a, b: _shift(a, b, True),
-    Ops.SHR: lambda a, b: _shift(a, b, False),
-    Ops.THREEFRY: _threefry,
-    Ops.EXP2: _unary_float(np.exp2),
-    Ops.LOG2: _unary_float(np.log2),
-    Ops.SIN: _unary_float(np.sin),
-    Ops.SQRT: _unary_float(np.sqrt),
-    Ops.RECIPROCAL: _unary_float(np.reciprocal),
-    Ops.TRUNC: lambda a: np.trunc(a) if _is_float(a) else a,
-    Ops.WHERE: _where,
-    Ops.MULACC: _mulacc,
-}
+# One function per ALU op, the numpy reading of its row of `uopgrad.alu.ALU` (results are then stored in the
+# node's dtype).
+reference_alu: dict[Ops, Callable[..., Array]] = {op: _on_arrays(row) for op, row in ALU.items()}
 
 
 # ---------------------------------------------------------------------- reduce and movement

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from uopgrad._util import prod
+from uopgrad.alu import cdiv, cmod
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import LoweringError
 from uopgrad.ops import GroupOp, Ops
@@ -60,8 +61,8 @@ def _value(u: UOp, var_vals: Mapping[str, int]) -> int:
         return _value(u.src[2], var_vals)
     a = [_value(s, var_vals) for s in u.src]
     table = {Ops.ADD: lambda: a[0] + a[1], Ops.MUL: lambda: a[0] * a[1], Ops.MAX: lambda: max(a),
-             Ops.FLOORDIV: lambda: a[0] // a[1], Ops.CDIV: lambda: int(a[0] / a[1]),
-             Ops.FLOORMOD: lambda: a[0] % a[1], Ops.CMOD: lambda: a[0] - a[1] * int(a[0] / a[1])}
+             Ops.FLOORDIV: lambda: a[0] // a[1], Ops.CDIV: lambda: cdiv(a[0], a[1]),
+             Ops.FLOORMOD: lambda: a[0] % a[1], Ops.CMOD: lambda: cmod(a[0], a[1])}
     if u.op not in table:
         raise LoweringError(f"can't estimate a loop bound computed by {u.op}: {u.short()}")
     return int(table[u.op]())
