@@ -20,9 +20,12 @@ SIZES = [1, 7, 1023, 4096, 4096 * 1024 + 3]
 
 @pytest.fixture(autouse=True)
 def grouped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CL device's work-groups split big reduces, as on a GPU (a new grid: programs of their own)."""
-    renderer = Device["CL"].renderer  # type: ignore[attr-defined]
+    """The CL device's work-groups split big reduces, as on a GPU (a new grid, so a new target that the
+    renderer builds: programs of their own)."""
+    cl = Device["CL"]
+    renderer = cl.renderer  # type: ignore[attr-defined]
     monkeypatch.setattr(renderer, "grid", dataclasses.replace(renderer.grid, local_memory=32768))
+    monkeypatch.setattr(cl, "capabilities", renderer.target(cl.capabilities.dtypes))
 
 
 def test_the_split_is_on_for_gpus_and_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,19 +8,24 @@ import pytest
 
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
-from uopgrad.codegen import Program
+from uopgrad.codegen import Program, Target
 from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, DOT_TILE, LANEWISE_OPS, NARROW_ROWS, ROWS, columns, split
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
 from uopgrad.schedule import schedule
 
+
+def loops(width: int, scratch: int = 0, ops: frozenset[Ops] = REFERENCE_OPS) -> Target:
+    """A loop-style target with vectors of `width` bytes (REFERENCE's ops unless told)."""
+    return Target(frozenset(), ops, vector_width=width, scratch=scratch)
+
 pytestmark = pytest.mark.usefixtures("reference_default")
 COLS = columns(64)  # the vectors of a tile's row with AVX-512: one cache line
 
 
 def program(out: Tensor, width: int = 64) -> Program:
-    return lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS, None, width)
+    return lower(schedule(out.uop.sink()).kernels[-1], loops(width))
 
 
 def ones(*shape: int, dt: type = np.float32) -> Tensor:
@@ -108,7 +113,7 @@ def test_a_dot_product_matmul_is_a_tile_of_vector_accumulators(flat: bool):
     if flat:  # stored into a flat buffer, as realize does: one output range, read as r // 32 and r % 32,
         # split back into rows and columns before the tile is made
         st = UOp.new_buffer("REFERENCE", 32 * 32, dtypes.float32).store(out.uop.reshape((32 * 32,)))
-        prg = lower(schedule(st.sink()).kernels[-1], REFERENCE_OPS, None, 64)
+        prg = lower(schedule(st.sink()).kernels[-1], loops(64))
     else:
         prg = program(out)
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]  # 64 = 4 steps of 16 lanes: 4 accumulators
@@ -125,7 +130,7 @@ def test_a_float_max_stored_into_a_flat_buffer_lowers(dt: type):
     x = Tensor(np.arange(12, dtype=dt).reshape(2, 3, 2)).realize()
     m = x.max(-1)
     st = UOp.new_buffer("REFERENCE", 6, m.dtype).store(m.uop.reshape((6,)))
-    prg = lower(schedule(st.sink()).kernels[-1], REFERENCE_OPS, None, 64)
+    prg = lower(schedule(st.sink()).kernels[-1], loops(64))
     assert any(u.op is Ops.STORE for u in prg.uops)
 
 
@@ -181,7 +186,7 @@ def test_a_reduce_of_masked_values_gets_a_vector_accumulator():
 def test_ops_the_backend_lacks_get_no_vector_form():
     # MAX is computed lane by lane and decomposed as a scalar op (selects); the matmul around it stays vector
     out = (ones(32, 32) @ ones(32, 32)).maximum(0.5)
-    prg = lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS - {Ops.MAX}, None, 64)
+    prg = lower(schedule(out.uop.sink()).kernels[-1], loops(64, ops=REFERENCE_OPS - {Ops.MAX}))
     assert not any(u.op is Ops.MAX for u in prg.uops)
     assert any(u.op is Ops.WHERE for u in prg.uops)
     assert all(u.dtype.count == 1 for u in prg.uops if u.op in (Ops.WHERE, Ops.CMPLT, Ops.CMPNE))
@@ -244,7 +249,7 @@ def test_the_c_of_a_vector_kernel_has_its_typedefs_and_element_aligned_accesses(
 
 
 def packed(out: Tensor, width: int = 32, scratch: int = 64 * 1024) -> Program:
-    return lower(schedule(out.uop.sink()).kernels[-1], REFERENCE_OPS, None, width, None, scratch)
+    return lower(schedule(out.uop.sink()).kernels[-1], loops(width, scratch))
 
 
 def test_a_matmul_packs_the_right_operands_panel_once_per_column_tile():
@@ -276,7 +281,7 @@ def test_the_panel_is_packed_only_where_it_pays_and_fits(case: str):
     assert (k * n * 4 >= PACK_MIN_SPAN) == (case != "operand within L2")
     choice = Choice(rows=NARROW_ROWS, cols=columns(32), swap=False) if case == "rows outside" else None
     sink = schedule((ones(m, k) @ ones(k, n)).uop.sink()).kernels[-1]
-    prg = lower(sink, REFERENCE_OPS, None, 32, choice, 0 if case == "no scratch" else 64 * 1024)
+    prg = lower(sink, loops(32, 0 if case == "no scratch" else 64 * 1024), choice)
     assert not any(u.op is Ops.DEFINE_LOCAL for u in prg.uops)
     assert any(u.op is Ops.DEFINE_REG and u.dtype.count > 1 for u in prg.uops)  # still a register tile
 
@@ -309,7 +314,7 @@ def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_redu
     sink = schedule((ones(rows, 256) @ ones(256, 256).T).uop.sink()).kernels[-1]
 
     def reordered(choice: object) -> bool:
-        prg = lower(sink, REFERENCE_OPS, None, width, choice, 64 * 1024)  # type: ignore[arg-type]
+        prg = lower(sink, loops(width, 64 * 1024), choice)  # type: ignore[arg-type]
         return any(u.op is Ops.GEP for u in prg.uops)  # the lane trees of unrolled reduces
 
     heuristic = reordered(None)

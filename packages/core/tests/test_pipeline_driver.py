@@ -1,5 +1,6 @@
 """The pass driver (uopgrad.pipeline): codegen is one list of named passes run by one loop, which verifies,
-times and traces every pass by its name; graph_rewrite's `name` reaches the engine's errors."""
+times and traces every pass by its name; graph_rewrite's `name` reaches the engine's errors; `lower` takes
+one `Target` record (built by a renderer), caches by it, and still takes the former arguments."""
 
 from __future__ import annotations
 
@@ -9,12 +10,26 @@ import numpy as np
 import pytest
 
 from uopgrad import Ops, PatternMatcher, Tensor, UOp, UPat, dtypes, graph_rewrite
+from uopgrad.backend import Capabilities, Device
+from uopgrad.codegen import GridLimits, Target
 from uopgrad.config import Context
 from uopgrad.errors import RewriteError, VerifyError
-from uopgrad.pipeline import CODEGEN_PASSES, LowerContext, Pass, lower, pass_stats, run_passes, tracers
+from uopgrad.pipeline import (
+    CODEGEN_PASSES,
+    LowerContext,
+    Pass,
+    clear_program_cache,
+    lower,
+    pass_stats,
+    program_cache_info,
+    run_passes,
+    tracers,
+)
+from uopgrad.renderer import CStyleRenderer
 from uopgrad.schedule import schedule
 
 NAMES = ["index", "opt", "group", "gpudims", "reduce", "index dtype", "decompositions", "linearize"]
+ALL = Target(frozenset(), frozenset(Ops))  # every op rendered natively, loop-style, no vector width
 
 
 def kernel() -> UOp:
@@ -32,7 +47,7 @@ def test_every_pass_is_traced_and_timed_by_name_in_order():
     before = pass_stats()
     tracers.append(lambda name, _value: seen.append(name))
     try:
-        run_passes(kernel().src[0], CODEGEN_PASSES, LowerContext(frozenset(Ops), None))
+        run_passes(kernel().src[0], CODEGEN_PASSES, LowerContext(ALL))
     finally:
         tracers.pop()
     assert seen == [n for n in NAMES if n not in ("group", "gpudims", "opt")]  # loop-style, no vector width:
@@ -47,18 +62,52 @@ def test_verify_names_the_pass_that_broke_the_graph():
         return sink.replace(src=(*sink.src, UOp(Ops.PERMUTE, dtypes.float32, (), (0,))))
     passes = (CODEGEN_PASSES[0], dataclasses.replace(CODEGEN_PASSES[0], name="broken", run=broken))
     with Context(VERIFY=1), pytest.raises(VerifyError, match="after the 'broken' pass"):
-        run_passes(kernel().src[0], passes, LowerContext(frozenset(Ops), None))
+        run_passes(kernel().src[0], passes, LowerContext(ALL))
 
 
 def test_a_pass_that_does_not_apply_is_skipped():
     never = Pass("never", lambda _s, _c: pytest.fail("ran"), applies=lambda _ctx: False)
     k = kernel().src[0]
-    assert run_passes(k, (never,), LowerContext(frozenset(Ops), None)) is k
+    assert run_passes(k, (never,), LowerContext(ALL)) is k
 
 
 def test_lower_still_builds_a_program():
-    prg = lower(kernel(), frozenset(Ops))
+    prg = lower(kernel(), ALL)
     assert prg.uops and prg.name.startswith("r_")
+
+
+def test_the_target_is_one_hashable_record_and_the_program_cache_is_keyed_by_it():
+    clear_program_cache()
+    k = kernel()
+    first = lower(k, ALL)
+    assert lower(k, Target(frozenset(), frozenset(Ops))) is first  # an equal record: a cache hit
+    assert program_cache_info()["hits"] == 1
+    wide = dataclasses.replace(ALL, grid=GridLimits(local_size=2))
+    assert hash(wide) != hash(ALL) and lower(k, wide) is not first and lower(k, wide).global_size is not None
+    assert ALL.tensor_cores == () and ALL.warp_size == 1 and ALL.loop_style and not wide.loop_style
+
+
+def test_the_former_arguments_of_lower_still_work():
+    # deprecated, kept one release: lower(kernel, ops, grid, vector_width, choice, scratch)
+    k, ops = kernel(), frozenset(Ops)
+    assert lower(k, ops) is lower(k, ALL)
+    grid = GridLimits(local_size=2, local_memory=1024)
+    assert lower(k, ops, grid) is lower(k, Target(frozenset(), ops, grid, local_memory=1024))
+    assert Target.for_ops(ops, grid, 16, 64) == Target(frozenset(), ops, grid, vector_width=16, scratch=64,
+                                                       local_memory=1024)
+
+
+def test_a_renderer_builds_the_target_and_capabilities_is_its_former_name():
+    class Grid(CStyleRenderer):
+        grid = GridLimits(local_memory=4096)
+        vector_width, scratch, warp_size = 16, 128, 32
+    f32 = frozenset({dtypes.float32})
+    t = Grid().target(f32)
+    assert t == Target(f32, Grid().supports, Grid.grid, True, 16, 128, 4096, 32, ())
+    assert Capabilities is Target
+    assert Capabilities(f32, frozenset({Ops.ADD}), None, compiled=False).dtypes == f32
+    ref = Device["REFERENCE"].capabilities
+    assert isinstance(ref, Target) and not ref.compiled
 
 
 def test_graph_rewrite_names_its_pass_in_the_engines_errors():

@@ -1,7 +1,7 @@
 """Checks of how a uopgrad package is built, for its own test folder: it imports no other uopgrad package,
 ships its type marker, and (for a backend) has the four modules of every backend, registers its entry
-point, runs the README's one-liner in a fresh interpreter, and is listed as available, with its package and
-dtypes, by `uopgrad devices`.
+point, runs the README's one-liner in a fresh interpreter, builds its target (`capabilities`) through its
+renderer, and is listed as available, with its package and dtypes, by `uopgrad devices`.
 
     # packages/backend-xyz/tests/test_xyz_package.py
     from uopgrad_conformance.kit.package import package_tests
@@ -72,6 +72,12 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
         code = f"from uopgrad import Tensor; print(({t} * 2).sum().numpy())"
         assert _python(code).strip() == "12.0"
 
+    def test_the_target_is_built_by_the_renderer() -> None:
+        entry_point()
+        code = (f"from uopgrad import Device; b = Device[{device!r}]; t = b.capabilities; "
+                "print(t == b.renderer.target(t.dtypes) and hash(t) == hash(b.renderer.target(t.dtypes)))")
+        assert _python(code).strip() == "True"
+
     def test_devices_lists_the_backend_with_its_package_and_dtypes() -> None:
         dist = entry_point().dist
         out = subprocess.run([sys.executable, "-m", "uopgrad", "devices", "--json"], capture_output=True,
@@ -84,5 +90,6 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
             assert _normalized(row["package"]) == _normalized(dist.name), row
 
     backend = (test_has_the_four_modules_of_a_backend, test_entry_point_names_the_backend,
-               test_acceptance_one_liner, test_devices_lists_the_backend_with_its_package_and_dtypes)
+               test_acceptance_one_liner, test_the_target_is_built_by_the_renderer,
+               test_devices_lists_the_backend_with_its_package_and_dtypes)
     return {**tests, **{f.__name__: f for f in backend}}

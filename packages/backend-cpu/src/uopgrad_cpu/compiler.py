@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from uopgrad.backend import CompileError, Compiler
+from uopgrad.backend import CompileError, Compiler, run_compiler
 from uopgrad.config import getenv_float, getenv_str
 
 __all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "compile_timeout", "openmp_available"]
@@ -105,14 +105,7 @@ class CCompiler(Compiler):
             out = Path(tmp) / "kernel.so"
             flags = self.flags if _OPENMP_USE.search(src) else [f for f in self.flags if f != "-fopenmp"]
             cmd = [*shlex.split(self.cc), *flags, "-x", "c", "-", "-o", str(out), "-lm"]
-            try:
-                res = _run(cmd, src, compile_timeout())
-            except OSError as e:
-                raise CompileError(shlex.join(cmd), f"can't run the C compiler {self.cc!r} (the environment "
-                                   f"variable CC chooses it): {e}", src) from e
-            except subprocess.TimeoutExpired as e:
-                raise CompileError(shlex.join(cmd), f"the C compiler did not finish in {e.timeout:g} s "
-                                   "(UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
+            res = run_compiler(cmd, src, src, "C compiler", "CC")
             if res.returncode != 0:
                 raise CompileError(shlex.join(cmd), res.stderr or res.stdout, src)
             return out.read_bytes()

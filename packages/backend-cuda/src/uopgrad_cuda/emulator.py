@@ -33,8 +33,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from uopgrad.backend import CompileError, Compiler
-from uopgrad.config import getenv_float, getenv_str
+from uopgrad.backend import CompileError, Compiler, run_compiler
+from uopgrad.config import getenv_str
 from uopgrad.renderer.merge import groups, merge
 from uopgrad_cuda.compiler import NVRTCCompiler
 
@@ -101,15 +101,7 @@ class EmulatedCompiler(Compiler):
             header.write_text(HEADER)
             cmd = [*shlex.split(self.cxx), *self.flags, "-include", str(header),
                    "-x", "c++", "-", "-o", str(out)]
-            try:
-                res = subprocess.run(cmd, input=src + launcher(src), capture_output=True, text=True,
-                                     check=False, timeout=getenv_float("UOPGRAD_COMPILE_TIMEOUT"))
-            except OSError as e:
-                raise CompileError(shlex.join(cmd), f"can't run the host C++ compiler {self.cxx!r} (the "
-                                   f"environment variable CXX chooses it): {e}", src) from e
-            except subprocess.TimeoutExpired as e:
-                raise CompileError(shlex.join(cmd), f"the host C++ compiler did not finish in {e.timeout:g} "
-                                   "s (UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
+            res = run_compiler(cmd, src + launcher(src), src, "host C++ compiler", "CXX")
             if res.returncode != 0:
                 raise CompileError(f"CUDA emulation ({shlex.join(cmd)})", res.stderr or res.stdout, src)
             return out.read_bytes()

@@ -170,6 +170,8 @@ class CUDARenderer(CStyleRenderer):
     keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CUDA_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ()
     kernel_prefix = f'extern "C" __global__ void __launch_bounds__({_BOUNDS})'
+    local_qualifier = "__shared__"
+    barrier = "__syncthreads();"  # it also orders local memory
     restrict = "__restrict__"
     infinity = "__int_as_float(0x7f800000)"
     nan = "__int_as_float(0x7fc00000)"
@@ -177,6 +179,7 @@ class CUDARenderer(CStyleRenderer):
         "gidx": "blockIdx.{1}", "lidx": "threadIdx.{1}", "idx": "(blockIdx.{1}*blockDim.{1}+threadIdx.{1})",
     }
     half_via_float = True
+    warp_size = 32  # every NVIDIA GPU so far (the target records it; codegen does not use it yet)
 
     def __init__(self, grid: GridSpec | None = None) -> None:
         self.grid = grid if grid is not None else GridLimits()
@@ -219,12 +222,3 @@ class CUDARenderer(CStyleRenderer):
             _, from_bits, bits_type = _FLOAT_BITS[d]
             return f"{from_bits}(({bits_type}){x})"
         return f"(({self.ctype(dst)}){x})"
-
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        """A `__shared__` array (float16 as its bits, as in buffers)."""
-        return f"__shared__ {self.ctype(self.storage.get(dt.scalar(), dt.scalar()))} {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        """`__syncthreads()`."""
-        return "__syncthreads();"
-

@@ -140,6 +140,8 @@ class OpenCLRenderer(CStyleRenderer):
     keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CL_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ("#pragma OPENCL FP_CONTRACT OFF",)
     kernel_prefix = "__kernel void"
+    local_qualifier = "__local"
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"  # it also orders local memory
     buffer_qualifier = "__global "
     special_index: ClassVar[dict[str, str]] = {
         "gidx": "get_group_id({0})", "lidx": "get_local_id({0})", "idx": "get_global_id({0})",
@@ -193,13 +195,6 @@ class OpenCLRenderer(CStyleRenderer):
             return f"__uopgrad_bits_half((ushort){x})"
         return f"as_{self.ctype(dst)}(({self.ctype(src)}){x})"
 
-    def render_local(self, name: str, dt: DType, size: int) -> str:
-        """A `__local` array of the work-group (float16 as its bits, as in buffers)."""
-        return f"__local {self.ctype(self.storage.get(dt.scalar(), dt.scalar()))} {name}[{size}];"
-
-    def render_barrier(self) -> str:
-        """A work-group barrier that also orders local memory."""
-        return "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
                       prefix: Sequence[str]) -> str:

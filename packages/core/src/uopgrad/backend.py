@@ -18,6 +18,8 @@ import importlib
 import importlib.metadata
 import os
 import re
+import shlex
+import subprocess
 import tempfile
 import threading
 import time
@@ -33,10 +35,10 @@ import numpy as np
 
 from uopgrad import debug, diskcache
 from uopgrad._util import LRU
-from uopgrad.codegen import GridSpec
 from uopgrad.codegen import Program as KernelProgram
+from uopgrad.codegen import Target
 from uopgrad.codegen.opt import OPT
-from uopgrad.config import getenv_str
+from uopgrad.config import getenv_float, getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import BackendError, CompileError, ConfigError
 from uopgrad.ops import Ops
@@ -48,8 +50,8 @@ from uopgrad.uop import UOp
 
 __all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
            "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
-           "PREFERENCE", "Program", "compile_cache_dir", "count_kernel", "is_dtype_supported",
-           "load_library", "run_linear"]
+           "PREFERENCE", "Program", "Target", "compile_cache_dir", "count_kernel", "is_dtype_supported",
+           "load_library", "run_compiler", "run_linear"]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -61,26 +63,9 @@ PACKAGES = {"CPU": "uopgrad-cpu", "CL": "uopgrad-opencl", "CUDA": "uopgrad-cuda"
 H = TypeVar("H")  # an allocator's handle type
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend can run, for codegen (what to decompose, how to launch) and the conformance suite
-    (which op x dtype cases to check)."""
-
-    dtypes: frozenset[DType]
-    ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
-    grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
-    compiled: bool = True              # generates and compiles code (False for REFERENCE)
-    vector_width: int = 0              # bytes of a vector register codegen may use; 0: no opt pass
-
-    @property
-    def loop_style(self) -> bool:
-        """True when output dimensions are loops, not grid indices."""
-        return self.grid is None
-
-    @property
-    def max_local_size(self) -> tuple[int, ...] | None:
-        """Per-dimension maximum of the local (workgroup) size, None for loop-style backends."""
-        return None if self.grid is None else self.grid.local_max
+# what a backend can run is its `Target` (uopgrad.codegen.target); `Capabilities(dtypes, ops, grid, compiled,
+# vector_width)` is its former name, the same class (deprecated, kept for one release)
+Capabilities = Target
 
 
 class Backend:
@@ -89,9 +74,10 @@ class Backend:
     The Tensor layer uses three methods: `copyin`/`copyout` move host data into and out of a BUFFER, and
     `realize` runs a SINK of STOREs into BUFFERs (and any other effects in it), after which those buffers
     hold the stored values. Buffers are BUFFER UOps; a backend keeps their storage in a weak map. Every
-    backend declares its `capabilities` (a class attribute, or set in `__init__`)."""
+    backend declares its `capabilities`, the `Target` it runs (a class attribute, or set in `__init__`; a
+    compiled backend's is built by its renderer)."""
 
-    capabilities: Capabilities
+    capabilities: Target
     # the code generator, for backends that render source (CompiledBackend); None where kernels are evaluated
     renderer: Renderer | None = None
 
@@ -271,6 +257,22 @@ class HostAllocator(Allocator[np.ndarray]):
         return handle.data
 
 
+def run_compiler(cmd: list[str], stdin: str, src: str, tool: str,
+                 env: str) -> subprocess.CompletedProcess[str]:
+    """Run a compiler process on `stdin` (UOPGRAD_COMPILE_TIMEOUT bounds it). A compiler that can't be started
+    or does not finish is a CompileError that names `tool`, the variable `env` choosing it, and `src`; a
+    failed build is the caller's to judge from the returned process."""
+    try:
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False,
+                              timeout=getenv_float("UOPGRAD_COMPILE_TIMEOUT"))
+    except OSError as e:
+        raise CompileError(shlex.join(cmd), f"can't run the {tool} {cmd[0]!r} (the environment variable "
+                           f"{env} chooses it): {e}", src) from e
+    except subprocess.TimeoutExpired as e:
+        raise CompileError(shlex.join(cmd), f"the {tool} did not finish in {e.timeout:g} s "
+                           "(UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
+
+
 def load_library(lib: bytes, prefix: str) -> ctypes.CDLL:
     """A shared object loaded from its bytes, for backends whose kernels run on the host: written to a
     private temporary file, loaded with `ctypes.CDLL` and unlinked at once (the loaded mapping stays
@@ -349,8 +351,9 @@ def _release(allocator: Allocator[Any], handle: object, nbytes: int, device: str
 
 class CompiledBackend(Backend):
     """A backend that generates code. `realize(sink)`: the scheduler splits `sink` into kernels and copies;
-    each kernel is lowered for this renderer's capabilities, rendered, compiled (disk cache) and launched.
-    Compiled kernels are kept per process, keyed by the kernel's structure (its body), never by buffers."""
+    each kernel is lowered for its target (`capabilities`, which the renderer builds), rendered, compiled
+    (disk cache) and launched. Compiled kernels are kept per process, keyed by the kernel's structure (its
+    body), never by buffers."""
 
     kernel_cache_size = 1024  # loaded kernels kept per device (least recently used ones are unloaded)
     renderer: Renderer  # always set: what turns its programs into source
@@ -359,8 +362,7 @@ class CompiledBackend(Backend):
                  runtime: type[Program], dtypes: frozenset[DType]) -> None:
         super().__init__(device)
         self.renderer, self.compiler, self.allocator, self.runtime = renderer, compiler, allocator, runtime
-        self.capabilities = Capabilities(dtypes, renderer.supports, renderer.grid, compiled=True,
-                                         vector_width=renderer.vector_width)
+        self.capabilities = renderer.target(dtypes)  # what every kernel is lowered for
         # BUFFER -> device memory; the memory goes back to the allocator when the BUFFER node is collected
         # (its finalizer, in _frees), or at `free(buf)`
         self._handles: weakref.WeakKeyDictionary[UOp, Any] = weakref.WeakKeyDictionary()
@@ -441,16 +443,14 @@ class CompiledBackend(Backend):
         Returns the kernel of every body in `calls`."""
         todo: dict[UOp, UOp] = {}
         ready: dict[UOp, _Kernel] = {}
-        width = self.renderer.vector_width if OPT else 0  # OPT=0 builds (and keeps) unoptimised kernels
+        target = self.capabilities
+        width = target.vector_width if OPT else 0  # OPT=0 builds (and keeps) unoptimised kernels
         for call in calls:
             if (k := self._kernels.get((call.src[0], width))) is not None:
                 ready[call.src[0]] = k
             else:
                 todo.setdefault(call.src[0], call)
-        ops, grid = self.renderer.supports, self.renderer.grid
-        scratch = self.renderer.scratch
-        programs = [lower(call, ops, grid, width, best_choice(self, call, width, lower), scratch)
-                    for call in todo.values()]
+        programs = [lower(call, target, best_choice(self, call, target, lower)) for call in todo.values()]
         sources = [self.renderer.render(program) for program in programs]
         for program, src in zip(programs, sources):
             debug.source(program.name, src)
@@ -491,7 +491,8 @@ class CompiledBackend(Backend):
 
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
-        k = self._kernels.get((item.src[0], self.renderer.vector_width if OPT else 0)) or self.kernel(item)
+        width = self.capabilities.vector_width if OPT else 0
+        k = self._kernels.get((item.src[0], width)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:])
         vals = _checked_values(k.program, var_vals) if k.program.vars else ()
         start = time.perf_counter()
@@ -503,7 +504,8 @@ class CompiledBackend(Backend):
         """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
         now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
         The caller keeps the BUFFERs alive as long as it keeps the launch."""
-        k = self._kernels.get((item.src[0], self.renderer.vector_width if OPT else 0)) or self.kernel(item)
+        width = self.capabilities.vector_width if OPT else 0
+        k = self._kernels.get((item.src[0], width)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:] if bufs is None else bufs)
         return k.run.bind(*handles, vals=_checked_values(k.program, var_vals),
                           global_size=k.program.global_size, local_size=k.program.local_size)

@@ -5,8 +5,8 @@ loop that runs a schedule's items on their devices.
 output against the pass's well-formedness table, it hands the output to uopgrad.debug (logged at DEBUG>=3,
 and to the VIZ tracers), it adds the time to `pass_stats()` under the pass's name and hands the output to
 every function in `tracers`. `CODEGEN_PASSES` is the codegen pipeline in order (docs/ARCHITECTURE.md
-§2.1); `lower` runs it over a kernel and caches the program. `run_schedule` launches a schedule's items in
-order, each on the device its buffers live on.
+§2.1); `lower` runs it over a kernel for a `Target` and caches the program. `run_schedule` launches a
+schedule's items in order, each on the device its buffers live on.
 """
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeAlias
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol, TypeAlias, overload
 
 import numpy as np
 
 from uopgrad import debug
 from uopgrad._util import LRU
-from uopgrad.codegen import GridSpec, Program
+from uopgrad.codegen import GridSpec, Program, Target
 from uopgrad.codegen.decomp import pm_decomp
 from uopgrad.codegen.gpudims import add_gpudims
 from uopgrad.codegen.group import group_reduces
@@ -45,16 +45,23 @@ __all__ = ["CODEGEN_PASSES", "HostFill", "LowerContext", "Pass", "clear_program_
 
 @dataclass
 class LowerContext:
-    """What the codegen passes of one kernel read and write besides the graph."""
+    """What the codegen passes of one kernel read and write besides the graph: the target (read) and the
+    launch dimensions (written by the gpudims pass)."""
 
-    ops: frozenset[Ops]                          # the ALU ops the backend renders natively
-    grid: GridSpec | None                        # launch limits of a grid-style backend, None: loop-style
+    target: Target                               # what the kernel is lowered for
+    choice: Choice | None = None                 # the opt pass's register tiles (None: its heuristic)
     global_size: tuple[int, int, int] | None = None  # set by the gpudims pass
     local_size: tuple[int, int, int] | None = None
-    vector_width: int = 0                        # bytes of a vector register; 0: the opt pass is off
-    choice: Choice | None = None                 # the opt pass's register tiles (None: its heuristic)
-    scratch: int = 0                             # bytes of thread-private memory a loop nest may declare
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ops(self) -> frozenset[Ops]:
+        """The ALU ops the target renders natively."""
+        return self.target.ops
+
+    @property
+    def grid(self) -> GridSpec | None:
+        """The target's launch limits; None: loop-style."""
+        return self.target.grid
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ def pass_stats() -> dict[str, tuple[int, float]]:
 
 def _group(sink: UOp, ctx: LowerContext) -> UOp:
     assert ctx.grid is not None  # `applies` runs this pass for grid-style backends only
-    return group_reduces(sink, ctx.grid)
+    return group_reduces(sink, ctx.grid, ctx.target.local_memory)
 
 
 def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
@@ -121,10 +128,11 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
-    Pass("opt", lambda sink, ctx: optimize(sink, ctx.vector_width, ctx.ops, ctx.choice, ctx.scratch),
-         applies=lambda ctx: ctx.grid is None and ctx.vector_width > 0),
+    Pass("opt", lambda sink, ctx: optimize(sink, ctx.target.vector_width, ctx.ops, ctx.choice,
+                                           ctx.target.scratch),
+         applies=lambda ctx: ctx.grid is None and ctx.target.vector_width > 0),
     Pass("group", _group,  # a big reduce split over a workgroup's threads (grid backends with local memory)
-         applies=lambda ctx: ctx.grid is not None and bool(getattr(ctx.grid, "local_memory", 0))),
+         applies=lambda ctx: ctx.grid is not None and ctx.target.local_memory > 0),
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
     rewrite_pass("index dtype", pm_index_dtype, lambda sink, _ctx: index_dtype(sink)),  # index -> int32/64
@@ -133,32 +141,51 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
 )
 
 # bounded: a long run over ever new shapes must not keep every program it lowered
-_cache: LRU[tuple[bytes, int, frozenset[Ops], GridSpec | None, int, Choice | None, int], Program] = LRU(4096)
+_cache: LRU[tuple[bytes, int, Target, Choice | None], Program] = LRU(4096)
 _stats = {"hits": 0, "misses": 0}
 
 
-def lower(kernel: UOp, ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
-          choice: Choice | None = None, scratch: int = 0) -> Program:
-    """The linear program of `kernel` (a kernel CALL, or its SINK body) for a backend that renders `ops`;
-    `grid` is given for grid-style backends, `vector_width` (bytes) where the backend renders vector types
-    (the opt pass runs where it is non-zero and OPT is not 0). Programs are cached by kernel structure, op
-    set, grid and vector width. `choice` is the opt pass's tile shape (BEAM's pick; None: the heuristic);
-    `scratch` the bytes of thread-private memory a loop nest may declare (the renderer's `scratch`)."""
-    vector_width = vector_width if OPT else 0
+def _choice(choice: Choice | None = None) -> Choice | None:
+    return choice
+
+
+def _legacy(ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
+            choice: Choice | None = None, scratch: int = 0) -> tuple[Target, Choice | None]:
+    """The former arguments `(ops, grid, vector_width, choice, scratch)` as a target and a choice."""
+    return Target.for_ops(ops, grid, vector_width, scratch), choice
+
+
+@overload
+def lower(kernel: UOp, target: Target, choice: Choice | None = None) -> Program: ...
+@overload
+def lower(kernel: UOp, target: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
+          choice: Choice | None = None, scratch: int = 0) -> Program: ...  # deprecated: kept one release
+def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: Any) -> Program:
+    """`lower(kernel, target, choice=None)`: the linear program of `kernel` (a kernel CALL, or its SINK
+    body) for `target`. Every ALU op outside `target.ops` is decomposed; the opt pass runs where the target
+    is loop-style with a vector width and OPT is not 0, `choice` its tile shape (BEAM's pick; None: the
+    heuristic); the gpudims pass (and, with local memory, the group pass) where it has a grid. Programs are
+    cached by kernel structure, target and choice. The former `lower(kernel, ops, grid, vector_width,
+    choice, scratch)` still works (deprecated, kept for one release: `Target.for_ops` makes the target it
+    stands for)."""
+    target, choice = (target, _choice(*args, **kwargs)) if isinstance(target, Target) else \
+        _legacy(target, *args, **kwargs)
+    if not OPT and target.vector_width:
+        target = replace(target, vector_width=0)  # OPT=0: the unoptimised kernel
     body = kernel.src[0] if kernel.op is Ops.CALL else kernel
     nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
-    key = (body.key, nargs, ops, grid, vector_width, choice, scratch)
+    key = (body.key, nargs, target, choice)
     if (prg := _cache.get(key)) is not None:
         _stats["hits"] += 1
         return prg
     _stats["misses"] += 1
     if VERIFY:
         verify(kernel)
-    ctx = LowerContext(ops, grid, vector_width=vector_width, choice=choice, scratch=scratch)
+    ctx = LowerContext(target, choice)
     linear = run_passes(body, CODEGEN_PASSES, ctx)
     assert isinstance(linear, tuple)  # the last pass linearizes
     uops = _with_all_params(linear, body, nargs)
-    if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in ops}):
+    if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in target.ops}):
         raise LoweringError(f"the backend does not render {missing}, and codegen can't decompose them")
     prg = Program(_name(kernel, body), uops, tuple(u.arg for u in uops if u.op is Ops.PARAM),
                   tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),

@@ -4,11 +4,11 @@ With `BEAM=n` (tinygrad's habit) a compiled loop-style backend picks the tile sh
 timing it: every `opt.choices()` candidate is lowered and rendered, the distinct sources are compiled side
 by side, each runs on buffers of random values (3 launches, the best kept), the `n` fastest run again (10
 launches) and the fastest of those wins. The winner is kept on disk (`uopgrad.diskcache`) under the
-kernel's structure, the backend's op set and vector width, the renderer and the compiler's identity (which
-names the host CPU), so a later process compiles nothing new for it. Every candidate gives the same bits:
-a tile shape only copies stores and shares loads, and each output's reduce keeps its order (spec/opt.md);
-what may reorder a reduce (unrolling it) is the heuristic's decision, not searched. `BEAM=0`, the default,
-is the heuristic alone. Kernels with variables (symbolic shapes) are not searched.
+kernel's structure, the target's op set, vector width and scratch, the renderer and the compiler's
+identity (which names the host CPU), so a later process compiles nothing new for it. Every candidate gives
+the same bits: a tile shape only copies stores and shares loads, and each output's reduce keeps its order
+(spec/opt.md); what may reorder a reduce (unrolling it) is the heuristic's decision, not searched.
+`BEAM=0`, the default, is the heuristic alone. Kernels with variables (symbolic shapes) are not searched.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from uopgrad import diskcache
-from uopgrad.codegen import Program
-from uopgrad.codegen.opt import Choice, choices
+from uopgrad.codegen import Program, Target
+from uopgrad.codegen.opt import OPT, Choice, choices
 from uopgrad.config import ContextVar
 from uopgrad.dtype import PtrDType, dtypes
 from uopgrad.ops import Ops
@@ -42,26 +42,26 @@ Lower = Callable[..., Program]
 BEAM = ContextVar("BEAM", 0)
 
 
-def _digest(be: CompiledBackend, body: UOp, nargs: int, width: int) -> str:
-    ident = (nargs, sorted(op.name for op in be.renderer.supports), width, be.renderer.scratch,
+def _digest(be: CompiledBackend, body: UOp, nargs: int, target: Target) -> str:
+    ident = (nargs, sorted(op.name for op in target.ops), target.vector_width, target.scratch,
              type(be.renderer).__name__,
              getattr(be.compiler, "cache_key", type(be.compiler).__name__))
     return hashlib.sha256(b"beam-2|" + body.key + repr(ident).encode()).hexdigest()
 
 
-def best_choice(be: CompiledBackend, call: UOp, width: int, lower: Lower) -> Choice | None:
-    """The tile shape BEAM picks for kernel CALL `call` on backend `be`, lowering candidates with `lower`
-    (from the disk cache when it was picked before); None where BEAM is off or does not apply (the
-    heuristic's shape)."""
-    if not int(BEAM) or width <= 0 or be.renderer.grid is not None:
+def best_choice(be: CompiledBackend, call: UOp, target: Target, lower: Lower) -> Choice | None:
+    """The tile shape BEAM picks for kernel CALL `call` on backend `be` (whose target is `target`), lowering
+    candidates with `lower` (from the disk cache when it was picked before); None where BEAM is off or does
+    not apply (the heuristic's shape)."""
+    if not int(BEAM) or not OPT or target.vector_width <= 0 or target.grid is not None:
         return None
     body, nargs = call.src[0], len(call.src) - 1
-    digest = _digest(be, body, nargs, width)
+    digest = _digest(be, body, nargs, target)
     if (hit := diskcache.read(digest)) is not None:
         return Choice(**json.loads(hit))
     found: dict[str, tuple[Choice, Program]] = {}
-    for c in choices(width):
-        prg = lower(call, be.renderer.supports, None, width, c, be.renderer.scratch)
+    for c in choices(target.vector_width):
+        prg = lower(call, target, c)
         if prg.vars:
             return None
         found.setdefault(be.renderer.render(prg), (c, prg))

@@ -19,7 +19,7 @@ import numpy as np
 from uopgrad.backend import Device
 from uopgrad.backends.evaluator import Evaluator, _Frame, _is_reference, register_loop_runner, storage
 from uopgrad.backends.numerics import REFERENCE_OPS, Array, bitcast, cast, finish, np_dtype, reference_alu
-from uopgrad.codegen import GridLimits, Program
+from uopgrad.codegen import GridLimits, Program, Target
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
@@ -27,7 +27,11 @@ from uopgrad.pipeline import count_kernel, lower
 from uopgrad.schedule import Schedule
 from uopgrad.uop import UOp
 
-__all__ = ["run_program", "run_schedule"]
+__all__ = ["LOOPS_TARGET", "run_program", "run_schedule"]
+
+# what a kernel written with explicit loops is lowered for: every ALU op, loop-style, no opt pass
+LOOPS_TARGET = Target.for_ops(REFERENCE_OPS)
+
 
 def _lane_indices(prg: Program) -> tuple[int, dict[str, Array]]:
     """The number of lanes and the value of each SPECIAL (`gidx<d>`, `lidx<d>`) in every lane."""
@@ -186,14 +190,16 @@ def _write(buf: UOp, arr: Array) -> None:
 
 def run_schedule(sched: Schedule, lower_kernels: bool = True, ops: frozenset[Ops] = REFERENCE_OPS,
                  grid: GridLimits | None = None) -> None:
-    """Run a schedule's items in order on REFERENCE storage: copies copy; kernels are lowered with `ops` (and
-    `grid`) and run as linear programs, or, with `lower_kernels=False`, evaluated as custom kernels."""
+    """Run a schedule's items in order on REFERENCE storage: copies copy; kernels are lowered for the target
+    of `ops` (and `grid`) and run as linear programs, or, with `lower_kernels=False`, evaluated as custom
+    kernels."""
+    target = Target.for_ops(ops, grid)
     for item in sched.items:
         body, bufs = item.src[0], item.src[1:]
         if body.op is Ops.COPY:
             _write(bufs[0], cast(np.array(_read(bufs[1]), copy=True), bufs[0].dtype))
         elif lower_kernels:
-            prg = lower(item, ops, grid)
+            prg = lower(item, target)
             arrays = [np.array(_read(b), copy=True) for b in bufs]
             run_program(prg, arrays, sched.var_vals)
             for slot in prg.outs:
@@ -211,7 +217,7 @@ def _run_loops(call: UOp, arrays: list[Array],
                var_vals: dict[str, int]) -> tuple[list[Array], tuple[int, ...]]:
     """A custom kernel written with explicit loops: its linear program run on the argument arrays, counted as
     one launch."""
-    prg = lower(call, REFERENCE_OPS)
+    prg = lower(call, LOOPS_TARGET)
     start = time.perf_counter()
     run_program(prg, arrays, var_vals)
     count_kernel(str(call.src[1].device) if len(call.src) > 1 else "REFERENCE", prg, var_vals,

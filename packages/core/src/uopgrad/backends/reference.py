@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 import numpy as np
 
 from uopgrad import debug
-from uopgrad.backend import Backend, Capabilities, GlobalCounters
+from uopgrad.backend import Backend, GlobalCounters, Target
 from uopgrad.backends.evaluator import Evaluator, Value, evaluate, rounding_noise, run, storage
 from uopgrad.backends.interpreter import run_program, run_schedule
 from uopgrad.backends.numerics import (
@@ -43,9 +43,10 @@ __all__ = ["REFERENCE_OPS", "Evaluator", "ReferenceBackend", "Value", "bitcast",
 class ReferenceBackend(Backend):
     """REFERENCE: evaluates tensor graphs with numpy. Every REFERENCE:n device shares one storage map."""
 
-    # every op and every dtype a value can have: REFERENCE evaluates the tensor IR directly
-    capabilities = Capabilities(frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats}), GroupOp.ALU, None,
-                                compiled=False)
+    # every op and every dtype a value can have: REFERENCE evaluates the tensor IR directly, so its target
+    # is declared here, not built by a renderer (it has none)
+    capabilities = Target(frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats}), GroupOp.ALU, None,
+                          compiled=False)
 
     def copyin(self, buf: UOp, data: np.ndarray) -> None:
         """Fill `buf` (a copy of `data`, converted to the buffer's storage dtype)."""

@@ -57,14 +57,14 @@ LAYOUTS: dict[tuple[Ops, bool], bool] = {
 }
 
 
-def group_size(n: int, dt: DType, grid: GridSpec) -> int:
+def group_size(n: int, dt: DType, grid: GridSpec, local_memory: int) -> int:
     """Threads for a reduce of `n` elements of `dt`: the largest power of two within the grid's workgroup
-    limits and the local memory budget (two partials a thread) that leaves each thread at least
+    limits and the budget of `local_memory` bytes (two partials a thread) that leaves each thread at least
     `MIN_CHUNK` elements."""
-    if not getattr(grid, "local_memory", 0):
+    if not local_memory:
         return 1
     most = min(getattr(grid, "local_size", 128), grid.local_max[0], grid.local_prod_max, n // MIN_CHUNK,
-               min(LOCAL_BYTES, int(getattr(grid, "local_memory", 0))) // (2 * dt.itemsize))  # 2 halves
+               min(LOCAL_BYTES, local_memory) // (2 * dt.itemsize))  # 2 halves
     return 1 << (most.bit_length() - 1) if most >= 2 else 1
 
 
@@ -72,8 +72,9 @@ def _idx(v: int) -> UOp:
     return UOp(Ops.CONST, dtypes.index, (), v)
 
 
-def group_reduces(sink: UOp, grid: GridSpec) -> UOp:
-    """`sink` with its one REDUCE split over a workgroup (see the module doc), or `sink` as it is."""
+def group_reduces(sink: UOp, grid: GridSpec, local_memory: int) -> UOp:
+    """`sink` with its one REDUCE split over a workgroup of `grid` with `local_memory` bytes (see the module
+    doc), or `sink` as it is."""
     nodes = sink.toposort()
     reds = [u for u in nodes if u.op is Ops.REDUCE]
     ranges = [u for u in nodes if u.op is Ops.RANGE]
@@ -88,7 +89,7 @@ def group_reduces(sink: UOp, grid: GridSpec) -> UOp:
     outs = prod(int(r.src[0].arg) for r in ranges if r not in rr)
     if chunked is None or not _grouped_dtype(dt) or n < MIN_REDUCE or outs > MAX_OUTPUTS:
         return sink
-    size = group_size(n, dt, grid)
+    size = group_size(n, dt, grid, local_memory)
     if size < 2:
         return sink
     lid = UOp(Ops.SPECIAL, dtypes.index, (_idx(size),), "lidx0")

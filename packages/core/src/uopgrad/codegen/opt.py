@@ -16,7 +16,7 @@ packer of `codegen/pack.py`, which turns `amt` lane-wise copies of a value into 
 - PACK the right operand's panel of an upcast tile (`_pack`) into thread-private scratch, once per column
   tile, where the renderer offers scratch memory: a copy, so bit-identical too.
 
-The pass only runs where `Capabilities.vector_width` (bytes) is non-zero and OPT is not 0. The heuristic is
+The pass only runs where the target's `vector_width` (bytes) is non-zero and OPT is not 0. The heuristic is
 cheap: a flat output range read as r // c and r % c is first split in two (output ranges stay
 multi-dimensional; a float MAX's nest, whose exact fallback needs the flat range, is not split for the
 unroll path); then unroll a reduce whose axis is stride-1 (and tile up to 2 x 2 outputs of a dot-product

@@ -1,19 +1,22 @@
 """Renderers (layer 12): a linear program (codegen's `Program`, spec/kernels.md §2) printed as source text.
 
 `Renderer` is what the pipeline reads from a backend: its device name, the ALU ops it renders natively
-(`supports`, handed to codegen's `lower` so that every other op is decomposed first), its grid limits
-(None for a loop-style backend) and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit
-for C-family languages that the CPU, OpenCL and CUDA backends subclass.
+(`supports`: every other op is decomposed first), its grid limits (None for a loop-style backend), vector
+width, scratch, warp size and tensor-core shapes, gathered by `target(dtypes)` into the one `Target` record
+codegen's `lower` takes; and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit for
+C-family languages that the CPU, OpenCL and CUDA backends subclass.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import ClassVar
 
-from uopgrad.codegen import GridSpec, Program
+from uopgrad.codegen import GridSpec, Program, Target
+from uopgrad.codegen.target import TensorCoreShape
+from uopgrad.dtype import DType
 from uopgrad.ops import Ops
 
-__all__ = ["CStyleRenderer", "OpTemplate", "Renderer"]
+__all__ = ["CStyleRenderer", "OpTemplate", "Renderer", "Target"]
 
 # a per-op template: (renderer, operand dtype, operand strings...) -> C expression
 OpTemplate = Callable[..., str]
@@ -32,11 +35,22 @@ class Renderer:
     # bytes of thread-private memory (DEFINE_LOCAL) a loop nest may declare, where the opt pass packs a
     # matmul's right operand (loop-style renderers); 0: none
     scratch: int = 0
+    # threads that run in lockstep (CUDA's warp, an OpenCL subgroup); 1: none or unknown
+    warp_size: int = 1
+    # (M, N, K) shapes of the matrix units the source may use; none are used yet
+    tensor_cores: tuple[TensorCoreShape, ...] = ()
 
     @property
     def supports(self) -> frozenset[Ops]:
         """The ALU ops this renderer prints natively (the keys of `code_for_op`)."""
         return frozenset(self.code_for_op)
+
+    def target(self, dtypes: frozenset[DType]) -> Target:
+        """The record codegen lowers for, on a device whose buffers hold `dtypes`: this renderer's ops, grid
+        (whose optional `local_memory` is the target's), vector width, scratch, warp size and tensor cores."""
+        return Target(dtypes, self.supports, self.grid, compiled=True, vector_width=self.vector_width,
+                      scratch=self.scratch, local_memory=int(getattr(self.grid, "local_memory", 0)),
+                      warp_size=self.warp_size, tensor_cores=self.tensor_cores)
 
     def function_name(self, name: str) -> str:
         """The entry point's name in the source for a kernel named `name` (the runtime looks it up)."""

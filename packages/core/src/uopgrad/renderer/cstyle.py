@@ -256,6 +256,8 @@ class CStyleRenderer(Renderer):
     restrict = "restrict"          # buffers never alias inside one launch
     infinity = "INFINITY"
     nan = "NAN"
+    local_qualifier = ""           # of a workgroup's shared array, e.g. CUDA's "__shared__"; "" = none
+    barrier = ""                   # the workgroup barrier statement, e.g. "__syncthreads();"; "" = none
     # SPECIAL name prefix -> expression template with {0} the dimension, e.g. {"gidx": "blockIdx.{0}"}
     special_index: ClassVar[dict[str, str]] = {}
     # float16 ALU is computed in float and rounded back once per op (no native half arithmetic)
@@ -380,12 +382,18 @@ class CStyleRenderer(Renderer):
                                     f"data{slot}") if x)
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
-        """The declaration of a DEFINE_LOCAL: `size` elements of `dt` shared by a workgroup's threads."""
-        raise RenderError(f"{type(self).__name__} has no local memory (DEFINE_LOCAL {name})")
+        """The declaration of a DEFINE_LOCAL: `size` elements of `dt` shared by a workgroup's threads, under
+        `local_qualifier` (a float16 as its bits, as in buffers)."""
+        if not self.local_qualifier:
+            raise RenderError(f"{type(self).__name__} has no local memory (DEFINE_LOCAL {name})")
+        elem = self.ctype(self.storage.get(dt.scalar(), dt.scalar()))
+        return f"{self.local_qualifier} {elem} {name}[{size}];"
 
     def render_barrier(self) -> str:
-        """The statement of a BARRIER: every thread of the workgroup waits there for the others."""
-        raise RenderError(f"{type(self).__name__} has no workgroup barrier (BARRIER)")
+        """The statement of a BARRIER, `barrier`: every thread of the workgroup waits there for the others."""
+        if not self.barrier:
+            raise RenderError(f"{type(self).__name__} has no workgroup barrier (BARRIER)")
+        return self.barrier
 
     def render_var(self, name: str, dt: DType) -> str:
         """One scalar parameter (a DEFINE_VAR). Integer ones are 64-bit at the call boundary whatever the

@@ -176,10 +176,10 @@ class _Page:
             caps = backend.capabilities
             captured: list[tuple[str, UOp]] = []
             with _capturing(tracer, captured):
-                prg = lower(call, caps.ops, caps.grid)
+                prg = lower(call, caps)  # as the backend runs it: its target
                 if not captured:  # lowered before VIZ looked (lowering is cached): lower it again
                     clear_program_cache()
-                    prg = lower(call, caps.ops, caps.grid)
+                    prg = lower(call, caps)  # as the backend runs it: its target
             steps += [(f"after '{name}'", g) for name, g in captured]
             renderer = getattr(backend, "renderer", None)
             src = renderer.render(prg) if renderer is not None else "\n".join(

@@ -1,0 +1,54 @@
+"""The target of a kernel (codegen, layer 11): `Target`, the one record of what a backend can run and what
+codegen lowers for.
+
+A renderer builds it (`Renderer.target(dtypes)`), a compiled backend keeps it as its `capabilities`, the
+pass driver's `lower(kernel, target, choice)` reads it and caches programs by it (the record is frozen and
+hashable), and the conformance suite derives its cases from it. It sits in codegen, below the driver and the
+renderers that both use it (docs/ARCHITECTURE.md §2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uopgrad.codegen.program import GridSpec
+from uopgrad.dtype import DType
+from uopgrad.ops import Ops
+
+__all__ = ["Target", "TensorCoreShape"]
+
+# (M, N, K) of one matrix-multiply-accumulate instruction: an M x K by K x N product per step
+TensorCoreShape = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a backend runs and codegen lowers for. The first five fields keep the order of the former
+    `uopgrad.backend.Capabilities(dtypes, ops, grid, compiled, vector_width)`, an alias of this class."""
+
+    dtypes: frozenset[DType]           # dtypes its buffers hold and its kernels compute
+    ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
+    grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
+    compiled: bool = True              # generates and compiles code (False for REFERENCE)
+    vector_width: int = 0              # bytes of a vector register codegen may use; 0: no opt pass
+    scratch: int = 0                   # bytes of thread-private memory a loop nest may declare
+    local_memory: int = 0              # bytes of local memory a workgroup has; 0: reduces are not grouped
+    warp_size: int = 1                 # threads that run in lockstep (a warp, a subgroup); 1: none or unknown
+    tensor_cores: tuple[TensorCoreShape, ...] = ()  # matrix-unit shapes; none are used yet
+
+    @property
+    def loop_style(self) -> bool:
+        """True when output dimensions are loops, not grid indices."""
+        return self.grid is None
+
+    @property
+    def max_local_size(self) -> tuple[int, ...] | None:
+        """Per-dimension maximum of the local (workgroup) size, None for loop-style backends."""
+        return None if self.grid is None else self.grid.local_max
+
+    @staticmethod
+    def for_ops(ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
+                scratch: int = 0) -> Target:
+        """A target for lowering only (no dtypes claimed): the ALU ops `ops`, `grid` (its optional
+        `local_memory` becomes the target's), `vector_width` and `scratch`, as `lower` took them before."""
+        return Target(frozenset(), ops, grid, vector_width=vector_width, scratch=scratch,
+                      local_memory=int(getattr(grid, "local_memory", 0)))
