@@ -423,7 +423,13 @@ def test_binary_extras() -> None:
                          (ta.rshift(1), pa >> 1),
                          (ta.fmod(tb), torch.fmod(pa, pb)), (ta.mod(tb), torch.remainder(pa, pb))]:
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
-    assert Tensor(X).allclose(Tensor(X) + 1e-9) and not Tensor(X).allclose(Tensor(X) + 1e-3)
+    # the reference's form: a 0-d bool tensor (torch's is a Python bool), so `if t.allclose(u)` raises
+    close, far = Tensor(X).allclose(Tensor(X) + 1e-9), Tensor(X).allclose(Tensor(X) + 1e-3)
+    assert close.shape == () and close.dtype == dtypes.bool
+    assert close.item() is torch.allclose(torch.tensor(X), torch.tensor(X) + 1e-9) is True
+    assert far.item() is torch.allclose(torch.tensor(X), torch.tensor(X) + 1e-3) is False
+    with pytest.raises(TypeError):
+        bool(close)
 
 
 def test_sizes_and_casts() -> None:

@@ -28,6 +28,16 @@ def test_a_list_of_numpy_arrays_or_scalars_is_data(data: list, kind: object) -> 
     np.testing.assert_array_equal(t.numpy(), want)
 
 
+def test_a_node_is_taken_as_it_is() -> None:
+    x = Tensor([1, 2], dtype=dtypes.int32)
+    y = Tensor(x.uop)  # a tensor over another's node: the same values and device
+    assert y.dtype == dtypes.int32 and y.device == x.device and y.tolist() == [1, 2]
+    assert Tensor(x.uop, dtype=dtypes.int32).tolist() == [1, 2]
+    with pytest.raises(AssertionError, match="cast"):  # the reference asserts; ours is DataDTypeError too
+        Tensor(x.uop, dtype=dtypes.float32)
+    assert Tensor(x.uop).cast(dtypes.float32).tolist() == [1.0, 2.0]
+
+
 def test_every_dtype_name_has_its_element_size() -> None:
     assert {"float32", "float", "half", "int8", "uint64", "bool", "bfloat16"} <= set(DTYPES_DICT)
     assert "void" not in DTYPES_DICT and "index" not in DTYPES_DICT

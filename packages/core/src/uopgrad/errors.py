@@ -12,7 +12,8 @@ import os
 import tempfile
 
 __all__ = ["ArgumentError", "BackendError", "CompileError", "ConfigError", "DTypeError", "DTypeMismatchError",
-           "DTypeRangeError", "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
+           "DTypeRangeError", "DataDTypeError",
+           "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
            "GradientError", "JitError", "LoweringError", "MovementError", "NotSupportedError",
            "OperandShapeError", "RenderError", "RewriteError", "SafetensorsError", "ScheduleError",
            "ShapeError", "SymbolicDivisionError", "TrainingError", "UnknownDTypeError", "UopgradError",
@@ -40,6 +41,11 @@ class EmptyReduceError(UopgradError, RuntimeError, IndexError):
 class DTypeMismatchError(UopgradError, TypeError, RuntimeError):
     """A tensor written into one of another dtype (setitem, assign) without a cast. TypeError was uopgrad's
     builtin for it; the reference raises RuntimeError, so either catch works."""
+
+
+class DataDTypeError(DTypeMismatchError, AssertionError):
+    """`Tensor(node, dtype=...)` naming another dtype than the node's: a node is taken as it is (the reference
+    asserts, hence AssertionError too); cast the node or the tensor instead."""
 
 
 class ArgumentError(UopgradError, ValueError, RuntimeError):

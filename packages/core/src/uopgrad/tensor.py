@@ -1,8 +1,10 @@
 """Tensor (layer 15): a lazy handle on a UOp, with the tinygrad/PyTorch front end users write programs with.
 
 Operations only build UOps; `realize()` hands a SINK of STOREs to the tensor's backend and replaces each
-realized tensor's `uop` by its BUFFER (reshaped). Arithmetic and movement come from the shared mixins;
-gradients from `compute_gradient` (docs/semantics.md §3.1).
+realized tensor's `uop` by its BUFFER (reshaped). The ops come from the mixins, each generic over `Self`
+and written against the hooks of tensor_hooks, which Tensor implements here (`uop`, `_wrap`, `_from_data`,
+devices, assign); `where`, `div`, `minimum` and `pad` are uopgrad.mixin's with PyTorch's promotion,
+broadcasting and extra arguments added here. Gradients from `compute_gradient` (docs/semantics.md §3.1).
 """
 from __future__ import annotations
 
@@ -16,10 +18,18 @@ from uopgrad import tensor_registry as registry
 from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
 from uopgrad.config import ALLOW_DEVICE_USAGE
-from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.errors import DeviceError, DTypeError, GradientError, JitError, ShapeError
+from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype
+from uopgrad.errors import (
+    ArgumentError,
+    DataDTypeError,
+    DeviceError,
+    DTypeError,
+    GradientError,
+    JitError,
+    ShapeError,
+)
 from uopgrad.gradient_template import gradients
-from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
+from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.pipeline import note_host_fill, recording
 from uopgrad.realized import (
@@ -39,11 +49,11 @@ from uopgrad.tensor_args import DTypeLike, TensorLike, concrete, py_scalar, to_d
 from uopgrad.tensor_cast import CastMixin
 from uopgrad.tensor_create import CreateMixin
 from uopgrad.tensor_elementwise import ElementwiseMixin
+from uopgrad.tensor_grad import grad_enabled
 from uopgrad.tensor_index import IndexMixin
 from uopgrad.tensor_interop import InteropMixin, host_array
 from uopgrad.tensor_movement import TensorMovementMixin
 from uopgrad.tensor_multi import (
-    MultiMixin,
     device_arg,
     lower_gathers,
     merge_devices,
@@ -51,7 +61,7 @@ from uopgrad.tensor_multi import (
     realize_multi,
     replicate,
 )
-from uopgrad.tensor_nn import NNMixin, grad_enabled
+from uopgrad.tensor_nn import NNMixin
 from uopgrad.tensor_reduce import ReduceMixin
 from uopgrad.tensor_registry import is_realized as _is_realized
 from uopgrad.tensor_registry import plain_buffer as _plain_buffer
@@ -122,26 +132,37 @@ def _typed(op: Ops, u: UOp) -> UOp:
     return u
 
 
+def _from_node(data: UOp, dt: DType | None, dev: str | tuple[str, ...] | None) -> UOp:
+    """`Tensor(node, dtype, device)`: the node as it is (the reference asserts the dtype), on `dev`."""
+    if dt is not None and dt != data.dtype and data.dtype != dtypes.weakint:
+        raise DataDTypeError(f"Tensor({data.op.name} node of {data.dtype}, dtype={dt}): a node is taken as "
+                             f"it is; use Tensor(node).cast({dt}) for a {dt} tensor")
+    uop = data if dt is None else data.cast(dt)  # a symbolic int (weakint) becomes a value of dt
+    if dev is not None and uop.device is not None and uop.device != dev:
+        uop = uop.copy_to_device(dev)
+    return uop
+
+
 class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, CastMixin, InteropMixin,
-             IndexMixin, ShapeMixin, NNMixin, MultiMixin, MathMixin, MovementMixin):
+             IndexMixin, ShapeMixin, NNMixin):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
     tuple, a numpy array, a UOp or another Tensor."""
 
-    __slots__ = ("__weakref__", "_id", "_uop", "grad", "requires_grad")
+    # "__dict__": a tensor takes attributes of the caller's (it always has: the multi-device mixin that
+    # gave it one had no __slots__)
+    __slots__ = ("__dict__", "__weakref__", "_id", "_uop", "grad", "requires_grad")
 
     def __init__(self, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
                  dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None:
         dt = to_dtype(dtype) if dtype is not None else None
         devs, dev = device_arg(device)
         data = py_scalar(data)
-        if isinstance(data, Tensor):
-            data = data.uop
+        if isinstance(data, Tensor):  # torch.tensor(t, dtype=...) casts
+            data = data.uop if dt is None or dt == data.dtype else data.uop.cast(dt)
         if isinstance(data, UOp):
-            uop = data if dt is None else data.cast(dt)
-            if dev is not None and uop.device is not None and uop.device != dev:
-                uop = uop.copy_to_device(dev)
+            uop = _from_node(data, dt, dev)
         elif isinstance(data, (bool, int, float)):
             # a leaf of its own, as a list gets a BUFFER of its own: an interned CONST would be one node for
             # every equal scalar, one gradient target (and one buffer once realized) for all of them
@@ -172,6 +193,12 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         self.uop = replicate(uop, devs)  # on a device tuple: on every device of it
         self.requires_grad: bool | None = requires_grad
         self.grad: Tensor | None = None
+
+    @classmethod
+    def _from_data(cls, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
+                   dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+        """`Tensor(data, ...)`: the families' hook for a value made from data (tensor_hooks)."""
+        return cls(data, device, dtype, requires_grad)
 
     @property
     def uop(self) -> UOp:
@@ -322,6 +349,68 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         u = self.uop._mop(op, arg)
         _ = u.shape  # infer (so check) the new shape at the call that asked for it, not later at realize
         return Tensor._wrap(u, self)
+
+    # ------------------------------------------------------------------ the Tensor forms of shared ops
+    # (mixin's where, div, minimum and pad, with PyTorch's promotion, broadcasting and extra arguments)
+    def minimum(self, x: TensorLike | list[Any] | tuple[Any, ...] | np.ndarray) -> Tensor:
+        """Elementwise min (NaN wins, as PyTorch): the max of the order-reversed operands, reversed back,
+        after both are promoted to their common dtype. Reversing first would negate a bool into its not
+        before it meets a number, and -x wraps an int's lowest value (~x reverses every int's order)."""
+        if isinstance(x, (list, tuple, np.ndarray)):  # as maximum takes them
+            x = Tensor(x, device=self.device, requires_grad=False)
+        o = self.ufix(x)
+        dt = least_upper_dtype(self.dtype.base, o.dtype.base)
+        return self.cast(dt)._inverse().maximum(o.cast(dt)._inverse())._inverse()
+
+    def where(self, x: TensorLike, y: TensorLike) -> Tensor:
+        """`x` where this (condition) tensor is true, else `y`, with broadcasting and dtype promotion."""
+        if isinstance(x, Tensor):
+            xt = x
+        elif isinstance(y, Tensor):
+            xt = y.ufix(x)
+        else:
+            xt = Tensor(py_scalar(x), device=self.device, requires_grad=False)
+        yt = y if isinstance(y, Tensor) else xt.ufix(y)
+        cond = self if self.dtype == dtypes.bool else self.cast(dtypes.bool)
+        cond._check_compatible(xt, yt)
+        dt = least_upper_dtype(xt.dtype.base, yt.dtype.base)
+        xt, yt = xt.cast(dt), yt.cast(dt)
+        shape = broadcast_shape(cond.shape, xt.shape, yt.shape)
+        cond, xt, yt = cond.expand(shape), xt.expand(shape), yt.expand(shape)
+        return self._wrap(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
+
+    def div(self, x: TensorLike, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """self / x; rounding_mode "trunc" rounds the quotient toward zero, "floor" toward -inf (ints stay
+        ints for both, as PyTorch)."""
+        num, den = (self.ufix(x), self) if reverse else (self, self.ufix(x))
+        if rounding_mode is None:
+            return MathMixin.div(num, den)
+        if rounding_mode not in ("trunc", "floor"):
+            raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+        if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
+            q = MathMixin.div(num, den)
+            return q.trunc() if rounding_mode == "trunc" else q.floor()
+        q = num // den
+        if rounding_mode == "floor":
+            return q
+        # floor division rounds toward -inf: step back up where the signs differ and it was inexact
+        inexact = (q * den).ne(num) & ((num < 0).ne(den < 0))
+        return inexact.where(q + 1, q)
+
+    def pad(self, padding: Sequence[tuple[sint, sint] | None] | Sequence[sint], value: ConstType = 0,
+            mode: str = "constant") -> Tensor:
+        """Pad each dimension by (before, after) with `value` (zero by default); also PyTorch's flat form
+        (last dimension first; there a negative amount cuts) and mode "reflect", "replicate" or "circular"."""
+        if (mode != "constant" or not all(p is None or isinstance(p, (tuple, list)) for p in padding)
+                or any(isinstance(a, int) and a < 0 for p in padding if p is not None
+                       for a in cast("tuple[sint, sint]", p))):
+            return self._pad_mode(padding, mode, value)  # flat form, a mode, or negative amounts (they cut)
+        arg = cast("Sequence[tuple[sint, sint] | None]", padding)
+        ret = super().pad(arg)
+        if value == 0 or ret is self:
+            return ret
+        inside = Tensor(UOp.const(dtypes.bool, True, self.uop.device, self.shape)).pad(arg)
+        return inside.where(ret, value)
 
     # ------------------------------------------------------------------ assignment
     def _assignable(self, x: Tensor) -> Tensor:
@@ -501,7 +590,8 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the "
                            "value would be baked into every replay; compute with Tensors, or read it outside "
                            "the step")
-        if isinstance(dev := self.device, tuple):  # realized where it lives (a pending write runs), then gathered
+        # on a device tuple: realized where it lives (a pending write runs), then gathered
+        if isinstance(dev := self.device, tuple):
             self.realize()
             return Tensor(self.uop.copy_to_device(dev[0]), requires_grad=False).numpy()
         self.realize()

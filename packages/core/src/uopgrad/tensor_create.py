@@ -1,8 +1,9 @@
 """Creating tensors (a mixin of Tensor, layer 15 with tensor.py): empty, invalids, full, zeros, ones and
 their `*_like` forms, arange, eye, and the seeded host-side random creators (rand, randn, uniform, normal,
-randint, scaled_uniform, glorot_uniform). Their values come from the reference's counter-based Threefry
-stream (`RandomStream`), drawn on the host: after the same `manual_seed`, `rand` gives the reference's
-values bit for bit, and the creators built on it (randn, uniform, randint, randperm) its formulas.
+randint, randperm, scaled_uniform, glorot_uniform). Their values come from the reference's counter-based
+Threefry stream (`RandomStream`), drawn on the host: after the same `manual_seed`, `rand` gives the
+reference's values bit for bit, and the creators built on it (randn, uniform, randint, randperm) its
+formulas.
 
 A creator makes a BUFFER (copied in from the host for random values) or a lazy constant graph: arange
 doubles a padded constant, eye reshapes a padded column of ones onto the diagonal.
@@ -13,7 +14,7 @@ import ctypes
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Self
 
 import numpy as np
 
@@ -26,14 +27,12 @@ from uopgrad.mixin import resolve_shape_arg
 from uopgrad.ops import Ops
 from uopgrad.pipeline import note_host_fill, recording
 from uopgrad.tensor_args import DTypeLike, concrete, nonnegative, py_scalar, to_dtype
-from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_args import tensor_type as _cls
+from uopgrad.tensor_hooks import TensorHooks
 from uopgrad.tensor_multi import canonical_devices
 from uopgrad.tensor_registry import plain_buffer
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
-    from uopgrad.tensor import Tensor
     from uopgrad.uop import sint
 
 __all__ = ["CreateMixin", "RandomStream", "Threefry"]
@@ -126,7 +125,7 @@ class Threefry:
         return stream
 
 
-class CreateMixin:
+class CreateMixin(TensorHooks):
     """Creation classmethods and the `*_like` constructors."""
 
     __slots__ = ()
@@ -134,75 +133,71 @@ class CreateMixin:
 
     @classmethod
     def empty(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """An uninitialised tensor: a fresh BUFFER (REFERENCE reads one never written as zeros)."""
-        tc = _cls(cls)
         if isinstance(device, tuple):
-            return tc.empty(*shape, device=device[0], dtype=dtype, requires_grad=requires_grad).to(device)
+            return cls.empty(*shape, device=device[0], dtype=dtype, requires_grad=requires_grad).to(device)
         shp = resolve_shape_arg(shape)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         size = concrete(prod(shp), "empty")
-        return tc(UOp.new_buffer(dev, size, dt).reshape(shp), requires_grad=requires_grad)
+        return cls._from_data(UOp.new_buffer(dev, size, dt).reshape(shp), requires_grad=requires_grad)
 
     @classmethod
     def invalids(cls, *shape: sint | Sequence[sint], device: str | None = None,
                  dtype: DTypeLike | None = None,
-                 requires_grad: bool | None = None) -> Tensor:
+                 requires_grad: bool | None = None) -> Self:
         """An uninitialised tensor that is a value, not a buffer (so a function body may make one): realized,
         it is a buffer that no kernel fills; read, its elements may be anything (REFERENCE gives zeros)."""
-        tc = _cls(cls)
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        return tc(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
+        return cls._from_data(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
 
     @classmethod
     def full(cls, shape: sint | Sequence[sint], fill_value: ConstType,
              device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """A tensor of `fill_value`: a unique constant broadcast to `shape` (on every device of a tuple)."""
-        tc = _cls(cls)
         shp = nonnegative(resolve_shape_arg((shape,)), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(py_scalar(fill_value))
         dev: str | tuple[str, ...] = (canonical_devices(device) if isinstance(device, tuple) else
                                       Device.canonicalize(device) if device is not None else Device.DEFAULT)
-        return tc(UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True), requires_grad=requires_grad)
+        return cls._from_data(UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True),
+                              requires_grad=requires_grad)
 
     @classmethod
     def zeros(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
 
     @classmethod
     def ones(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
 
     def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None,
-                  requires_grad: bool | None = None) -> Tensor:
+                  requires_grad: bool | None = None) -> Self:
         """`fill_value` in this tensor's shape and device (and dtype, unless given); sharded like it."""
-        x = _t(self)
-        if (axis := x.uop.axis) is not None and isinstance(devs := x.device, tuple):
-            out = type(x).full(x.shape, fill_value, devs[0], dtype or x.dtype).shard(devs, axis)
+        if (axis := self.uop.axis) is not None and isinstance(devs := self.device, tuple):
+            out = self.full(self.shape, fill_value, devs[0], dtype or self.dtype).shard(devs, axis)
             out.requires_grad = requires_grad
             return out
-        return type(x).full(x.shape, fill_value, x.device, dtype or x.dtype, requires_grad)
+        return self.full(self.shape, fill_value, self.device, dtype or self.dtype, requires_grad)
 
-    def zeros_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+    def zeros_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Zeros like this tensor."""
         return self.full_like(0, dtype, requires_grad)
 
-    def ones_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+    def ones_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Ones like this tensor."""
         return self.full_like(1, dtype, requires_grad)
 
     @classmethod
-    def _iota(cls, n: int, device: str) -> Tensor:
+    def _iota(cls, n: int, device: str) -> Self:
         """0, 1, ..., n-1 as int32, built lazily by doubling: a(2k) = cat(a(k), a(k) + k)."""
-        tc = _cls(cls)
-        a = tc(UOp.const(dtypes.int32, 0, device, (1,)))
+        a = cls._from_data(UOp.const(dtypes.int32, 0, device, (1,)))
         while (k := concrete(a.shape[0])) < n:
             a = a.pad(((0, k),)) + (a + k).pad(((k, 0),))
         return a.shrink(((0, n),)) if k != n else a
@@ -210,11 +205,10 @@ class CreateMixin:
     @classmethod
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
                device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
-               requires_grad: bool | None = None) -> Tensor:
+               requires_grad: bool | None = None) -> Self:
         """start, start+step, ... up to (not including) stop; int32 for int arguments, else float32."""
-        tc = _cls(cls)
         if isinstance(device, tuple):
-            return tc.arange(start, stop, step, device[0], dtype, requires_grad).to(device)
+            return cls.arange(start, stop, step, device[0], dtype, requires_grad).to(device)
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -227,33 +221,31 @@ class CreateMixin:
         n = max(0, math.ceil((stop - start) / step))
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if n == 0:
-            return tc.empty(0, device=dev, dtype=dt, requires_grad=requires_grad)
-        i = tc._iota(n, dev)
+            return cls.empty(0, device=dev, dtype=dt, requires_grad=requires_grad)
+        i = cls._iota(n, dev)
         ints = isinstance(start, int) and isinstance(step, int)
-        ret = i * step + start if ints else i.float() * step + start
-        return tc(ret.cast(dt).uop, requires_grad=requires_grad)
+        ret = i * step + start if ints else i.cast(dtypes.float32) * step + start
+        return cls._from_data(ret.cast(dt).uop, requires_grad=requires_grad)
 
     @classmethod
     def eye(cls, n: int, m: int | None = None, device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+            dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """The identity matrix (n x m), built lazily: a padded column of ones, reshaped onto the diagonal."""
-        tc = _cls(cls)
         if n < 0 or (m is not None and m < 0):
             raise ValueError(f"eye({n}, {m}): sizes must be non-negative")
         k = max(n, m if m is not None else n)
-        ones = tc.ones(k, 1, device=device, dtype=dtype)
+        ones = cls.ones(k, 1, device=device, dtype=dtype)
         diag = ones.pad(((0, 0), (0, k))).flatten().shrink(((0, k * k),)).reshape(k, k)
         ret = diag.shrink(((0, n), (0, m if m is not None else n)))
-        return tc(ret.uop, requires_grad=requires_grad)
+        return cls._from_data(ret.uop, requires_grad=requires_grad)
 
     @classmethod
     def from_blob(cls, ptr: int, shape: Sequence[int], dtype: DTypeLike | None = None,
-                  device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+                  device: str | None = None, requires_grad: bool | None = None) -> Self:
         """A tensor over the host memory at address `ptr` (say a numpy array's or a CPU torch tensor's data),
         without copying or owning it: writes through the pointer show in the tensor and the tensor's writes in
         the memory, so the memory must outlive the tensor. Devices whose memory is host memory only."""
-        tc = _cls(cls)
-        t = tc.empty(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
+        t = cls.empty(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
         buf, dev = plain_buffer(t.uop), str(t.uop.device)
         backend = Device[dev]
         if buf is None or not isinstance(backend, CompiledBackend) or \
@@ -271,24 +263,23 @@ class CreateMixin:
 
     @classmethod
     def _random(cls, draw: Callable[[RandomStream], np.ndarray], device: str | tuple[str, ...] | None,
-                dtype: DTypeLike | None, requires_grad: bool | None, default: DType | None = None) -> Tensor:
+                dtype: DTypeLike | None, requires_grad: bool | None, default: DType | None = None) -> Self:
         """A tensor of `draw(stream)`'s values, from the device's stream. While a TinyJit captures, the draw
         is noted so that each replay draws anew from the stream of its moment: the random state is an input
         of the step, so jitted and plain calls give the same values after the same manual_seed (tinygrad's
         rule)."""
-        tc = _cls(cls)
         if isinstance(device, tuple):  # the reference's rule: draw on one device, then shard or copy
             raise ValueError(f"random values are drawn on a single device, not {device}; shard them after")
         dt = to_dtype(dtype) if dtype is not None else default or dtypes.default_float
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        ret = tc(draw(tc._rng.on(dev)), device=dev, dtype=dt, requires_grad=requires_grad)
+        ret = cls._from_data(draw(cls._rng.on(dev)), device=dev, dtype=dt, requires_grad=requires_grad)
         if recording() is not None and (buf := ret.uop.base).op is Ops.BUFFER:
-            note_host_fill(buf, lambda: tc._host_values(draw(tc._rng.on(dev)), dt), fresh=True)
+            note_host_fill(buf, lambda: cls._host_values(draw(cls._rng.on(dev)), dt), fresh=True)
         return ret
 
     @classmethod
     def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Uniform random values in [0, 1) (the reference's, bit for bit, after the same manual_seed)."""
         shp = nonnegative(resolve_shape_arg(shape), "rand")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -296,7 +287,7 @@ class CreateMixin:
 
     @classmethod
     def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Standard normal random values."""
         shp = nonnegative(resolve_shape_arg(shape), "randn")
         return cls._random(lambda g: g.standard_normal(shp), device, dtype, requires_grad)
@@ -304,7 +295,7 @@ class CreateMixin:
     @classmethod
     def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0,
                 device: str | None = None,
-                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Uniform random values in [low, high)."""
         shp = nonnegative(resolve_shape_arg(shape), "uniform")
         return cls._random(lambda g: g.uniform(low, high, shp), device, dtype, requires_grad)
@@ -312,22 +303,28 @@ class CreateMixin:
     @classmethod
     def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
                device: str | None = None,
-               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
         """Normal random values with the given mean and standard deviation."""
         shp = nonnegative(resolve_shape_arg(shape), "normal")
         return cls._random(lambda g: g.normal(mean, std, shp), device, dtype, requires_grad)
 
     @classmethod
     def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
-                dtype: DTypeLike | None = None) -> Tensor:
+                dtype: DTypeLike | None = None) -> Self:
         """Random integers in [low, high)."""
         shp = nonnegative(resolve_shape_arg(shape), "randint")
         return cls._random(lambda g: g.integers(low, high, shp), device, dtype, None, dtypes.int32)
 
     @classmethod
+    def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None) -> Self:
+        """A random permutation of 0 .. n-1 (int32 unless `dtype` says otherwise)."""
+        return cls._random(lambda g: g.permutation(n), device, dtype, requires_grad, dtypes.int32)
+
+    @classmethod
     def scaled_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
                        dtype: DTypeLike | None = None,
-                       requires_grad: bool | None = None) -> Tensor:
+                       requires_grad: bool | None = None) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "scaled_uniform")
         scale = prod(shp) ** -0.5
@@ -336,7 +333,7 @@ class CreateMixin:
     @classmethod
     def glorot_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
                        dtype: DTypeLike | None = None,
-                       requires_grad: bool | None = None) -> Tensor:
+                       requires_grad: bool | None = None) -> Self:
         """Glorot/Xavier uniform initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "glorot_uniform")
         bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))

@@ -1,7 +1,7 @@
 """Elementwise Tensor ops from the primitives (a mixin of Tensor, layer 15 with tensor.py): `==`/`!=`/`~`,
-where, exp, log, cos, tan, rsqrt, square, sign, abs, relu, sigmoid, tanh, gelu, softplus, clip; activations,
-erf and the exact gelu, inverse trigonometric and hyperbolic functions, rounding, NaN/inf tests, any/all,
-binary extras (lerp, logaddexp, copysign, fmod, bitwise ops) and division with a rounding mode.
+exp, log, cos, tan, rsqrt, square, sign, abs, relu, sigmoid, tanh, gelu, softplus, clip; activations, erf
+and the exact gelu, inverse trigonometric and hyperbolic functions, rounding, NaN/inf tests, any/all and
+binary extras (lerp, logaddexp, copysign, fmod, mod, bitwise ops). Generic over `Self` (tensor_hooks).
 
 Each op is a composition of ALU nodes the gradient table already knows, so every backend runs it without
 new kernels. Rounding and tests have zero gradient (their comparisons carry none).
@@ -9,23 +9,19 @@ new kernels. Rounding and tests have zero gradient (their comparisons carry none
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Self, TypeVar
 
-import numpy as np
-
-from uopgrad.dtype import ConstType, dtypes, least_upper_dtype
+from uopgrad.dtype import ConstType, dtypes
 from uopgrad.errors import ArgumentError, DTypeError
-from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
-from uopgrad.tensor_args import TensorLike, py_scalar
-from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from uopgrad.tensor import Tensor
-
 __all__ = ["ElementwiseMixin"]
+
+_E = TypeVar("_E", bound="ElementwiseMixin")  # the helpers below take and give values of the family
 
 # Abramowitz & Stegun 7.1.26 is too coarse for float32; erf comes from erfc(x) = t·exp(-x² + P(t)) with
 # t = 1/(1 + |x|/2) (Numerical Recipes' erfc, relative error below 1.2e-7 everywhere).
@@ -45,7 +41,7 @@ _ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2
 _ASIN_SERIES = tuple(math.comb(2 * k, k) / (4**k * (2 * k + 1)) for k in range(5))
 
 
-def _odd_series(z: Tensor, coeffs: Sequence[float]) -> Tensor:
+def _odd_series(z: _E, coeffs: Sequence[float]) -> _E:
     """sum(c_k z^(2k+1)), by Horner in z²."""
     z2 = z * z
     acc = z2 * 0 + coeffs[-1]
@@ -54,275 +50,226 @@ def _odd_series(z: Tensor, coeffs: Sequence[float]) -> Tensor:
     return acc * z
 
 
-def _odd_split(x: Tensor) -> tuple[Tensor, Tensor]:
+def _odd_split(x: _E) -> tuple[_E, _E]:
     """(x < 0, |x|) for an odd function f(x) = sign(x) f(|x|), with |x| as a WHERE: abs's gradient is 0 at 0
     and would zero f's slope there."""
     neg = x < 0
     return neg, neg.where(-x, x)
 
 
-def _log1p(u: Tensor) -> Tensor:
+def _log1p(u: _E) -> _E:
     """log(1 + u) for u >= 0, accurate for small u (Goldberg's trick): log(w) * u / (w - 1) with w = 1 + u
     corrects for the rounding of w; u itself where w rounds to 1. Its gradient is 1 / (1 + u) to rounding."""
     w = 1 + u
-    exact = w == 1
+    exact = w.eq(1)
     return exact.where(u, w.log() * u / exact.where(1, w - 1))
 
 
-def _expm1(x: Tensor, u: Tensor) -> Tensor:
+def _expm1(x: _E, u: _E) -> _E:
     """e ** x - 1 from x and u = e ** x, accurate for small x (Kahan's trick): (u - 1) * x / log(u) corrects
     for the rounding of u; x itself where u rounds to 1, and -1 where u - 1 does."""
-    one, minus_one = u == 1, (u - 1) == -1
+    one, minus_one = u.eq(1), (u - 1).eq(-1)
     off = one | minus_one
     us, xs = off.where(2, u), off.where(1, x)  # the unused quotient sees finite inputs: no inf * 0
     return one.where(x, minus_one.where(-1, (us - 1) * xs / us.log()))
 
 
-def _at_most(x: Tensor, b: ConstType) -> Tensor:
+def _at_most(x: _E, b: ConstType) -> _E:
     """x <= b, False for NaN (`<=` is not(x > b), True for NaN)."""
     return (x < b) | x.eq(b)
 
 
-def _at_least(x: Tensor, b: ConstType) -> Tensor:
+def _at_least(x: _E, b: ConstType) -> _E:
     """x >= b, False for NaN."""
     return (x > b) | x.eq(b)
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(TensorHooks):
     """Comparisons, where, transcendental ops, activations, rounding, tests and rounding division."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ comparisons, where and the core ops
-    def __eq__(self, x: object) -> Tensor:  # type: ignore[override]  # elementwise, as in numpy and PyTorch
-        t = _t(self)
-        return t.eq(x)  # type: ignore[arg-type]
+    def __eq__(self, x: object) -> Self:  # type: ignore[override]  # elementwise, as in numpy and PyTorch
+        return self.eq(x)  # type: ignore[arg-type]
 
-    def __ne__(self, x: object) -> Tensor:  # type: ignore[override]
-        t = _t(self)
-        return t.ne(x)  # type: ignore[arg-type]
+    def __ne__(self, x: object) -> Self:  # type: ignore[override]
+        return self.ne(x)  # type: ignore[arg-type]
 
-    def __invert__(self) -> Tensor:
-        x = _t(self)
-        if x.dtype == dtypes.bool:
-            return x.logical_not()
-        if not dtypes.is_int(x.dtype):
-            raise DTypeError(f"~ needs an int or bool tensor, not {x.dtype}; cast it first")
-        return x ^ -1
+    def __invert__(self) -> Self:
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        if not dtypes.is_int(self.dtype):
+            raise DTypeError(f"~ needs an int or bool tensor, not {self.dtype}; cast it first")
+        return self ^ -1
 
-    def _inverse(self) -> Tensor:
+    def _inverse(self) -> Self:
         """An order-reversing map: -x for floats, ~x for ints, not x for bools."""
-        t = _t(self)
-        return -t if dtypes.is_float(t.dtype) else ~t
+        return -self if dtypes.is_float(self.dtype) else ~self
 
-    def minimum(self, x: TensorLike | list[Any] | tuple[Any, ...] | np.ndarray) -> Tensor:
-        """Elementwise min (NaN wins, as PyTorch): the max of the order-reversed operands, reversed back,
-        after both are promoted to their common dtype. Reversing first would negate a bool into its not
-        before it meets a number, and -x wraps an int's lowest value (~x reverses every int's order)."""
-        t = _t(self)
-        if isinstance(x, (list, tuple, np.ndarray)):  # as maximum takes them
-            x = type(t)(x, device=t.device, requires_grad=False)
-        o = t.ufix(x)
-        dt = least_upper_dtype(t.dtype.base, o.dtype.base)
-        return t.cast(dt)._inverse().maximum(o.cast(dt)._inverse())._inverse()
+    def _to_float(self) -> Self:
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
 
-    def _to_float(self) -> Tensor:
-        x = _t(self)
-        return x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
-
-    def where(self, x: TensorLike, y: TensorLike) -> Tensor:
-        """`x` where this (condition) tensor is true, else `y`, with broadcasting and dtype promotion."""
-        t = _t(self)
-        if not isinstance(x, type(t)) and not isinstance(y, type(t)):
-            x = type(t)(py_scalar(x), device=t.device, requires_grad=False)
-        xt = x if isinstance(x, type(t)) else y.ufix(x)  # type: ignore[union-attr]
-        yt = y if isinstance(y, type(t)) else xt.ufix(y)
-        cond = t if t.dtype == dtypes.bool else t.cast(dtypes.bool)
-        cond._check_compatible(xt, yt)
-        dt = least_upper_dtype(xt.dtype.base, yt.dtype.base)
-        xt, yt = xt.cast(dt), yt.cast(dt)
-        shape = broadcast_shape(cond.shape, xt.shape, yt.shape)
-        cond, xt, yt = cond.expand(shape), xt.expand(shape), yt.expand(shape)
-        return type(t)._wrap(cond.uop.alu(Ops.WHERE, xt.uop, yt.uop), xt, yt)
-
-    def exp(self) -> Tensor:
+    def exp(self) -> Self:
         """e ** self."""
-        x = _t(self)
-        return (x._to_float() * (1 / math.log(2))).exp2()
+        return (self._to_float() * (1 / math.log(2))).exp2()
 
-    def log(self) -> Tensor:
+    def log(self) -> Self:
         """Natural logarithm."""
-        x = _t(self)
-        return x.log2() * math.log(2)
+        return self.log2() * math.log(2)
 
-    def cos(self) -> Tensor:
+    def cos(self) -> Self:
         """cosine, as 1 - 2 sin²(x/2): halving is exact, where pi/2 - x would round away x's low bits (all of
         them from 1e8 on in float32, making cos(x) = -sin(x))."""
-        s = (_t(self)._to_float() * 0.5).sin()
+        s = (self._to_float() * 0.5).sin()
         return 1 - 2 * s * s
 
-    def tan(self) -> Tensor:
+    def tan(self) -> Self:
         """tangent."""
-        x = _t(self)
-        return x.sin() / x.cos()
+        return self.sin() / self.cos()
 
-    def rsqrt(self) -> Tensor:
+    def rsqrt(self) -> Self:
         """1 / sqrt(self)."""
-        x = _t(self)
-        return x.sqrt().reciprocal()
+        return self.sqrt().reciprocal()
 
-    def square(self) -> Tensor:
+    def square(self) -> Self:
         """self * self."""
-        x = _t(self)
-        return x * x
+        return self * self
 
-    def sign(self) -> Tensor:
+    def sign(self) -> Self:
         """-1, 0 or 1 (NaN stays NaN); its gradient is zero."""
-        x = _t(self)
-        s = x.ne(0).where((x < 0).where(x.const_like(-1), x.const_like(1)), x.const_like(0))
-        return x.ne(x).where(x, s) if dtypes.is_float(x.dtype) else s
+        s = self.ne(0).where((self < 0).where(self.const_like(-1), self.const_like(1)), self.const_like(0))
+        return self.ne(self).where(self, s) if dtypes.is_float(self.dtype) else s
 
-    def abs(self) -> Tensor:
+    def abs(self) -> Self:
         """|self|, as self * sign(self) (gradient 0 at 0)."""
-        x = _t(self)
-        return x * x.sign()
+        return self * self.sign()
 
-    def relu(self) -> Tensor:
+    def relu(self) -> Self:
         """max(self, 0), with gradient 0 at 0."""
-        x = _t(self)
-        if not (dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype)):
-            return (x > 0).where(x, 0)  # (bool promotes)
+        if not (dtypes.is_float(self.dtype) or dtypes.is_int(self.dtype)):
+            return (self > 0).where(self, 0)  # (bool promotes)
         # (x > 0).where(x, 0) built on the nodes, one Tensor instead of three: the zero has x's dtype and
         # shape, so nothing is cast or broadcast
-        u = x.uop
-        return type(x)._wrap(u._binop(Ops.CMPLT, 0, True).alu(Ops.WHERE, u, u._scalar_like(0)), x)
+        u = self.uop
+        return self._wrap(u._binop(Ops.CMPLT, 0, True).alu(Ops.WHERE, u, u._scalar_like(0)), self)
 
-    def sigmoid(self) -> Tensor:
+    def sigmoid(self) -> Self:
         """1 / (1 + e ** -x) for x >= 0 and e ** x / (1 + e ** x) below: the exponential is e ** -|x| <= 1, so
         nothing overflows, the tails keep their tiny values (PyTorch's), and each local derivative is finite
         (an inf * 0 in the chain rule would be a NaN gradient)."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         pos = x >= 0
         e = pos.where(-x, x).exp()  # a WHERE, not -|x|: abs has gradient 0 at 0
         r = (1 + e).reciprocal()
         return pos.where(r, e * r)
 
-    def tanh(self) -> Tensor:
+    def tanh(self) -> Self:
         """Hyperbolic tangent with x's sign, from u = e ** -2|x|: (1 - u) / (1 + u), or -expm1 / (2 + expm1)
         below |x| = 1/2, where 1 - u cancels (the reference's 2 * sigmoid(2x) - 1 rounds tanh(1e-13) to 0,
         and mish(-30) with it)."""
-        neg, z = _odd_split(_t(self)._to_float())
+        neg, z = _odd_split(self._to_float())
         u = (-2 * z).exp()
         em = _expm1(-2 * z, u)
         r = (z < 0.5).where(-em / (2 + em), (1 - u) / (1 + u))
         return neg.where(-r, r)
 
-    def gelu(self, approximate: str = "tanh") -> Tensor:
+    def gelu(self, approximate: str = "tanh") -> Self:
         """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
-        t = _t(self)
         if approximate == "none":
-            return 0.5 * t * (1 + (t * (1 / math.sqrt(2))).erf())
+            return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         if approximate != "tanh":
             raise ValueError(f"gelu approximate must be 'tanh' or 'none', not {approximate!r}")
-        return 0.5 * t * (1 + (math.sqrt(2 / math.pi) * (t + 0.044715 * t * t * t)).tanh())
+        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
-    def softplus(self, beta: float = 1.0) -> Tensor:
+    def softplus(self, beta: float = 1.0) -> Self:
         """log(1 + e ** (beta * x)) / beta, as max(bx, 0) + log1p(e ** -|bx|): nothing overflows, and the
         tails keep their values (softplus(-30) is e ** -30, not log(1 + e ** -30) = 0)."""
-        bx = _t(self)._to_float() * beta
+        bx = self._to_float() * beta
         pos = bx >= 0
         # the WHEREs give the slope 1 of the linear part and -e/(1 + e) of the rest at 0 (abs and relu: 0)
         return (pos.where(bx, 0) + _log1p(pos.where(-bx, bx).exp())) * (1 / beta)
 
-    def clip(self, min_: TensorLike | None = None, max_: TensorLike | None = None) -> Tensor:
+    def clip(self, min_: Self | ConstType | None = None, max_: Self | ConstType | None = None) -> Self:
         """Clamp into [min_, max_] (either bound may be None), by comparisons as the reference: NaN stays
         NaN with gradient 1, a value on a bound keeps its gradient 1 (PyTorch's clamp too)."""
-        x = _t(self)
         if min_ is None and max_ is None:
             raise ArgumentError("clip needs at least one of min_ and max_")
-        ret = x if min_ is None else (x < min_).where(min_, x)
+        ret = self if min_ is None else (self < min_).where(min_, self)
         return ret if max_ is None else (ret > max_).where(max_, ret)
 
     clamp = clip
 
     # ------------------------------------------------------------------ activations
-    def silu(self) -> Tensor:
+    def silu(self) -> Self:
         """x * sigmoid(x) (also called swish)."""
-        x = _t(self)
-        return x * x.sigmoid()
+        return self * self.sigmoid()
 
-    def swish(self) -> Tensor:
+    def swish(self) -> Self:
         """x * sigmoid(x)."""
         return self.silu()
 
-    def relu6(self) -> Tensor:
+    def relu6(self) -> Self:
         """min(max(x, 0), 6), as hardtanh(0, 6) (PyTorch's): 6 at inf, not inf - inf."""
-        return _t(self).hardtanh(0, 6)
+        return self.hardtanh(0, 6)
 
-    def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, neg_slope: float = 0.01) -> Self:
         """x for x > 0, else neg_slope * x (gradient neg_slope at 0, as PyTorch)."""
-        x = _t(self)
-        return (x > 0).where(x, x * neg_slope)
+        return (self > 0).where(self, self * neg_slope)
 
-    def elu(self, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: float = 1.0) -> Self:
         """x for x > 0, else alpha * (e ** x - 1); the gradient at 0 is alpha and NaN takes the linear branch,
         as PyTorch."""
-        x = _t(self)
-        neg = _at_most(x, 0)
+        neg = _at_most(self, 0)
         # the exponential sees only the negative side: e ** (large x) would overflow into a NaN gradient
-        return neg.where((neg.where(x, 0).exp() - 1) * alpha, x)
+        return neg.where((neg.where(self, 0).exp() - 1) * alpha, self)
 
-    def celu(self, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Self:
         """x for x > 0, else alpha * (e ** (x / alpha) - 1) (gradient 1 at 0, as PyTorch)."""
-        x = _t(self)
-        neg = _at_most(x, 0)
-        return neg.where(((neg.where(x, 0) / alpha).exp() - 1) * alpha, x)
+        neg = _at_most(self, 0)
+        return neg.where(((neg.where(self, 0) / alpha).exp() - 1) * alpha, self)
 
-    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Self:
         """gamma * elu(x, alpha)."""
         return self.elu(alpha) * gamma
 
-    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Self:
         """x clamped into [min_val, max_val] with PyTorch's hardtanh gradient: 0 on a bound (clip keeps 1
         there), 1 for NaN, which stays NaN."""
-        x = _t(self)
-        return _at_most(x, min_val).where(min_val, _at_least(x, max_val).where(max_val, x))
+        return _at_most(self, min_val).where(min_val, _at_least(self, max_val).where(max_val, self))
 
-    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
         """alpha * x + beta clamped into [0, 1] (gradient 0 on a bound, as PyTorch)."""
-        return (_t(self) * alpha + beta).hardtanh(0, 1)
+        return (self * alpha + beta).hardtanh(0, 1)
 
-    def hardswish(self) -> Tensor:
+    def hardswish(self) -> Self:
         """x * relu6(x + 3) / 6, by pieces: x above 3 and 0 below -3 have gradient 1 and 0 at +-inf, where
         the product would be inf * 0 (PyTorch's values, -inf * 0 = NaN included)."""
-        x = _t(self)
-        over, under = _at_least(x, 3), _at_most(x, -3)  # PyTorch's gradient on the knees: 1 at 3, 0 at -3
-        mid = (over | under).where(0, x)  # the quadratic sees only (-3, 3) and NaN: finite local slopes
-        return over.where(x, under.where(x * 0, mid * (mid + 3) * (1 / 6)))
+        # PyTorch's gradient on the knees: 1 at 3, 0 at -3
+        over, under = _at_least(self, 3), _at_most(self, -3)
+        mid = (over | under).where(0, self)  # the quadratic sees only (-3, 3) and NaN: finite local slopes
+        return over.where(self, under.where(self * 0, mid * (mid + 3) * (1 / 6)))
 
-    def mish(self) -> Tensor:
+    def mish(self) -> Self:
         """x * tanh(softplus(x))."""
-        x = _t(self)
-        return x * x.softplus().tanh()
+        return self * self.softplus().tanh()
 
-    def softsign(self) -> Tensor:
+    def softsign(self) -> Self:
         """x / (1 + |x|)."""
-        x = _t(self)
-        return x / (1 + x.abs())
+        return self / (1 + self.abs())
 
-    def logsigmoid(self) -> Tensor:
+    def logsigmoid(self) -> Self:
         """log(sigmoid(x)), computed stably as -softplus(-x)."""
-        return -(-_t(self)).softplus()
+        return -(-self).softplus()
 
-    def quick_gelu(self) -> Tensor:
+    def quick_gelu(self) -> Self:
         """x * sigmoid(1.702 x)."""
-        x = _t(self)
-        return x * (x * 1.702).sigmoid()
+        return self * (self * 1.702).sigmoid()
 
-    def erf(self) -> Tensor:
+    def erf(self) -> Self:
         """The error function (float32 accurate); its gradient is that of the approximation, which is
         2/sqrt(pi) e ** -x² to float32 precision."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         neg, z = _odd_split(x)
         big = z > 10  # erf is +-1 to the last bit there; keep z*z's inf (and its NaN gradient) out
         z = big.where(10, z)
@@ -334,9 +281,9 @@ class ElementwiseMixin:
         return neg.where(-r, r)
 
     # ------------------------------------------------------------------ inverse trigonometric, hyperbolic
-    def asin(self) -> Tensor:
+    def asin(self) -> Self:
         """arcsin, from Abramowitz & Stegun 4.4.46 (absolute error below 2e-8 on [-1, 1])."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         neg, z = _odd_split(x)
         poly = z * 0 + _ASIN_COEFFS[-1]
         for c in reversed(_ASIN_COEFFS[:-1]):
@@ -344,14 +291,14 @@ class ElementwiseMixin:
         r = (z < _SMALL).where(_odd_series(z, _ASIN_SERIES), math.pi / 2 - (1 - z).sqrt() * poly)
         return neg.where(-r, r)
 
-    def acos(self) -> Tensor:
+    def acos(self) -> Self:
         """arccos, as pi/2 - arcsin."""
         return math.pi / 2 - self.asin()
 
-    def atan(self) -> Tensor:
+    def atan(self) -> Self:
         """arctan, as arcsin(u / sqrt(1 + u²)) of u = |x| <= 1, else pi/2 minus that of u = 1/|x|: x² never
         overflows, so atan(+-inf) is +-pi/2 with gradient 0."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         neg, z = _odd_split(x)
         small = z <= 1
         u = small.where(z, small.where(1, z).reciprocal())  # the unused branch sees 1: no 1/0 in the chain
@@ -359,34 +306,34 @@ class ElementwiseMixin:
         r = small.where(a, math.pi / 2 - a)
         return neg.where(-r, r)
 
-    def _half_exps(self) -> tuple[Tensor, Tensor]:
+    def _half_exps(self) -> tuple[Self, Self]:
         """(e ** x / 2, e ** -x / 2), halved inside the exponent: sinh and cosh stay finite where e ** x
         alone overflows (88.7 < x < 89.4 in float32); z - 1 is exact for z >= 1."""
-        z = _t(self)._to_float() * (1 / math.log(2))
+        z = self._to_float() * (1 / math.log(2))
         return (z - 1).exp2(), (-z - 1).exp2()
 
-    def sinh(self) -> Tensor:
+    def sinh(self) -> Self:
         """(e ** x - e ** -x) / 2."""
         a, b = self._half_exps()
         return a - b
 
-    def cosh(self) -> Tensor:
+    def cosh(self) -> Self:
         """(e ** x + e ** -x) / 2."""
         a, b = self._half_exps()
         return a + b
 
-    def asinh(self) -> Tensor:
+    def asinh(self) -> Self:
         """log(|x| + sqrt(x² + 1)), with x's sign; log(2|x|) where x² + 1 rounds to x² (x² would overflow)."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         neg, z = _odd_split(x)
         big = z > _BIG
         zs = big.where(1, z)  # each branch sees only its own inputs: no inf * 0 in the unused one
         r = big.where(big.where(z, 1).log() + math.log(2), (zs + (zs * zs + 1).sqrt()).log())
         return neg.where(-r, r)
 
-    def acosh(self) -> Tensor:
+    def acosh(self) -> Self:
         """log(x + sqrt(x² - 1)) for x >= 1 (NaN below), log(2x) where x² - 1 rounds to x²."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         big = (x > _BIG) | (x < -_BIG)
         xs = big.where(2, x)
         s = (xs * xs - 1).sqrt()
@@ -395,165 +342,134 @@ class ElementwiseMixin:
         inner = (xs < 0).where(-(s - xs).reciprocal(), xs + s)
         return big.where(big.where(x, 2).log() + math.log(2), inner.log())
 
-    def atanh(self) -> Tensor:
+    def atanh(self) -> Self:
         """(log(1 + x) - log(1 - x)) / 2 for |x| <= 1: +-inf at +-1 with gradient inf (a quotient inside
         one log would make that gradient inf * 0)."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         return ((1 + x).log() - (1 - x).log()) * 0.5
 
-    def log10(self) -> Tensor:
+    def log10(self) -> Self:
         """Logarithm base 10."""
-        return _t(self).log2() * math.log10(2)
+        return self.log2() * math.log10(2)
 
     # ------------------------------------------------------------------ binary
-    def lerp(self, end: Tensor, weight: Tensor | ConstType) -> Tensor:
+    def lerp(self, end: Self, weight: Self | ConstType) -> Self:
         """self + (end - self) * weight."""
-        x = _t(self)
-        return x + (end - x) * weight
+        return self + (end - self) * weight
 
-    def logaddexp(self, other: Tensor | ConstType) -> Tensor:
+    def logaddexp(self, other: Self | ConstType) -> Self:
         """log(e ** self + e ** other), computed stably (-inf for two -inf, inf with an inf, as PyTorch)."""
-        x = _t(self)
-        o = x.ufix(other)
-        m = x.maximum(o).detach()  # any shift gives the same value and gradient: the larger avoids overflow
+        o = self.ufix(other)
+        # any shift gives the same value and gradient: the larger avoids overflow
+        m = self.maximum(o).detach()
         m = m.isinf().where(0, m)  # but an infinite one makes inf - inf = NaN
-        return m + ((x - m).exp() + (o - m).exp()).log()
+        return m + ((self - m).exp() + (o - m).exp()).log()
 
-    def copysign(self, other: Tensor | ConstType) -> Tensor:
+    def copysign(self, other: Self | ConstType) -> Self:
         """|self| with the sign of other (of -0.0 too)."""
-        x = _t(self)._to_float()
+        x = self._to_float()
         o = x.ufix(other)
-        with_sign_bit = (o < 0) | ((o == 0) & (o.reciprocal() < 0))
+        with_sign_bit = (o < 0) | (o.eq(0) & (o.reciprocal() < 0))
         return with_sign_bit.where(-x.abs(), x.abs())
 
-    def fmod(self, x: Tensor | ConstType) -> Tensor:
+    def fmod(self, x: Self | ConstType) -> Self:
         """C's fmod: the remainder with the sign of self, self - trunc(self / x) * x."""
-        me = _t(self)
-        d = me.ufix(x)
-        if dtypes.is_float(me.dtype) or dtypes.is_float(d.dtype):
-            return me - (me / d).trunc() * d
-        return me - me.div(d, rounding_mode="trunc") * d
+        d = self.ufix(x)
+        if dtypes.is_float(self.dtype) or dtypes.is_float(d.dtype):
+            return self - (self / d).trunc() * d
+        return self - self.div(d, rounding_mode="trunc") * d
 
-    def mod(self, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
+    def mod(self, x: Self | ConstType, reverse: bool = False) -> Self:
         """Python's %: the remainder with the sign of the divisor (for floats self - floor(self / x) * x,
         which has a gradient)."""
-        me = _t(self)
-        num, den = (me.ufix(x), me) if reverse else (me, me.ufix(x))
+        num, den = (self.ufix(x), self) if reverse else (self, self.ufix(x))
         if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
             return num - (num / den).floor() * den
         return num % den
 
-    def bitwise_and(self, x: Tensor | ConstType) -> Tensor:
+    def bitwise_and(self, x: Self | ConstType) -> Self:
         """self & x (ints and bools)."""
-        return _t(self) & x
+        return self & x
 
-    def bitwise_or(self, x: Tensor | ConstType) -> Tensor:
+    def bitwise_or(self, x: Self | ConstType) -> Self:
         """self | x (ints and bools)."""
-        return _t(self) | x
+        return self | x
 
-    def bitwise_xor(self, x: Tensor | ConstType) -> Tensor:
+    def bitwise_xor(self, x: Self | ConstType) -> Self:
         """self ^ x (ints and bools)."""
-        return _t(self) ^ x
+        return self ^ x
 
-    def bitwise_not(self) -> Tensor:
+    def bitwise_not(self) -> Self:
         """~self (ints and bools)."""
-        return ~_t(self)
+        return ~self
 
-    def lshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+    def lshift(self, x: Self | int, reverse: bool = False) -> Self:
         """self << x."""
-        me = _t(self)
-        return me.ufix(x) << me if reverse else me << x
+        return self.ufix(x) << self if reverse else self << x
 
-    def rshift(self, x: Tensor | int, reverse: bool = False) -> Tensor:
+    def rshift(self, x: Self | int, reverse: bool = False) -> Self:
         """self >> x."""
-        me = _t(self)
-        return me.ufix(x) >> me if reverse else me >> x
+        return self.ufix(x) >> self if reverse else self >> x
 
     # ------------------------------------------------------------------ rounding
-    def floor(self) -> Tensor:
+    def floor(self) -> Self:
         """Round toward -inf (ints unchanged)."""
-        x = _t(self)
-        if not dtypes.is_float(x.dtype):
-            return x
-        t = x.trunc()
-        return (t > x).where(t - 1, t)
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
 
-    def ceil(self) -> Tensor:
+    def ceil(self) -> Self:
         """Round toward +inf (ints unchanged)."""
-        x = _t(self)
-        if not dtypes.is_float(x.dtype):
-            return x
-        t = x.trunc()
-        return (t < x).where(t + 1, t)
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
 
-    def round(self) -> Tensor:
+    def round(self) -> Self:
         """Round to the nearest integer, halves to even (as numpy and PyTorch)."""
-        x = _t(self)
-        if not dtypes.is_float(x.dtype):
-            return x
-        f = x.floor()
-        frac = x - f  # exact for floats of any magnitude
+        if not dtypes.is_float(self.dtype):
+            return self
+        f = self.floor()
+        frac = self - f  # exact for floats of any magnitude
         odd = (f * 0.5).floor() * 2 != f
-        up = (frac > 0.5) | ((frac == 0.5) & odd)
+        up = (frac > 0.5) | (frac.eq(0.5) & odd)
         return up.where(f + 1, f)
 
     # ------------------------------------------------------------------ tests and boolean reductions
-    def isnan(self) -> Tensor:
+    def isnan(self) -> Self:
         """True where the value is NaN."""
-        x = _t(self)
-        return x != x
+        return self != self
 
-    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
         """True where the value is +inf (if detect_positive) or -inf (if detect_negative)."""
-        x = _t(self)
-        pos = (x == math.inf) if detect_positive else x.const_like(False).cast(dtypes.bool)
-        neg = (x == -math.inf) if detect_negative else x.const_like(False).cast(dtypes.bool)
+        pos = self.eq(math.inf) if detect_positive else self.const_like(False).cast(dtypes.bool)
+        neg = self.eq(-math.inf) if detect_negative else self.const_like(False).cast(dtypes.bool)
         return pos | neg
 
-    def isfinite(self) -> Tensor:
+    def isfinite(self) -> Self:
         """True where the value is neither NaN nor infinite."""
         return (self.isinf() | self.isnan()).logical_not()
 
-    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """True where any element along `axis` is nonzero."""
-        x = _t(self)
-        return x.ne(0)._max(axis, keepdim)  # a bool MAX: False over nothing, as the reference
+        return self.ne(0)._max(axis, keepdim)  # a bool MAX: False over nothing, as the reference
 
-    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """True where every element along `axis` is nonzero."""
-        x = _t(self)
-        return x.eq(0).any(axis, keepdim).logical_not()
+        return self.eq(0).any(axis, keepdim).logical_not()
 
-    def allclose(self, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,
-                 equal_nan: bool = False) -> bool:
-        """Whether isclose holds everywhere (reads the answer back)."""
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+    def allclose(self, other: Self, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Self:
+        """Whether isclose holds everywhere, as a 0-d bool tensor (the reference's form, lazy like any other
+        result: `.item()` reads it; torch returns a Python bool)."""
+        return self.isclose(other, rtol, atol, equal_nan).all()
 
-    def isclose(self, other: Tensor | ConstType, rtol: float = 1e-5, atol: float = 1e-8,
-                equal_nan: bool = False) -> Tensor:
+    def isclose(self, other: Self | ConstType, rtol: float = 1e-5, atol: float = 1e-8,
+                equal_nan: bool = False) -> Self:
         """|self - other| <= atol + rtol * |other| elementwise (NaNs equal when equal_nan)."""
-        x = _t(self)
-        o = x.ufix(other)
-        close = ((x == o) | ((x - o).abs() <= atol + rtol * o.abs())) & x.isfinite() & o.isfinite()
-        close = close | ((x == o) & x.isinf())
-        return close | (x.isnan() & o.isnan()) if equal_nan else close
+        o = self.ufix(other)
+        close = ((self == o) | ((self - o).abs() <= atol + rtol * o.abs())) & self.isfinite() & o.isfinite()
+        close = close | ((self == o) & self.isinf())
+        return close | (self.isnan() & o.isnan()) if equal_nan else close
 
     # ------------------------------------------------------------------ division
-    def div(self, x: Tensor | ConstType, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
-        """self / x; rounding_mode "trunc" rounds the quotient toward zero, "floor" toward -inf (ints stay
-        ints for both, as PyTorch)."""
-        me = _t(self)
-        num, den = (me.ufix(x), me) if reverse else (me, me.ufix(x))
-        if rounding_mode is None:
-            return MathMixin.div(num, den)
-        if rounding_mode not in ("trunc", "floor"):
-            raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
-        if dtypes.is_float(num.dtype) or dtypes.is_float(den.dtype):
-            q = MathMixin.div(num, den)
-            return q.trunc() if rounding_mode == "trunc" else q.floor()
-        q = num // den
-        if rounding_mode == "floor":
-            return q
-        # floor division rounds toward -inf: step back up where the signs differ and it was inexact
-        inexact = (q * den).ne(num) & ((num < 0).ne(den < 0))
-        return inexact.where(q + 1, q)

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Self, TypeVar, cast
 
 import numpy as np
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ArgumentError, DTypeError, OperandShapeError
-from uopgrad.mixin import MathMixin, broadcast_shape, concrete_size
-from uopgrad.tensor_args import self_tensor as _t
+from uopgrad.mixin import broadcast_shape, concrete_size
+from uopgrad.tensor_args import index_tuple, is_tensor_like
+from uopgrad.tensor_hooks import TensorHooks
 
-if TYPE_CHECKING:
-    from uopgrad.tensor import Tensor
+__all__ = ["IndexMixin"]
 
-__all__ = ["IndexMixin", "has_tensor_index"]
+_I = TypeVar("_I", bound="IndexMixin")  # the helpers below take and give values of the family
 
 _SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
@@ -38,16 +38,16 @@ def _lowest(dt: DType) -> ConstType:
     return False if dt == dtypes.bool else int(dtypes.min(dt))
 
 
-def _less(a: Tensor, b: Tensor) -> Tensor:
+def _less(a: _I, b: _I) -> _I:
     """a < b in the order that puts NaN above everything (PyTorch's sort order)."""
     if not dtypes.is_float(a.dtype):
         return a < b
     return (a < b) | (b.isnan() & a.isnan().logical_not())
 
 
-def _same(a: Tensor, b: Tensor) -> Tensor:
+def _same(a: _I, b: _I) -> _I:
     """a == b, with NaN equal to NaN (so a NaN finds itself)."""
-    return (a == b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a == b
+    return a.eq(b) | (a.isnan() & b.isnan()) if dtypes.is_float(a.dtype) else a.eq(b)
 
 
 def _highest(dt: DType) -> ConstType:
@@ -56,149 +56,121 @@ def _highest(dt: DType) -> ConstType:
     return True if dt == dtypes.bool else int(dtypes.max(dt))
 
 
-_SEQUENCES = (list, tuple, np.ndarray)  # as an index: an index tensor of their values
-
-
-def _is_tensor_like(i: object) -> bool:
-    return (isinstance(i, MathMixin) and hasattr(i, "requires_grad")) or isinstance(i, _SEQUENCES)
-
-
-def index_tuple(indices: object) -> tuple[Any, ...]:
-    """An index as a tuple of per-dimension indices. A list of ints is one index (an index tensor); any other
-    list is a sequence of indices like a tuple (`t[[(0, 1), (1, 2)]]` is `t[(0, 1), (1, 2)]`), as in the
-    reference and PyTorch."""
-    if isinstance(indices, tuple):
-        return indices
-    if isinstance(indices, list) and not all(isinstance(i, (int, np.integer)) for i in indices):
-        return tuple(indices)
-    return (indices,)
-
-
-def has_tensor_index(indices: object) -> bool:
-    """Whether an index holds a Tensor, a list, a tuple or an array (advanced indexing)."""
-    return any(_is_tensor_like(i) for i in index_tuple(indices))
-
-
-class IndexMixin:
+class IndexMixin(TensorHooks):
     """gather/scatter, tensor indices, masks, scans and sorting for Tensor."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ helpers
-    def _one_hot_along_dim(self, num_classes: int, dim: int = -1) -> Tensor:
+    def _one_hot_along_dim(self, num_classes: int, dim: int = -1) -> Self:
         """self == arange(num_classes) along `dim` (self has size 1 there): a bool mask."""
-        x = _t(self)
-        d = x._axis(dim)
-        rng = x.arange(num_classes, device=x.device).reshape((num_classes,) + (1,) * (x.ndim - d - 1))
-        return x == rng
+        d = self._axis(dim)
+        ones = (1,) * (self.ndim - d - 1)
+        rng = self.arange(num_classes, device=self.device).reshape((num_classes, *ones))
+        return self.eq(rng)
 
-    def _int_index(self, index: Tensor, size: int, what: str) -> Tensor:
+    def _int_index(self, index: Self, size: int, what: str) -> Self:
         if not dtypes.is_int(index.dtype):
             raise TypeError(f"{what} needs an integer index tensor, not {index.dtype}")
-        index = index.to(_t(self).device)
+        index = index.to(self.device)
         return (index < 0).where(index + size, index)  # negative indices count from the end
 
     # ------------------------------------------------------------------ gather and scatter
-    def gather(self, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: Self) -> Self:
         """out[i][j][k] = self[index[i][j][k]][j][k] for dim 0 (and so on): index has self's rank and is no
         larger than self outside `dim`."""
-        x = _t(self)
-        d, n, idx = x._fitted_index(dim, index, "gather")
-        sel = x.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
+        d, n, idx = self._fitted_index(dim, index, "gather")
+        sel = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
         sel = sel.unsqueeze(-1).transpose(-1, d)  # dim d now has size 1, the last axis walks the source
         mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1)
-        return mask.where(sel, 0).sum(-1, dtype=x.dtype)
+        return mask.where(sel, 0).sum(-1, dtype=self.dtype)
 
-    def _fitted_index(self, dim: int, index: Tensor, what: str) -> tuple[int, int, Tensor]:
+    def _fitted_index(self, dim: int, index: Self, what: str) -> tuple[int, int, Self]:
         """(the normalised dim, its size, `index` checked as gather/scatter indices along it): `index` has
         self's rank and is no larger than self outside `dim`."""
-        x = _t(self)
-        d = x._axis(dim)
-        if index.ndim != x.ndim or any(i > s for k, (i, s) in enumerate(zip(index.shape, x.shape)) if k != d):
-            raise OperandShapeError(f"{what} index of shape {index.shape} does not fit {x.shape} along dim "
-                                    f"{d}: it needs the same rank and no larger size outside dim")
-        n = _int(x.shape[d])
-        return d, n, x._int_index(index, n, what)
+        d = self._axis(dim)
+        larger = any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d)
+        if index.ndim != self.ndim or larger:
+            raise OperandShapeError(f"{what} index of shape {index.shape} does not fit {self.shape} along "
+                                    f"dim {d}: it needs the same rank and no larger size outside dim")
+        n = _int(self.shape[d])
+        return d, n, self._int_index(index, n, what)
 
-    def _scatter_parts(self, dim: int, index: Tensor, src: Tensor | ConstType) -> tuple[Tensor, Tensor, int]:
+    def _scatter_parts(self, dim: int, index: Self, src: Self | ConstType) -> tuple[Self, Self, int]:
         """(mask, values): mask[..., j at dim, ..., k] says source element k lands on j; values is the source
         laid out alike; both padded to self's shape. Also the normalised dim."""
-        x = _t(self)
-        d, n, idx = x._fitted_index(dim, index, "scatter")
+        d, n, idx = self._fitted_index(dim, index, "scatter")
         if isinstance(src, (int, float, bool)):
-            vals = x.full_like(src).shrink(tuple((0, 1) if k == d else None for k in range(x.ndim)))
+            vals = self.full_like(src).shrink(tuple((0, 1) if k == d else None for k in range(self.ndim)))
             vals = vals.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
             vals = vals.expand(tuple(index.shape))
         else:
-            if src.ndim != x.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
+            if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
                 raise OperandShapeError(f"scatter src of shape {src.shape} is smaller than its index "
                                         f"{index.shape}")
-            if src.dtype != x.dtype:  # PyTorch and the reference refuse to cast silently
-                raise DTypeError(f"scatter of a {src.dtype} src into a {x.dtype} tensor; cast src first")
+            if src.dtype != self.dtype:  # PyTorch and the reference refuse to cast silently
+                raise DTypeError(f"scatter of a {src.dtype} src into a {self.dtype} tensor; cast src first")
             vals = src.shrink(tuple((0, i) for i in index.shape))
         mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1).transpose(-1, d)
         vals = vals.unsqueeze(-1).transpose(-1, d)
         pads: list[tuple[int, int] | None] = [None if k == d else (0, _int(s) - _int(i))
-                                              for k, (s, i) in enumerate(zip(x.shape, index.shape))]
+                                              for k, (s, i) in enumerate(zip(self.shape, index.shape))]
         return mask.pad([*pads, None], value=False), vals.pad([*pads, None]), d
 
-    def scatter(self, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
+    def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
         """A copy of self with src written at `index` along `dim` (torch.scatter); reduce "add" or
         "multiply" combines with self instead. Of several writes to one place the last one wins."""
-        x = _t(self)
         if reduce is not None:
             if reduce not in ("add", "multiply"):
                 raise ValueError(f"scatter reduce must be 'add' or 'multiply', not {reduce!r}")
             if not isinstance(src, (int, float, bool)):  # the reference's rule: a scalar src only
                 raise TypeError(f"scatter(reduce={reduce!r}) takes a scalar src; for a tensor src use "
                                 f"scatter_reduce(dim, index, src, {'sum' if reduce == 'add' else 'prod'!r})")
-            values = x.full_like(src).shrink(tuple((0, i) for i in index.shape))
-            return x.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
-        mask, vals, _ = x._scatter_parts(dim, index, src)
-        k = x.arange(_int(mask.shape[-1]), device=x.device)
+            values = self.full_like(src).shrink(tuple((0, i) for i in index.shape))
+            return self.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
+        mask, vals, _ = self._scatter_parts(dim, index, src)
+        k = self.arange(_int(mask.shape[-1]), device=self.device)
         last = mask.where(k, -1)._max(-1, keepdim=True)
         pick = mask & (k == last)
         hit = mask.any(-1)
-        return hit.where(pick.where(vals, 0).sum(-1, dtype=x.dtype), x)
+        return hit.where(pick.where(vals, 0).sum(-1, dtype=self.dtype), self)
 
-    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
-                       include_self: bool = True) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str,
+                       include_self: bool = True) -> Self:
         """Reduce src into a copy of self at `index` along `dim` with "sum", "prod", "mean", "amax" or
         "amin" (torch.scatter_reduce); places no index names keep self."""
-        x = _t(self)
         if reduce not in _SCATTER_REDUCES:
             raise ArgumentError(f"scatter_reduce reduce must be one of {_SCATTER_REDUCES}, not {reduce!r}")
-        mask, vals, _ = x._scatter_parts(dim, index, src)
+        mask, vals, _ = self._scatter_parts(dim, index, src)
         hit = mask.any(-1)
-        keep = x if include_self else None
+        keep = self if include_self else None
         if reduce in ("sum", "mean"):
-            total = mask.where(vals, 0).sum(-1, dtype=x.dtype)
+            total = mask.where(vals, 0).sum(-1, dtype=self.dtype)
             if reduce == "sum":
-                return hit.where(total + keep if keep is not None else total, x)
+                return hit.where(total + keep if keep is not None else total, self)
             count = mask.cast(dtypes.int32).sum(-1) + (1 if include_self else 0)
-            ret = (total + keep if keep is not None else total) / count.maximum(1).cast(x.dtype)
-            ret = ret if dtypes.is_float(x.dtype) else ret.floor().cast(x.dtype)
-            return hit.where(ret, x)
+            ret = (total + keep if keep is not None else total) / count.maximum(1).cast(self.dtype)
+            ret = ret if dtypes.is_float(self.dtype) else ret.floor().cast(self.dtype)
+            return hit.where(ret, self)
         if reduce == "prod":
             p = mask.where(vals, 1).prod(-1)
-            return hit.where(p * keep if keep is not None else p, x)
+            return hit.where(p * keep if keep is not None else p, self)
         if reduce == "amax":
-            m = mask.where(vals, _lowest(x.dtype))._max(-1, False)
-            return hit.where(m.maximum(keep) if keep is not None else m, x)
-        m = mask.where(vals, _highest(x.dtype))._inverse()._max(-1, False)._inverse()
-        return hit.where(m.minimum(keep) if keep is not None else m, x)
+            m = mask.where(vals, _lowest(self.dtype))._max(-1, False)
+            return hit.where(m.maximum(keep) if keep is not None else m, self)
+        m = mask.where(vals, _highest(self.dtype))._inverse()._max(-1, False)._inverse()
+        return hit.where(m.minimum(keep) if keep is not None else m, self)
 
     # ------------------------------------------------------------------ tensor indices in []
-    def _split_index(self, indices: object) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[Any, ...]]:
+    def _split_index(self, indices: object) -> tuple[Self, list[tuple[int, Self]], tuple[Any, ...]]:
         """Apply the basic part of an advanced index: (the view, [(its dim, int index tensor)], the basic
         index that makes the view: the tensor indices replaced by full slices)."""
-        x = _t(self)
         idx = list(index_tuple(indices))
-        placeholders: dict[int, Tensor] = {}
+        placeholders: dict[int, Self] = {}
         basic: list[Any] = []
         for i in idx:
-            if _is_tensor_like(i):
-                t = type(x)(i, device=x.device) if isinstance(i, _SEQUENCES) else cast("Tensor", i)
+            if is_tensor_like(i):
+                t = i if isinstance(i, type(self)) else self._from_data(i, device=self.device)
                 if t.dtype == dtypes.bool:
                     raise IndexError("indexing with a bool tensor has a data-dependent shape; use "
                                      "masked_select, or where() to keep the shape")
@@ -209,34 +181,33 @@ class IndexMixin:
                 basic.append(s)
             else:
                 basic.append(i)
-        tensors: list[tuple[int, Tensor]] = []
+        tensors: list[tuple[int, Self]] = []
         out_dim = 0
-        for i in x._normalize_index(tuple(basic)):
+        for i in self._normalize_index(tuple(basic)):
             if isinstance(i, slice) and id(i) in placeholders:
                 tensors.append((out_dim, placeholders[id(i)]))
             if i is None or isinstance(i, slice):
                 out_dim += 1
-        return x[tuple(basic)], tensors, tuple(basic)
+        return self[tuple(basic)], tensors, tuple(basic)
 
-    def _index_masks(self, tensors: list[tuple[int, Tensor]]) -> tuple[Tensor, list[int], list[int]]:
+    def _index_masks(self, tensors: list[tuple[int, Self]]) -> tuple[Self, list[int], list[int]]:
         """(one-hot mask of shape B + N, the indexed dims, the rest) for index tensors broadcast to B."""
-        x = _t(self)
         dims = [d for d, _ in tensors]
         b = broadcast_shape(*(t.shape for _, t in tensors))
-        sizes = [_int(x.shape[d]) for d in dims]
-        mask: Tensor | None = None
+        sizes = [_int(self.shape[d]) for d in dims]
+        mask: Self | None = None
         for k, ((_, t), n) in enumerate(zip(tensors, sizes)):
-            idx = x._int_index(t, n, "indexing").expand(b)
-            oh = idx.reshape(b + (1,) * len(dims)) == x.arange(n, device=x.device).reshape(
-                (1,) * len(b) + tuple(n if j == k else 1 for j in range(len(dims))))
+            idx = self._int_index(t, n, "indexing").expand(b)
+            oh = idx.reshape(b + (1,) * len(dims)).eq(self.arange(n, device=self.device).reshape(
+                (1,) * len(b) + tuple(n if j == k else 1 for j in range(len(dims)))))
             mask = oh if mask is None else mask & oh
         assert mask is not None
-        rest = [d for d in range(x.ndim) if d not in dims]
+        rest = [d for d in range(self.ndim) if d not in dims]
         return mask, dims, rest
 
-    def _getitem_tensor(self, indices: object) -> Tensor:
+    def _getitem_tensor(self, indices: object) -> Self:
         """numpy's advanced indexing by int tensors (after the basic part): one masked sum."""
-        view, tensors, _ = _t(self)._split_index(indices)
+        view, tensors, _ = self._split_index(indices)
         mask, dims, rest = view._index_masks(tensors)
         nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
         src = view.permute(*rest, *dims)  # R + N
@@ -246,17 +217,16 @@ class IndexMixin:
         order = _result_order(dims, nb, nr)
         return out if order is None else out.permute(order)
 
-    def _setitem_tensor(self, indices: object, v: Tensor) -> tuple[tuple[Any, ...], Tensor]:
+    def _setitem_tensor(self, indices: object, v: Self) -> tuple[tuple[Any, ...], Self]:
         """For `self[indices] = v` with an advanced index: (the basic index of the view the tensor indices
         select in, that view's new value). Where several index entries name one element the last one (in
         the row-major order of the broadcast indices) wins, as in numpy and the reference."""
-        x = _t(self)
-        view, tensors, basic = x._split_index(indices)
+        view, tensors, basic = self._split_index(indices)
         mask, dims, rest = view._index_masks(tensors)
         nb, nr, nd = mask.ndim - len(dims), len(rest), len(dims)
         bshape = tuple(_int(s) for s in mask.shape[:nb])
         br = bshape + tuple(view.shape[d] for d in rest)
-        val = v.cast(x.dtype)
+        val = v.cast(self.dtype)
         order = _result_order(dims, nb, nr)
         try:
             val = val.expand(br) if order is None else \
@@ -268,146 +238,135 @@ class IndexMixin:
         m = mask.reshape(bshape + (1,) * nr + tuple(mask.shape[nb:]))  # B + R (ones) + N
         pick = m
         if nb:  # the last writer of each element: the largest flat position in B of the entries naming it
-            pos = x.arange(_int(prod(bshape)), device=x.device).reshape(bshape + (1,) * (nr + nd))
+            pos = self.arange(_int(prod(bshape)), device=self.device).reshape(bshape + (1,) * (nr + nd))
             pick = m & (pos == m.where(pos, -1)._max(tuple(range(nb)), True))
-        scattered = pick.where(val.reshape(br + (1,) * nd), 0).sum(tuple(range(nb)), dtype=x.dtype)  # R + N
+        # the values, scattered: R + N
+        scattered = pick.where(val.reshape(br + (1,) * nd), 0).sum(tuple(range(nb)), dtype=self.dtype)
         hit = m.any(tuple(range(nb)))
         new = hit.where(scattered, view.permute(*rest, *dims)).permute(np.argsort([*rest, *dims]).tolist())
         return basic, new
 
     # ------------------------------------------------------------------ masks
-    def masked_fill(self, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+    def masked_fill(self, mask: Self, value: Self | ConstType) -> Self:
         """value where mask is true, else self."""
-        x = _t(self)
-        return mask.where(value, x) if isinstance(value, type(x)) else mask.where(x.ufix(value), x)
+        return mask.where(value if isinstance(value, type(self)) else self.ufix(value), self)
 
-    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    def masked_select(self, mask: Self, size: int | None = None, fill_value: ConstType = 0) -> Self:
         """The elements where mask is true, flattened (1-d). Without `size` the length is read back from
         the device (a realize); with it the result has that length, padded with fill_value."""
-        x = _t(self)
-        shape = broadcast_shape(x.shape, mask.shape)
-        flat, m = x.expand(shape).flatten(), mask.cast(dtypes.bool).expand(shape).flatten()
+        shape = broadcast_shape(self.shape, mask.shape)
+        flat, m = self.expand(shape).flatten(), mask.cast(dtypes.bool).expand(shape).flatten()
         n = int(cast(int, m.cast(dtypes.int32).sum().item())) if size is None else size
         pos = m.cast(dtypes.int32).cumsum(0) - 1  # where each selected element goes
-        slot = x.arange(n, device=x.device).reshape(n, 1)
+        slot = self.arange(n, device=self.device).reshape(n, 1)
         pick = m.reshape(1, -1) & (pos.reshape(1, -1) == slot)
-        out = pick.where(flat.reshape(1, -1), 0).sum(1, dtype=x.dtype)
+        out = pick.where(flat.reshape(1, -1), 0).sum(1, dtype=self.dtype)
         return out if size is None else pick.any(1).where(out, fill_value)
 
-    def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Self:
         """The indices of the nonzero elements, (count, ndim) int32 in row-major order. Without `size` the
         count is read back from the device; with it the result has `size` rows, padded with fill_value
         (an index: a float one is truncated, and never makes the indices float)."""
-        x = _t(self)
         fill_value = int(fill_value)
-        shape = tuple(_int(s) for s in x.shape)
-        mask = x.ne(0).flatten()
+        shape = tuple(_int(s) for s in self.shape)
+        mask = self.ne(0).flatten()
         n = size if size is not None else int(cast(int, mask.cast(dtypes.int32).sum().item()))
         if not shape:
-            return x.empty(n, 0, device=x.device, dtype=dtypes.int32)
-        lin = x.arange(_int(prod(shape)), device=x.device)
+            return self.empty(n, 0, device=self.device, dtype=dtypes.int32)
+        lin = self.arange(_int(prod(shape)), device=self.device)
         cols = [((lin // int(np.prod(shape[k + 1:]))) % shape[k]).masked_select(mask, n, fill_value)
                 for k in range(len(shape))]
         return cols[0].stack(*cols[1:], dim=1)
 
-    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
         """`num_samples` class indices drawn with probability proportional to self (1-d, or a batch of
         rows); without replacement only one sample per row."""
-        x = _t(self)
-        if x.ndim not in (1, 2):
-            raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, not shape {x.shape}")
+        if self.ndim not in (1, 2):
+            raise ValueError(f"multinomial needs a 1-d or 2-d tensor of weights, not shape {self.shape}")
         if not replacement and num_samples != 1:
             raise NotImplementedError("multinomial without replacement draws only one sample per row")
-        w = x.reshape(1, -1) if x.ndim == 1 else x
+        w = self.reshape(1, -1) if self.ndim == 1 else self
         cdf = w.cumsum(1) / w.sum(1, keepdim=True)
-        u = x.rand(_int(w.shape[0]), num_samples, 1, device=x.device)
+        u = self.rand(_int(w.shape[0]), num_samples, 1, device=self.device)
         idx = (u >= cdf.unsqueeze(1)).cast(dtypes.int32).sum(2).minimum(_int(w.shape[1]) - 1)
-        return idx.reshape(num_samples) if x.ndim == 1 else idx
+        return idx.reshape(num_samples) if self.ndim == 1 else idx
 
     # ------------------------------------------------------------------ scans
-    def _scan_mask(self, n: int, exclusive: bool = False) -> Tensor:
+    def _scan_mask(self, n: int, exclusive: bool = False) -> Self:
         """mask[i, j] = j <= i (j < i when exclusive), as bool."""
-        x = _t(self)
-        i = x.arange(n, device=x.device)
+        i = self.arange(n, device=self.device)
         return (i.reshape(1, n) < i.reshape(n, 1)) if exclusive else (i.reshape(1, n) <= i.reshape(n, 1))
 
-    def _scan(self, axis: int, fill: ConstType) -> tuple[Tensor, Tensor]:
+    def _scan(self, axis: int, fill: ConstType) -> tuple[Self, Self]:
         """(self with `axis` last and a new axis before it, the scan mask)."""
-        x = _t(self)
-        d = x._axis(axis)  # a 0-d tensor takes axis 0 or -1, anything else is an IndexError (as PyTorch)
-        d = d if x.ndim else 0
-        y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
+        d = self._axis(axis)  # a 0-d tensor takes axis 0 or -1, anything else is an IndexError (as PyTorch)
+        d = d if self.ndim else 0
+        y = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
         n = _int(y.shape[-1])
-        return y.unsqueeze(-2), x._scan_mask(n)
+        return y.unsqueeze(-2), self._scan_mask(n)
 
-    def _unscan(self, out: Tensor, axis: int) -> Tensor:
-        x = _t(self)
-        if x.ndim == 0:
+    def _unscan(self, out: Self, axis: int) -> Self:
+        if self.ndim == 0:
             return out.reshape(())
-        return out.transpose(x._axis(axis), -1)
+        return out.transpose(self._axis(axis), -1)
 
-    def cumsum(self, axis: int = 0) -> Tensor:
+    def cumsum(self, axis: int = 0) -> Self:
         """Running sum along `axis`."""
-        x = _t(self)
-        y, m = x._scan(axis, 0)
-        return x._unscan(m.where(y, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None), axis)
+        y, m = self._scan(axis, 0)
+        dt = self.dtype if dtypes.is_float(self.dtype) else None
+        return self._unscan(m.where(y, 0).sum(-1, dtype=dt), axis)
 
-    def cumprod(self, axis: int = 0) -> Tensor:
+    def cumprod(self, axis: int = 0) -> Self:
         """Running product along `axis`."""
-        x = _t(self)
-        y, m = x._scan(axis, 1)
-        return x._unscan(m.where(y, 1).prod(-1), axis)
+        y, m = self._scan(axis, 1)
+        return self._unscan(m.where(y, 1).prod(-1), axis)
 
-    def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummax(self, axis: int = 0) -> tuple[Self, Self]:
         """(running maximum along `axis`, the index of the latest element equal to it), as PyTorch; a NaN
         is the maximum from where it stands on, its index that of the latest NaN."""
-        x = _t(self)
-        y, m = x._scan(axis, 0)
-        vals = m.where(y, _lowest(x.dtype))._max(-1, False)
+        y, m = self._scan(axis, 0)
+        vals = m.where(y, _lowest(self.dtype))._max(-1, False)
         n = _int(m.shape[-1])
-        j = x.arange(n, device=x.device)
+        j = self.arange(n, device=self.device)
         hit = m & _same(y, vals.unsqueeze(-1))
-        return x._unscan(vals, axis), x._unscan(hit.where(j, -1)._max(-1, False), axis)
+        return self._unscan(vals, axis), self._unscan(hit.where(j, -1)._max(-1, False), axis)
 
-    def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummin(self, axis: int = 0) -> tuple[Self, Self]:
         """(running minimum along `axis`, the index of the latest element equal to it)."""
-        x = _t(self)
-        vals, idx = x._inverse().cummax(axis)
+        vals, idx = self._inverse().cummax(axis)
         return vals._inverse(), idx
 
     # ------------------------------------------------------------------ sorting
-    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
         """(values, indices) sorted along `dim`, stable: equal values keep their order; NaN sorts above
         +inf (last ascending, first descending), as PyTorch."""
-        x = _t(self)
-        d = x._axis(dim) if x.ndim else 0
-        y = (x.reshape(1) if x.ndim == 0 else x).transpose(d, -1)
+        d = self._axis(dim) if self.ndim else 0
+        y = (self.reshape(1) if self.ndim == 0 else self).transpose(d, -1)
         n = _int(y.shape[-1])
         a, b = y.unsqueeze(-1), y.unsqueeze(-2)  # a[..., i, 1] against b[..., 1, j]
-        i = x.arange(n, device=x.device)
+        i = self.arange(n, device=self.device)
         before = _less(a, b) if descending else _less(b, a)
         rank = (before | (_same(b, a) & (i.reshape(1, n) < i.reshape(n, 1)))).cast(dtypes.int32).sum(-1)
-        onehot = rank.unsqueeze(-2) == i.reshape(n, 1)  # onehot[..., r, i]: element i has rank r
-        vals = onehot.where(y.unsqueeze(-2), 0).sum(-1, dtype=x.dtype)
+        onehot = rank.unsqueeze(-2).eq(i.reshape(n, 1))  # onehot[..., r, i]: element i has rank r
+        vals = onehot.where(y.unsqueeze(-2), 0).sum(-1, dtype=self.dtype)
         idx = onehot.where(i.reshape(1, n), 0).sum(-1)
-        if x.ndim == 0:
+        if self.ndim == 0:
             return vals.reshape(()), idx.reshape(())
         return vals.transpose(d, -1), idx.transpose(d, -1)
 
-    def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """The indices that sort self along `dim`."""
         return self.sort(dim, descending)[1]
 
     def topk(self, k: int, dim: int = -1, largest: bool = True,
-             sorted_: bool = True) -> tuple[Tensor, Tensor]:
+             sorted_: bool = True) -> tuple[Self, Self]:
         """(values, indices) of the k largest (smallest when not largest) along `dim`, always in sorted
         order (so sorted_ changes nothing)."""
-        x = _t(self)
-        d = x._axis(dim)
-        if not 0 <= k <= _int(x.shape[d]):
-            raise ValueError(f"topk k={k} is out of range for dimension {d} of size {x.shape[d]}")
-        vals, idx = x.sort(d, descending=largest)
-        sl = tuple((0, k) if j == d else None for j in range(x.ndim))
+        d = self._axis(dim)
+        if not 0 <= k <= _int(self.shape[d]):
+            raise ValueError(f"topk k={k} is out of range for dimension {d} of size {self.shape[d]}")
+        vals, idx = self.sort(d, descending=largest)
+        sl = tuple((0, k) if j == d else None for j in range(self.ndim))
         return vals.shrink(sl), idx.shrink(sl)
 
 

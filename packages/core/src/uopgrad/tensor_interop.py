@@ -6,15 +6,14 @@ Values always cross as host copies, so a consumer never aliases device memory.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_args import tensor_type as _cls
+from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
-    from uopgrad.tensor import Tensor
+    pass
 
 __all__ = ["InteropMixin", "host_array"]
 
@@ -34,28 +33,26 @@ def host_array(x: Any) -> np.ndarray:  # noqa: ANN401  (any array-like: torch, j
                             f"and it has no usable __array__ ({e}); copy it to the host first") from e
 
 
-class InteropMixin:
+class InteropMixin(TensorHooks):
     """The array-API exchange: exported and imported values are host copies."""
 
     __slots__ = ()
 
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         """`np.asarray(t)`: the values (realized and copied to the host, so `copy=False` is an error)."""
-        x = _t(self)
         if copy is False:
             raise ValueError("a Tensor's values are always copied to the host; np.asarray(t) with copy=False "
                              "is not possible")
-        arr = x.numpy()
+        arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,  # noqa: ANN401
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:  # noqa: ANN401
         """A DLPack capsule of the values (the array-API exchange, e.g. `torch.from_dlpack(t)`): a host copy,
         as for `numpy()`, whatever the device, so the consumer never aliases device memory."""
-        x = _t(self)
         if copy is False:
             raise BufferError("a Tensor exports a host copy of its values; copy=False is not possible")
-        arr = x.numpy()
+        arr = self.numpy()
         if max_version is None:  # a consumer of the first protocol version: no keywords
             return arr.__dlpack__()
         return arr.__dlpack__(max_version=max_version, dl_device=dl_device)
@@ -65,8 +62,7 @@ class InteropMixin:
         return (1, 0)
 
     @classmethod
-    def from_dlpack(cls, x: Any, device: str | None = None) -> Tensor:  # noqa: ANN401  (any DLPack producer)
+    def from_dlpack(cls, x: Any, device: str | None = None) -> Self:  # noqa: ANN401  (any DLPack producer)
         """A Tensor on `device` with the values of a DLPack producer (torch, jax, numpy, ...) whose memory is
         host-visible."""
-        tc = _cls(cls)
-        return tc(host_array(x), device=device)
+        return cls._from_data(host_array(x), device=device)

@@ -1,5 +1,6 @@
-"""Tensors on several devices (a mixin of Tensor, layer 15 with tensor.py): `shard`, `shard_`, and how a
-value on a device tuple is realized and read back. The rules are uopgrad.multi's."""
+"""Tensors on several devices (layer 15, below the Tensor mixins): device tuples, fresh storage on them, and
+how a value on a device tuple is realized and read back (`shard` itself is tensor_cast's). The rules are
+uopgrad.multi's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -12,14 +13,13 @@ from uopgrad.errors import DeviceError
 from uopgrad.multi import Lowering, in_use, mark_used, multi_buffer
 from uopgrad.ops import Ops
 from uopgrad.realized import effects_under, overwritten, realized, settle, storage_view, strip_realized
-from uopgrad.tensor_args import self_tensor as _t
 from uopgrad.tensor_registry import storage_chain, view_of_buffer
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
-__all__ = ["MultiMixin", "canonical_devices", "device_arg", "empty_multi", "merge_devices",
+__all__ = ["canonical_devices", "device_arg", "empty_multi", "merge_devices",
            "per_device_roots", "realize_multi", "replicate"]
 
 
@@ -66,41 +66,6 @@ def empty_multi(shape: tuple[int, ...], dtype: DType, devices: tuple[str, ...], 
         size *= s
     u = multi_buffer([UOp.new_buffer(d, size, dtype) for d in devices]).reshape(local)
     return u if axis is None else u.multi(axis)
-
-
-class MultiMixin:
-    """Sharding across devices."""
-
-    def shard(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
-        """This tensor on every device of `devices`: whole on each (axis=None) or cut into equal slices along
-        `axis`, one per device in order."""
-        t = _t(self)
-        if isinstance(t.uop.device, tuple):
-            raise DeviceError(f"can't shard a multi-device tensor (it is on {t.uop.device}); shard the "
-                              "single-device value")
-        devs = canonical_devices(devices)
-        if len(devs) == 1:
-            return t.to(devs[0])
-        if axis is None:
-            uop = t.uop.copy_to_device(devs)
-        else:
-            uop = t.uop.shard(devs, t._axis(axis))
-        return type(t)(uop, requires_grad=t.requires_grad)
-
-    def shard_like(self, y: Tensor) -> Tensor:
-        """This tensor on y's device(s), split as y is (itself when it already is)."""
-        t = _t(self)
-        if not isinstance(devs := y.device, tuple):
-            return t.to(devs)
-        if isinstance(t.device, tuple) and (t.device, t.uop.axis) == (devs, y.uop.axis):
-            return t
-        return t.shard(devs, y.uop.axis)
-
-    def shard_(self, devices: Sequence[str], axis: int | None = None) -> Tensor:
-        """Shard in place: this tensor becomes its sharded value (gradients are then taken for that)."""
-        t = _t(self)
-        t.uop = t.shard(devices, axis).uop
-        return t
 
 
 def merge_devices(effects: dict[str, list[UOp]]) -> dict[str, list[UOp]]:
@@ -167,7 +132,7 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
         if t.uop.op is Ops.AFTER and t.uop.src[1].op is Ops.STORE:
             assigns.add(t.uop)
         # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
-        done[t.uop] = ([cls(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
+        done[t.uop] = ([cls._from_data(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
                         for p in parts], axis)
     cls._realize([p for ps, _ in done.values() for p in ps])
     becomes = {u: realized(view, u) for u, view in kept.items()}

@@ -1,6 +1,6 @@
 """Neural-network Tensor ops (a mixin of Tensor, layer 15 with tensor.py): convolution and transposed
 convolution, max/avg pooling, batchnorm/layernorm, the losses, dropout and scaled dot-product attention;
-plus the training switches `Tensor.training` / `Tensor.train()` and `no_grad`.
+plus the training switches `Tensor.training` / `Tensor.train()` (and `Tensor.no_grad`, from tensor_grad).
 
 Convolution and pooling gather their windows with movement ops only (`_pool`: pad, repeat, shrink,
 reshape, permute), so a convolution is a broadcast multiply and a sum, like every other reduce; their
@@ -11,18 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from contextlib import ContextDecorator
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from uopgrad.dtype import dtypes, least_upper_dtype
 from uopgrad.errors import ArgumentError, DeviceError, OperandShapeError
 from uopgrad.mixin import concrete_size
-from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_shape import pad_pairs
+from uopgrad.tensor_args import pad_pairs
+from uopgrad.tensor_grad import no_grad
+from uopgrad.tensor_hooks import TensorHooks
 
-if TYPE_CHECKING:
-    from uopgrad.tensor import Tensor
+__all__ = ["NNMixin"]
 
-__all__ = ["NNMixin", "grad_enabled", "no_grad"]
+_N = TypeVar("_N", bound="NNMixin")  # the helpers below take and give values of the family
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -51,26 +51,6 @@ def _pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
     raise ValueError(f"padding {tuple(padding)} needs 1, {n} or {2 * n} entries")
 
 
-class _GradMode:
-    enabled: ClassVar[bool] = True
-
-
-def grad_enabled() -> bool:
-    """False inside `no_grad`: results of operations then carry no gradient."""
-    return _GradMode.enabled
-
-
-class no_grad(ContextDecorator):
-    """Context manager (and decorator): the results of operations inside carry no gradient (they are
-    detached and do not require grad), e.g. for evaluation and for optimiser updates."""
-
-    def __enter__(self) -> None:
-        self.prev, _GradMode.enabled = _GradMode.enabled, False
-
-    def __exit__(self, *exc: object) -> None:
-        _GradMode.enabled = self.prev
-
-
 class _Train(ContextDecorator):
     """`with Tensor.train():` sets `Tensor.training` (True by default) and restores it on exit."""
 
@@ -84,20 +64,20 @@ class _Train(ContextDecorator):
         self.cls.training = self.prev
 
 
-def _log_clamped(p: Tensor) -> Tensor:
+def _log_clamped(p: _N) -> _N:
     """max(log(p), -100), with log(0) = -inf built from a WHERE: log's gradient at 0 is inf, and inf times the
     clamp's zero would be NaN."""
-    zero = p == 0
+    zero = p.eq(0)
     return zero.where(-math.inf, zero.where(1, p).log()).maximum(-100)
 
 
-def _reduce(x: Tensor, reduction: str) -> Tensor:
+def _reduce(x: _N, reduction: str) -> _N:
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
     return x.mean() if reduction == "mean" else x.sum() if reduction == "sum" else x
 
 
-class NNMixin:
+class NNMixin(TensorHooks):
     """Convolution, pooling, normalisation, losses, dropout and attention for Tensor."""
 
     __slots__ = ()
@@ -111,9 +91,9 @@ class NNMixin:
 
     # ------------------------------------------------------------------ windows
     def _pool(self, k_: Sequence[int], stride: int | Sequence[int] = 1,
-              dilation: int | Sequence[int] = 1) -> Tensor:
+              dilation: int | Sequence[int] = 1) -> Self:
         """The sliding windows over the last len(k_) dims: shape (..., *out, *k_)."""
-        x = _t(self)
+        x = self
         n = len(k_)
         if x.ndim < n:
             raise ValueError(f"a {n}-d window needs at least {n} dims, not shape {x.shape}")
@@ -146,33 +126,31 @@ class NNMixin:
         L = len(lead)
         return x.permute(*range(L), *(L + 2 * j + 1 for j in range(n)), *(L + 2 * j for j in range(n)))
 
-    def _pad_spatial(self, padding: int | Sequence[int], n: int, value: float = 0.0) -> Tensor:
+    def _pad_spatial(self, padding: int | Sequence[int], n: int, value: float = 0.0) -> Self:
         """Pad (or, for negative amounts, cut) the last n dims: an int, one per dim, or PyTorch's flat
         2n-tuple (last dim first)."""
-        x = _t(self)
-        full: list[tuple[int, int] | None] = [None] * (x.ndim - n) + list(_pairs(padding, n))
+        full: list[tuple[int, int] | None] = [None] * (self.ndim - n) + list(_pairs(padding, n))
         if all(p is None or p == (0, 0) for p in full):
-            return x
-        return x._pad_mode(full, "constant", value)
+            return self
+        return self._pad_mode(full, "constant", value)
 
     # ------------------------------------------------------------------ convolution
-    def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-               padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:  # noqa: ANN401
+               padding: int | Sequence[int] = 0, dtype: Any = None) -> Self:  # noqa: ANN401
         """Convolution (PyTorch's conv2d, also 1-d and 3-d): self (N, Cin, *spatial), weight
         (Cout, Cin/groups, *kernel), bias (Cout,)."""
-        x = _t(self)
         hw = tuple(_int(s) for s in weight.shape[2:])
         n = len(hw)
-        if x.ndim != n + 2:
-            raise ValueError(f"conv input of shape {x.shape} needs {n + 2} dims for the weight "
+        if self.ndim != n + 2:
+            raise ValueError(f"conv input of shape {self.shape} needs {n + 2} dims for the weight "
                              f"{weight.shape}")
-        bs, cin_all = x.shape[:2]
+        bs, cin_all = self.shape[:2]
         cout, cin = _int(weight.shape[0]), _int(weight.shape[1])
         if _int(cin_all) != groups * cin or cout % groups:
             raise ValueError(f"conv: input has {cin_all} channels, weight {weight.shape} with "
                              f"groups={groups} needs {groups * cin} (and Cout divisible by groups)")
-        w = x._pad_spatial(padding, n)._pool(hw, stride, dilation)  # (N, Cin, *out, *kernel)
+        w = self._pad_spatial(padding, n)._pool(hw, stride, dilation)  # (N, Cin, *out, *kernel)
         oyx = tuple(w.shape[2:2 + n])
         rcout = cout // groups
         w = w.reshape((bs, groups, cin, 1) + oyx + hw).expand((bs, groups, cin, rcout) + oyx + hw)
@@ -181,12 +159,12 @@ class NNMixin:
         ret = (w * wt).sum(tuple(-1 - j for j in range(n + 1)), dtype=dtype).reshape((bs, cout) + oyx)
         return ret if bias is None else ret + bias.reshape((1, cout) + (1,) * n)
 
-    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+    def conv_transpose2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                          stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Self:
         """Transposed convolution (PyTorch's conv_transpose2d): weight (Cin, Cout/groups, *kernel).
         Built as a convolution of the input with zeros between its elements and the flipped kernel."""
-        x = _t(self)
+        x = self
         hw = tuple(_int(s) for s in weight.shape[2:])
         n = len(hw)
         st, dl = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
@@ -208,7 +186,6 @@ class NNMixin:
                     ceil_mode: bool) -> tuple[_Ints, _Ints, _Ints, list[int], list[int]]:
         """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode, the flat
         padding asked for). `padding` is an int, one per dim, or PyTorch's flat 2n-tuple (as F.pad's)."""
-        x = _t(self)
         k = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
         n = len(k)
         s = k if stride is None else _tuple(stride, n, "stride")
@@ -216,7 +193,7 @@ class NNMixin:
         extra = [0] * n
         if ceil_mode:
             for j, (before, after) in enumerate(p):
-                size = _int(x.shape[x.ndim - n + j]) + before + after
+                size = _int(self.shape[self.ndim - n + j]) + before + after
                 span = d[j] * (k[j] - 1) + 1
                 out = math.ceil((size - span) / s[j]) + 1
                 if (out - 1) * s[j] >= size - after:  # the last window must start before the right padding
@@ -227,33 +204,31 @@ class NNMixin:
 
     def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                   ceil_mode: bool = False, return_indices: bool = False) -> Self | tuple[Self, Self]:
         """Max over sliding windows of the last len(kernel_size) dims (stride defaults to the kernel). With
         return_indices, also the int32 position of each max in its input plane (flattened, row-major; the
         first one where a window holds it more than once), as PyTorch's; `max_unpool2d` inverts it."""
-        x = _t(self)
-        k, s, d, flat, _ = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
-        low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
-        win = x._pad_spatial(flat, len(k), low)._pool(k, s, d)
+        k, s, d, flat, _ = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        low = -math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))
+        win = self._pad_spatial(flat, len(k), low)._pool(k, s, d)
         axes = tuple(-1 - j for j in range(len(k)))
         mx = win.max(axes)
         if not return_indices:
             return mx
-        plane = tuple(_int(v) for v in x.shape[-len(k):])
+        plane = tuple(_int(v) for v in self.shape[-len(k):])
         size = math.prod(plane)
         # rank = size - flat position (so the first position ranks highest); padding ranks 0, below them all
-        rank = x.arange(size, 0, -1, device=x.device, dtype=dtypes.int32).reshape(plane)
+        rank = self.arange(size, 0, -1, device=self.device, dtype=dtypes.int32).reshape(plane)
         rank_win = rank._pad_spatial(flat, len(k), 0)._pool(k, s, d)
-        best = (win == mx.reshape(mx.shape + (1,) * len(k))).where(rank_win, 0).max(axes)
+        best = win.eq(mx.reshape(mx.shape + (1,) * len(k))).where(rank_win, 0).max(axes)
         return mx, (size - best).cast(dtypes.int32)
 
-    def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+    def max_unpool2d(self, indices: Self, kernel_size: int | Sequence[int] = (2, 2),
                      stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
-                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Self:
         """The partial inverse of max_pool2d(return_indices=True): each value of self (N, C, *pooled) at its
         index in a zero plane of the input's size (`output_size`, whose last dims count, disambiguates)."""
-        x = _t(self)
-        bs, c, *pooled = (_int(v) for v in x.shape)
+        bs, c, *pooled = (_int(v) for v in self.shape)
         n = len(pooled)
         if output_size is None:
             k = _tuple(kernel_size, n, "kernel_size")
@@ -273,82 +248,77 @@ class NNMixin:
         size = math.prod(out)
         hit = indices.reshape(bs, c, 1, -1)._one_hot_along_dim(size, 2)  # (N, C, size, pooled)
         # overlapping windows can name one position more than once, always with its one value: take it once
-        low = -math.inf if dtypes.is_float(x.dtype) else int(dtypes.min(x.dtype))
-        picked = hit.where(x.reshape(bs, c, 1, -1), low).max(3)
+        low = -math.inf if dtypes.is_float(self.dtype) else int(dtypes.min(self.dtype))
+        picked = hit.where(self.reshape(bs, c, 1, -1), low).max(3)
         return hit.any(3).where(picked, 0).reshape(bs, c, *out)
 
     def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
                    dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+                   ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
         """Mean over sliding windows; count_include_pad counts the zero padding (not ceil_mode's)."""
-        x = _t(self)
-        k, s, d, flat, asked = x._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        k, s, d, flat, asked = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         axes = tuple(-1 - j for j in range(len(k)))
-        total = x._pad_spatial(flat, len(k))._pool(k, s, d).sum(axes)
-        ones, rest = x.ones_like(), flat
+        total = self._pad_spatial(flat, len(k))._pool(k, s, d).sum(axes)
+        ones, rest = self.ones_like(), flat
         if count_include_pad:  # the padding asked for counts, ceil_mode's extra does not
             ones, rest = ones._pad_spatial(asked, len(k), 1.0), [f - v for f, v in zip(flat, asked)]
         count = ones._pad_spatial(rest, len(k))._pool(k, s, d).sum(axes)
         return total / count
 
     # ------------------------------------------------------------------ normalisation
-    def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
-                  axis: int | Sequence[int] = 1) -> Tensor:
+    def batchnorm(self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self,
+                  axis: int | Sequence[int] = 1) -> Self:
         """(self - mean) * invstd * weight + bias, the statistics broadcast along `axis`."""
-        x = _t(self)
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = tuple(x._axis(a) for a in axes)
-        shape = tuple(s if d in axes else 1 for d, s in enumerate(x.shape))
-        y = x - mean.reshape(shape)
+        axes = tuple(self._axis(a) for a in axes)
+        shape = tuple(s if d in axes else 1 for d, s in enumerate(self.shape))
+        y = self - mean.reshape(shape)
         if weight is not None:
             y = y * weight.reshape(shape)
         y = y * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return y if bias is None else y + bias.reshape(shape)
 
-    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
+    def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
         """(self - mean) / sqrt(var + eps) over `axis` (biased variance, no affine part)."""
-        x = _t(self)
-        y = x - x.mean(axis, keepdim=True)
+        y = self - self.mean(axis, keepdim=True)
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
     # ------------------------------------------------------------------ losses
-    def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
-                 reduction: str = "mean") -> Tensor:
+    def nll_loss(self, Y: Self, weight: Self | None = None, ignore_index: int | None = None,
+                 reduction: str = "mean") -> Self:
         """Negative log likelihood of log-probabilities self (N, C, ...) at int targets Y (N, ...)."""
-        x = _t(self)
-        cdim = 0 if x.ndim == 1 else 1
-        y = Y.to(x.device)
-        safe = y if ignore_index is None else (y == ignore_index).where(0, y)
-        w = y.full_like(1.0, dtype=x.dtype) if weight is None else weight.to(x.device)[safe]
+        cdim = 0 if self.ndim == 1 else 1
+        y = Y.to(self.device)
+        safe = y if ignore_index is None else y.eq(ignore_index).where(0, y)
+        w = y.full_like(1.0, dtype=self.dtype) if weight is None else weight.to(self.device)[safe]
         if ignore_index is not None:
-            w = (y != ignore_index).where(w, 0)
-        picked = x.gather(cdim, safe.unsqueeze(cdim)).squeeze(cdim)
+            w = y.ne(ignore_index).where(w, 0)
+        picked = self.gather(cdim, safe.unsqueeze(cdim)).squeeze(cdim)
         nll = -picked * w
         if reduction == "mean":
             return nll.sum() / w.sum()
         return _reduce(nll, reduction)
 
-    def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
-                      ignore_index: int = -100) -> Tensor:
+    def cross_entropy(self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0,
+                      ignore_index: int = -100) -> Self:
         """Cross entropy of logits self (N, C, ...) against int class indices Y (N, ...) or class
         probabilities of self's shape, with label smoothing; index targets equal to ignore_index count
         for nothing (the mean is over the others), as PyTorch."""
-        x = _t(self)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
-        cdim = 0 if x.ndim == 1 else 1
-        nc = _int(x.shape[cdim])
-        logp = x.log_softmax(cdim)
-        if Y.shape == x.shape and dtypes.is_float(Y.dtype):
+        cdim = 0 if self.ndim == 1 else 1
+        nc = _int(self.shape[cdim])
+        logp = self.log_softmax(cdim)
+        if Y.shape == self.shape and dtypes.is_float(Y.dtype):
             probs = Y * (1 - label_smoothing) + label_smoothing / nc
             return _reduce(-(logp * probs).sum(cdim), reduction)
-        want = tuple(s for d, s in enumerate(x.shape) if d != cdim)
+        want = tuple(s for d, s in enumerate(self.shape) if d != cdim)
         if tuple(Y.shape) != want:
             raise OperandShapeError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits "
-                                    f"of shape {x.shape}; they need shape {want} (or be probabilities, "
+                                    f"of shape {self.shape}; they need shape {want} (or be probabilities, "
                                     "logits' shape)")
-        y = Y.to(x.device)
-        valid = y != ignore_index
+        y = Y.to(self.device)
+        valid = y.ne(ignore_index)
         safe = valid.where(y, 0).unsqueeze(cdim)
         onehot = safe._one_hot_along_dim(nc, cdim)
         if label_smoothing == 0:  # pick the target with WHERE: a -inf logit elsewhere times 0 would be NaN
@@ -360,37 +330,35 @@ class NNMixin:
             return loss.sum() / valid.cast(logp.dtype).sum()
         return _reduce(loss, reduction)
 
-    def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self, Y: Self, reduction: str = "mean") -> Self:
         """-(Y log(p) + (1 - Y) log(1 - p)) of probabilities self; each log is clamped at -100, as
         PyTorch does (and where the clamp holds, the gradient is the clamped function's: 0, never NaN)."""
-        x = _t(self)
-        return _reduce(-(Y * _log_clamped(x) + (1 - Y) * _log_clamped(1 - x)), reduction)
+        return _reduce(-(Y * _log_clamped(self) + (1 - Y) * _log_clamped(1 - self)), reduction)
 
-    def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean",
-                                   pos_weight: Tensor | None = None) -> Tensor:
+    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean",
+                                   pos_weight: Self | None = None) -> Self:
         """Binary cross entropy of logits self, computed stably from logsigmoid."""
-        x = _t(self)
-        log_p = x.logsigmoid()
-        log_1mp = log_p - x
+        log_p = self.logsigmoid()
+        log_1mp = log_p - self
         pos = Y * log_p if pos_weight is None else pos_weight * Y * log_p
         return _reduce(-(pos + (1 - Y) * log_1mp), reduction)
 
-    def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                        reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Self:
         """Cross entropy of logits self (classes on the LAST axis, unlike cross_entropy) against int class
         indices Y; targets equal to ignore_index count for nothing (the mean is over the others), and
         label_smoothing mixes in the uniform distribution, as PyTorch's CrossEntropyLoss."""
-        x = _t(self)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
-        if Y.device != x.device:
-            raise DeviceError(f"sparse_categorical_crossentropy: targets on {Y.device}, logits on {x.device}")
+        if Y.device != self.device:
+            raise DeviceError(f"sparse_categorical_crossentropy: targets on {Y.device}, logits on "
+                              f"{self.device}")
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
-        logp = x.log_softmax(-1)
-        keep = Y != ignore_index
+        logp = self.log_softmax(-1)
+        keep = Y.ne(ignore_index)
         # pick with WHERE, not a multiply: a -inf log-probability off the target times 0 would be NaN
-        picked = Y.unsqueeze(-1)._one_hot_along_dim(_int(x.shape[-1]), -1).where(logp, 0).sum(-1)
+        picked = Y.unsqueeze(-1)._one_hot_along_dim(_int(self.shape[-1]), -1).where(logp, 0).sum(-1)
         loss = -picked * (1 - label_smoothing)
         if label_smoothing:
             loss = loss - logp.mean(-1) * label_smoothing
@@ -399,15 +367,14 @@ class NNMixin:
             return loss.sum() / keep.cast(loss.dtype).sum()
         return _reduce(loss, reduction)
 
-    def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+    def newton_schulz(self, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Self:
         """Approximately orthogonalise the last two dims (Muon's step): X / |X|_F, then `steps` times
         X <- sum_i params[i] * (X X^T)^i X (an odd polynomial), on the wide orientation of X."""
-        x = _t(self)
-        if x.ndim < 2:
-            raise ValueError(f"newton_schulz needs at least 2 dims, not shape {x.shape}")
-        if _int(x.shape[-2]) > _int(x.shape[-1]):
-            return x.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
-        g = x / (x.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+        if self.ndim < 2:
+            raise ValueError(f"newton_schulz needs at least 2 dims, not shape {self.shape}")
+        if _int(self.shape[-2]) > _int(self.shape[-1]):
+            return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
+        g = self / (self.square().sum((-2, -1), keepdim=True).sqrt() + eps)
         for _ in range(steps):
             gram = g @ g.transpose(-2, -1)
             term, acc = g, g * params[0]
@@ -418,40 +385,39 @@ class NNMixin:
         return g
 
     # ------------------------------------------------------------------ dropout and attention
-    def dropout(self, p: float = 0.5) -> Tensor:
+    def dropout(self, p: float = 0.5) -> Self:
         """While Tensor.training, zero each element with probability p and scale the rest by 1/(1-p)."""
-        x = _t(self)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability must be in [0, 1], not {p}")
-        if not type(x).training or p == 0:
-            return x
+        if not self.training or p == 0:
+            return self
         if p == 1:
-            return x * 0
-        keep = x.rand_like(requires_grad=False) >= p
-        return keep.where(x * (1 / (1 - p)), 0)
+            return self * 0
+        keep = self.rand_like(requires_grad=False) >= p
+        return keep.where(self * (1 / (1 - p)), 0)
 
-    def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    def scaled_dot_product_attention(self, key: Self, value: Self, attn_mask: Self | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
-                                     enable_gqa: bool = False) -> Tensor:
+                                     enable_gqa: bool = False) -> Self:
         """softmax(self @ key^T / sqrt(d) + mask) @ value; a bool mask keeps where True; is_causal masks
         the future (the upper triangle). enable_gqa: key and value have fewer heads (dim -3) than the query,
         each shared by a run of query heads (grouped-query attention)."""
-        x = _t(self)
         if enable_gqa:
-            hq, hk, hv = (_int(t.shape[-3]) for t in (x, key, value))
+            hq, hk, hv = (_int(t.shape[-3]) for t in (self, key, value))
             if hq % hk or hq % hv:
                 raise ValueError(f"enable_gqa: {hq} query heads are not a multiple of the {hk} key and {hv} "
                                  "value heads")
             key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
-        qk = x.matmul(key.transpose(-2, -1), dtype=least_upper_dtype(x.dtype, key.dtype, dtypes.float32))
-        qk = qk / math.sqrt(_int(x.shape[-1]))
+        acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
+        qk = self.matmul(key.transpose(-2, -1), dtype=acc)
+        qk = qk / math.sqrt(_int(self.shape[-1]))
         if is_causal:
             if attn_mask is not None:
                 raise ArgumentError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
-            ones = x.ones(_int(qk.shape[-2]), _int(qk.shape[-1]), device=x.device, dtype=dtypes.bool)
+            ones = self.ones(_int(qk.shape[-2]), _int(qk.shape[-1]), device=self.device, dtype=dtypes.bool)
             attn_mask = ones.tril(0)
         if attn_mask is not None:
             if attn_mask.dtype == dtypes.bool:
                 attn_mask = attn_mask.where(0.0, -math.inf)
             qk = qk + attn_mask
-        return qk.cast(x.dtype).softmax(-1).dropout(dropout_p) @ value
+        return qk.cast(self.dtype).softmax(-1).dropout(dropout_p) @ value

@@ -1,4 +1,4 @@
-"""The live tensors (layer 10, below tensor): which tensors a realize or an assign has to update.
+"""The live tensors (layer 15, below tensor): which tensors a realize or an assign has to update.
 
 A realize leaves the tensors that held the values it computed in the realized form, and an assign changes
 every tensor that aliases the storage it writes. Finding them by a scan of every live tensor made each

@@ -1,7 +1,7 @@
 """Shape ops, padding modes, interpolation, einsum and creation helpers (a mixin of Tensor, layer 15 with
 tensor.py): split/chunk, repeat/repeat_interleave, roll, tril/triu, einsum, pad(mode=...), pad_to,
 shrink_to, unfold, diag/diagonal, meshgrid, interpolate, var_mean/std_mean, softmin, logcumsumexp,
-normalize, linspace, randperm, the `*_like` creators and Kaiming initialisation.
+normalize, linspace, the `*_like` creators and Kaiming initialisation. Generic over `Self` (tensor_hooks).
 
 All of them are movement ops, masks and sums over existing primitives (interpolation is a constant
 matrix per resized dimension, computed on the host from the static sizes).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Self, TypeVar, cast
 
 import numpy as np
 
@@ -18,15 +18,15 @@ from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ArgumentError, DeviceError, NotSupportedError, ShapeError
 from uopgrad.mixin import concrete_size, resolve_shape_arg
-from uopgrad.tensor_args import nonnegative, to_dtype
-from uopgrad.tensor_args import self_tensor as _t
-from uopgrad.tensor_args import tensor_type as _cls
+from uopgrad.tensor_args import nonnegative, pad_pairs, to_dtype
+from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
-    from uopgrad.tensor import Tensor
     from uopgrad.uop import sint
 
 __all__ = ["ShapeMixin"]
+
+_S = TypeVar("_S", bound="ShapeMixin")  # the helpers below take and give values of the family
 
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 _INTERP_MODES = ("linear", "bilinear", "trilinear", "nearest", "nearest-exact")
@@ -35,30 +35,16 @@ _INTERP_MODES = ("linear", "bilinear", "trilinear", "nearest", "nearest-exact")
 _int = concrete_size  # these ops need concrete sizes
 
 
-def pad_pairs(ndim: int, padding: Sequence[object]) -> list[tuple[sint, sint] | None]:
-    """(before, after) per dimension from either form: one pair (or None) per dimension, or PyTorch's
-    flat (last_before, last_after, second_last_before, ...) covering the last len/2 dimensions."""
-    if all(p is None or isinstance(p, (tuple, list)) for p in padding):
-        return [None if p is None else (cast("sint", p[0]), cast("sint", p[1]))
-                for p in cast("Sequence[Sequence[object] | None]", padding)]
-    if len(padding) % 2 or len(padding) // 2 > ndim:
-        raise ValueError(f"flat padding {tuple(padding)} needs an even length of at most 2 * {ndim}")
-    flat = cast("Sequence[sint]", padding)
-    pairs = [(flat[2 * k], flat[2 * k + 1]) for k in range(len(flat) // 2)]
-    return [None] * (ndim - len(pairs)) + list(reversed(pairs))
-
-
-class ShapeMixin:
+class ShapeMixin(TensorHooks):
     """Splitting, repeating, rolling, triangles, einsum, padding modes, interpolation and creation."""
 
     __slots__ = ()
 
     # ------------------------------------------------------------------ split and repeat
-    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Pieces along `dim`: of `sizes` each (the last may be smaller), or of the listed sizes."""
-        x = _t(self)
-        d = x._axis(dim)
-        n = _int(x.shape[d])
+        d = self._axis(dim)
+        n = _int(self.shape[d])
         if isinstance(sizes, int):
             if sizes <= 0:
                 raise ValueError(f"split size must be positive, not {sizes}")
@@ -67,32 +53,30 @@ class ShapeMixin:
             raise ValueError(f"split sizes {list(sizes)} don't add up to {n}, the size of dim {d}")
         out, start = [], 0
         for s in sizes:
-            out.append(x.shrink(tuple((start, start + s) if k == d else None for k in range(x.ndim))))
+            out.append(self.shrink(tuple((start, start + s) if k == d else None for k in range(self.ndim))))
             start += s
         return tuple(out)
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """At most `chunks` pieces along `dim`, each of ceil(size / chunks) (the last may be smaller)."""
-        x = _t(self)
         if chunks <= 0:
             raise ValueError(f"chunk needs a positive number of chunks, not {chunks}")
-        n = _int(x.shape[x._axis(dim)])
-        return x.split(max(1, math.ceil(n / chunks)), dim)
+        n = _int(self.shape[self._axis(dim)])
+        return self.split(max(1, math.ceil(n / chunks)), dim)
 
-    def repeat(self, repeats: Sequence[int] | int, *more: int) -> Tensor:
+    def repeat(self, repeats: Sequence[int] | int, *more: int) -> Self:
         """Tile self `repeats[i]` times along dimension i (more repeats than dims add leading dims)."""
-        x = _t(self)
         reps = (repeats, *more) if isinstance(repeats, int) else tuple(repeats)
-        if len(reps) < x.ndim:
-            raise ValueError(f"repeat needs at least {x.ndim} repeats for shape {x.shape}, got {reps}")
-        base = (1,) * (len(reps) - x.ndim) + tuple(x.shape)
-        y = x.reshape(tuple(d for s in base for d in (1, s)))
+        if len(reps) < self.ndim:
+            raise ValueError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
+        base = (1,) * (len(reps) - self.ndim) + tuple(self.shape)
+        y = self.reshape(tuple(d for s in base for d in (1, s)))
         y = y.expand(tuple(d for r, s in zip(reps, base) for d in (r, s)))
         return y.reshape(tuple(r * s for r, s in zip(reps, base)))
 
-    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Self:
         """Each element repeated `repeats` times in a row along `dim` (of the flattened tensor if None)."""
-        x = _t(self)
+        x = self
         if dim is None:
             x, dim = x.flatten(), 0
         d = x._axis(dim)
@@ -100,9 +84,9 @@ class ShapeMixin:
         y = y.expand(tuple(repeats if k == d + 1 else s for k, s in enumerate(y.shape)))
         return y.flatten(d, d + 1)
 
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
         """Shift elements along `dims` cyclically (the flattened tensor when dims is None)."""
-        x = _t(self)
+        x = self
         if dims is None:
             return x.flatten().roll(shifts, 0).reshape(x.shape)
         sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
@@ -119,85 +103,72 @@ class ShapeMixin:
         return x
 
     # ------------------------------------------------------------------ views and sizes
-    def view(self, *shape: sint | Sequence[sint]) -> Tensor:
+    def view(self, *shape: sint | Sequence[sint]) -> Self:
         """reshape, under PyTorch's name."""
-        return _t(self).reshape(*shape)
+        return self.reshape(*shape)
 
     def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
         """The shape, or the size of dimension `dim`."""
-        x = _t(self)
-        return tuple(x.shape) if dim is None else x.shape[x._axis(dim)]
+        return tuple(self.shape) if dim is None else self.shape[self._axis(dim)]
 
     def nbytes(self) -> int:
         """Bytes of data: numel * element size."""
-        x = _t(self)
-        return _int(x.numel()) * x.element_size()
+        return _int(self.numel()) * self.element_size()
 
     def is_floating_point(self) -> bool:
         """Whether the dtype is a float type."""
-        return dtypes.is_float(_t(self).dtype)
+        return dtypes.is_float(self.dtype)
 
-    def short(self) -> Tensor:
-        """Cast to int16."""
-        return _t(self).cast(dtypes.int16)
-
-    def bfloat16(self) -> Tensor:
-        """Cast to bfloat16."""
-        return _t(self).cast(dtypes.bfloat16)
-
-    def pad_to(self, shape: Sequence[int | None], *args: int | None, value: ConstType = 0) -> Tensor:
+    def pad_to(self, shape: Sequence[int | None], *args: int | None, value: ConstType = 0) -> Self:
         """Pad at the end of each dimension up to `shape` (None keeps a dimension)."""
-        x = _t(self)
         shp = resolve_shape_arg((shape, *args))
-        if len(shp) != x.ndim:
-            raise ValueError(f"pad_to {tuple(shp)} needs one size per dimension of {x.shape}")
-        return x.pad([None if n is None else (0, n - _int(s)) for s, n in zip(x.shape, shp)], value=value)
+        if len(shp) != self.ndim:
+            raise ValueError(f"pad_to {tuple(shp)} needs one size per dimension of {self.shape}")
+        pads = [None if n is None else (0, n - _int(s)) for s, n in zip(self.shape, shp)]
+        return self.pad(pads, value=value)
 
-    def shrink_to(self, shape: Sequence[int | None], *args: int | None) -> Tensor:
+    def shrink_to(self, shape: Sequence[int | None], *args: int | None) -> Self:
         """Keep the first `shape[i]` elements of each dimension (None keeps a dimension)."""
-        x = _t(self)
         shp = resolve_shape_arg((shape, *args))
-        return x.shrink([None if n is None else (0, n) for n in shp])
+        return self.shrink([None if n is None else (0, n) for n in shp])
 
-    def unfold(self, dim: int, size: int, step: int) -> Tensor:
+    def unfold(self, dim: int, size: int, step: int) -> Self:
         """The windows of `size` every `step` along `dim` (that dim becomes the window count, a last dim
         of `size` is appended), as torch.Tensor.unfold."""
-        x = _t(self)
-        d = x._axis(dim)
-        if size < 0 or step <= 0 or size > _int(x.shape[d]):  # the reference raises RuntimeError here
-            raise ArgumentError(f"unfold(dim={dim}, size={size}, step={step}) of shape {x.shape}: size must "
-                                f"be in [0, {x.shape[d]}] and step > 0")
-        w = x.transpose(d, -1)._pool((size,), step)  # (..., windows, size) with dim d last before it
+        d = self._axis(dim)
+        if size < 0 or step <= 0 or size > _int(self.shape[d]):  # the reference raises RuntimeError here
+            raise ArgumentError(f"unfold(dim={dim}, size={size}, step={step}) of shape {self.shape}: size "
+                                f"must be in [0, {self.shape[d]}] and step > 0")
+        w = self.transpose(d, -1)._pool((size,), step)  # (..., windows, size) with dim d last before it
         return w.transpose(d, -2)
 
-    def diag(self) -> Tensor:
+    def diag(self) -> Self:
         """The square matrix with this 1-d tensor on its diagonal."""
-        x = _t(self)
-        if x.ndim != 1:
-            raise ValueError(f"diag needs a 1-d tensor, not shape {x.shape}")
-        n = _int(x.shape[0])
-        return x.eye(n, device=x.device, dtype=dtypes.bool).where(x.reshape(1, n), x.const_like(0))
+        if self.ndim != 1:
+            raise ValueError(f"diag needs a 1-d tensor, not shape {self.shape}")
+        n = _int(self.shape[0])
+        eye = self.eye(n, device=self.device, dtype=dtypes.bool)
+        return eye.where(self.reshape(1, n), self.const_like(0))
 
-    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The elements [i, i + offset] of dims dim1, dim2, as a last dim (as PyTorch)."""
-        x = _t(self)
-        a, b = x._axis(dim1), x._axis(dim2)
+        a, b = self._axis(dim1), self._axis(dim2)
         if a == b:
-            raise ArgumentError(f"diagonal of shape {x.shape}: dim1={dim1} and dim2={dim2} name the same "
+            raise ArgumentError(f"diagonal of shape {self.shape}: dim1={dim1} and dim2={dim2} name the same "
                                 "dimension")
-        y = x.permute(*[k for k in range(x.ndim) if k not in (a, b)], a, b)
+        y = self.permute(*[k for k in range(self.ndim) if k not in (a, b)], a, b)
         r, c = _int(y.shape[-2]), _int(y.shape[-1])
         lo, hi = (0, offset) if offset >= 0 else (-offset, 0)
         n = max(0, min(r - lo, c - hi))
         y = y.shrink([*([None] * (y.ndim - 2)), (lo, lo + n), (hi, hi + n)])
-        eye = x.eye(n, device=x.device, dtype=dtypes.bool)
+        eye = self.eye(n, device=self.device, dtype=dtypes.bool)
         return eye.where(y, y.const_like(0)).sum(-1, dtype=y.dtype)
 
-    def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self, *args: Self, indexing: str = "ij") -> tuple[Self, ...]:
         """Coordinate grids of 1-d tensors ("ij": matrix indexing, "xy": the first two swapped)."""
         if indexing not in ("ij", "xy"):
             raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', not {indexing!r}")
-        ts = [_t(self), *args]
+        ts = [self, *args]
         shape = tuple(_int(t.numel()) for t in ts)
         out = [t.reshape(tuple(-1 if k == j else 1 for k in range(len(ts)))).expand(shape) for j, t in
                enumerate(ts)]
@@ -205,29 +176,26 @@ class ShapeMixin:
 
     # ------------------------------------------------------------------ reductions on top of reductions
     def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Tensor, Tensor]:
+                 correction: int = 1) -> tuple[Self, Self]:
         """(var, mean) over `axis`."""
-        x = _t(self)
-        return x.var(axis, keepdim, correction), x.mean(axis, keepdim)
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Tensor, Tensor]:
+                 correction: int = 1) -> tuple[Self, Self]:
         """(std, mean) over `axis`."""
-        x = _t(self)
-        return x.std(axis, keepdim, correction), x.mean(axis, keepdim)
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+    def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
         """softmax(-x)."""
-        return (-_t(self)).softmax(axis, dtype)
+        return (-self).softmax(axis, dtype)
 
-    def logcumsumexp(self, axis: int = 0) -> Tensor:
+    def logcumsumexp(self, axis: int = 0) -> Self:
         """log(cumsum(e ** x)) along `axis`, as a scan of logaddexp in log2(n) doubling steps: each prefix
         is shifted by its own maximum, so a small entry before a large one keeps its value (one shift by
         the row's maximum would underflow e ** (x - max) to a subnormal or 0 there)."""
-        x = _t(self)
-        if x.ndim == 0:
-            return x
-        ax, y = x._axis(axis), x if dtypes.is_float(x.dtype) else x.cast(dtypes.default_float)
+        if self.ndim == 0:
+            return self
+        ax, y = self._axis(axis), self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
         n, d = _int(y.shape[ax]), 1
         while d < n:  # y[i] = logaddexp(y[i], y[i - d]); -inf (the identity) before the start
             cut = [(0, n - d) if i == ax else None for i in range(y.ndim)]
@@ -237,44 +205,42 @@ class ShapeMixin:
             d *= 2
         return y
 
-    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Self:
         """x / max(||x||_p, eps) along `dim`, with PyTorch's vector norms: p = 0 counts the nonzero entries
         (no gradient), p = +-inf is the largest / smallest magnitude, any other p (sum |x|^p)^(1/p)."""
-        x = _t(self)
         if p == 0:
-            norm = x.ne(0).sum(dim, keepdim=True).cast(x.dtype)
+            norm = self.ne(0).sum(dim, keepdim=True).cast(self.dtype)
         elif math.isinf(p):
-            norm = x.abs().max(dim, keepdim=True) if p > 0 else x.abs().min(dim, keepdim=True)
+            norm = self.abs().max(dim, keepdim=True) if p > 0 else self.abs().min(dim, keepdim=True)
         else:
-            norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
-        return x / norm.maximum(eps)
+            norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        return self / norm.maximum(eps)
 
     # ------------------------------------------------------------------ triangles
-    def _tri(self, diagonal: int, upper: bool) -> Tensor:
-        x = _t(self)
-        if x.ndim < 2:
-            raise ValueError(f"tril/triu need at least 2 dimensions, not shape {x.shape}")
-        r, c = _int(x.shape[-2]), _int(x.shape[-1])
-        rows = x.arange(r, device=x.device).reshape(r, 1)
-        cols = x.arange(c, device=x.device).reshape(1, c)
+    def _tri(self, diagonal: int, upper: bool) -> Self:
+        if self.ndim < 2:
+            raise ValueError(f"tril/triu need at least 2 dimensions, not shape {self.shape}")
+        r, c = _int(self.shape[-2]), _int(self.shape[-1])
+        rows = self.arange(r, device=self.device).reshape(r, 1)
+        cols = self.arange(c, device=self.device).reshape(1, c)
         keep = (cols >= rows + diagonal) if upper else (cols <= rows + diagonal)
-        return keep.where(x, x.const_like(0))
+        return keep.where(self, self.const_like(0))
 
-    def tril(self, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """Zero above the `diagonal`-th diagonal of the last two dimensions."""
         return self._tri(diagonal, False)
 
-    def triu(self, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """Zero below the `diagonal`-th diagonal of the last two dimensions."""
         return self._tri(diagonal, True)
 
     # ------------------------------------------------------------------ einsum
     @classmethod
-    def einsum(cls, formula: str, *operands: Tensor | Sequence[Tensor], dtype: DType | None = None) -> Tensor:
+    def einsum(cls, formula: str, *operands: Self | Sequence[Self], dtype: DType | None = None) -> Self:
         """Einstein summation, e.g. einsum("ij,jk->ik", a, b): letters shared by operands are multiplied
         along, letters missing from the output summed over (implicit output: the letters seen once)."""
         ts = list(operands[0]) if len(operands) == 1 and not hasattr(operands[0], "uop") else list(operands)
-        tensors = cast("list[Tensor]", ts)
+        tensors = cast("list[Self]", ts)
         lhs, arrow, out = formula.replace(" ", "").partition("->")
         inputs = lhs.split(",")
         if len(inputs) != len(tensors):
@@ -312,9 +278,9 @@ class ShapeMixin:
         return ret.permute([kept.index(c) for c in out]) if out else ret
 
     # ------------------------------------------------------------------ padding modes
-    def _pad_mode(self, padding: Sequence[object], mode: str, value: ConstType) -> Tensor:
+    def _pad_mode(self, padding: Sequence[object], mode: str, value: ConstType) -> Self:
         """pad(mode=...): "constant" (value), "reflect", "replicate" or "circular"; negative amounts cut."""
-        x = _t(self)
+        x = self
         if mode not in _PAD_MODES:
             raise NotSupportedError(f"pad mode must be one of {_PAD_MODES}, not {mode!r}")
         pairs = pad_pairs(x.ndim, padding)
@@ -325,7 +291,7 @@ class ShapeMixin:
                                     "first")
         grow = [None if p is None else (max(0, _int(p[0])), max(0, _int(p[1]))) for p in pairs]
 
-        def cut(t: Tensor) -> Tensor:  # negative amounts cut from each end
+        def cut(t: Self) -> Self:  # negative amounts cut from each end
             return t.shrink([(max(0, -_int(p[0])), _int(t.shape[d]) - max(0, -_int(p[1]))) if p is not None
                              else None for d, p in enumerate(pairs)])
         if mode == "constant":
@@ -337,10 +303,10 @@ class ShapeMixin:
         return cut(x)
 
     # ------------------------------------------------------------------ interpolation
-    def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False) -> Self:
         """Resize the last len(size) dimensions to `size`: "linear" (also "bilinear", "trilinear"),
         "nearest" or "nearest-exact", with PyTorch's coordinate conventions."""
-        x = _t(self)
+        x = self
         if mode not in _INTERP_MODES:
             raise ValueError(f"interpolate mode must be one of {_INTERP_MODES}, not {mode!r}")
         if len(size) > x.ndim:
@@ -352,20 +318,21 @@ class ShapeMixin:
         for k, out in enumerate(size):
             d = x.ndim - len(size) + k
             w = _interp_matrix(_int(x.shape[d]), _int(out), mode, align_corners).astype(np.float64)
-            wt = type(x)(w, device=x.device, dtype=x.dtype if dtypes.is_float(x.dtype) else dtypes.float32)
+            wdt = x.dtype if dtypes.is_float(x.dtype) else dtypes.float32
+            wt = x._from_data(w, device=x.device, dtype=wdt)
             y = x.transpose(d, -1)._to_float()
             y = (y.unsqueeze(-2) * wt).sum(-1)
             x = y.transpose(d, -1).cast(x.dtype) if not dtypes.is_float(x.dtype) else y.transpose(d, -1)
         return x
 
-    def _interpolate_uint8(self, size: Sequence[int], align_corners: bool) -> Tensor:
+    def _interpolate_uint8(self, size: Sequence[int], align_corners: bool) -> Self:
         """The linear modes on uint8 images as PyTorch computes them: one pass per dim, the last dim first,
         each a fixed-point sum (weights as int16 with `prec` fraction bits) rounded and clamped to uint8."""
-        x = _t(self)
+        x = self
         for k in reversed(range(len(size))):
             d = x.ndim - len(size) + k
             w, prec = _fixed_point(_interp_matrix(_int(x.shape[d]), _int(size[k]), "linear", align_corners))
-            wt = type(x)(w, device=x.device, dtype=dtypes.int32)
+            wt = x._from_data(w, device=x.device, dtype=dtypes.int32)
             y = (x.transpose(d, -1).cast(dtypes.int32).unsqueeze(-2) * wt).sum(-1, dtype=dtypes.int32)
             x = ((y + (1 << (prec - 1))) >> prec).clip(0, 255).cast(dtypes.uint8).transpose(d, -1)
         return x
@@ -373,79 +340,68 @@ class ShapeMixin:
     # ------------------------------------------------------------------ creation
     @classmethod
     def linspace(cls, start: float, stop: float, steps: int, device: str | None = None,
-                 dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+                 dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
         """`steps` evenly spaced values from start to stop, both included."""
-        tc = _cls(cls)
         if steps < 0:
             raise ValueError(f"linspace needs steps >= 0, not {steps}")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         if dt == dtypes.bool:  # PyTorch and the reference have no bool linspace either
             raise ArgumentError("linspace can't make a bool tensor; ask for a number dtype and compare")
         if steps <= 1:
-            return tc.full((steps,), start, device=device, dtype=dt, requires_grad=requires_grad)
-        i = tc.arange(steps, device=device).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32)
+            return cls.full((steps,), start, device=device, dtype=dt, requires_grad=requires_grad)
+        i = cls.arange(steps, device=device).cast(dtypes.float64 if dt == dtypes.float64 else dtypes.float32)
         step = (stop - start) / (steps - 1)
         # the second half counts back from stop, as PyTorch does, so both ends are exact
         ret = (i < steps // 2).where(i * step + start, stop - (steps - 1 - i) * step)
-        return tc(ret.cast(dt).uop, requires_grad=requires_grad)
+        return cls._from_data(ret.cast(dt).uop, requires_grad=requires_grad)
 
-    @classmethod
-    def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None,
-                 requires_grad: bool | None = None) -> Tensor:
-        """A random permutation of 0 .. n-1 (int32 unless `dtype` says otherwise)."""
-        return _cls(cls)._random(lambda g: g.permutation(n), device, dtype, requires_grad, dtypes.int32)
-
-    def empty_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+    def empty_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
         """An uninitialised tensor of this shape, device and dtype (unless given)."""
-        x = _t(self)
-        return x.empty(x.shape, device=x.device, dtype=dtype or x.dtype, requires_grad=requires_grad)
+        return self.empty(self.shape, device=self.device, dtype=dtype or self.dtype,
+                          requires_grad=requires_grad)
 
     def rand_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
-                  device: str | None = None) -> Tensor:
+                  device: str | None = None) -> Self:
         """Uniform [0, 1) values of this shape and device (sharded like this tensor)."""
-        x = _t(self)
-        return x._random_like(x.rand, dtype, requires_grad, device)
+        return self._random_like(self.rand, dtype, requires_grad, device)
 
     def randn_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
-                   device: str | None = None) -> Tensor:
+                   device: str | None = None) -> Self:
         """Standard normal values of this shape and device (sharded like this tensor)."""
-        x = _t(self)
-        return x._random_like(x.randn, dtype, requires_grad, device)
+        return self._random_like(self.randn, dtype, requires_grad, device)
 
-    def _random_like(self, fn: Callable[..., Tensor], dtype: DType | str | None, requires_grad: bool | None,
-                     device: str | None) -> Tensor:
+    def _random_like(self, fn: Callable[..., Self], dtype: DType | str | None, requires_grad: bool | None,
+                     device: str | None) -> Self:
         """`fn`'s values in this tensor's shape; on a device tuple drawn on the first device and sharded as
         this tensor is (the device can't be changed then: the reference's rule)."""
-        x = _t(self)
-        dt = dtype or x._float_or_default()
-        if not isinstance(devs := x.device, tuple):
-            return fn(_ints(x.shape), device=device or devs, dtype=dt, requires_grad=requires_grad)
+        dt = dtype or self._float_or_default()
+        if not isinstance(devs := self.device, tuple):
+            return fn(_ints(self.shape), device=device or devs, dtype=dt, requires_grad=requires_grad)
         if device is not None:
             raise DeviceError(f"a *_like of a tensor on {devs} takes its devices; can't put it on {device}")
-        out = fn(_ints(x.shape), device=devs[0], dtype=dt).shard(devs, x.uop.axis)
+        out = fn(_ints(self.shape), device=devs[0], dtype=dt).shard(devs, self.uop.axis)
         out.requires_grad = requires_grad
         return out
 
     def _float_or_default(self) -> DType:
-        x = _t(self)
-        return x.dtype if dtypes.is_float(x.dtype) else dtypes.default_float
+        return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
 
     @classmethod
     def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
-                        dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+                        dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
         """He uniform initialisation for a leaky-relu slope `a`: bound sqrt(6 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_uniform")
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-        return _cls(cls).uniform(shp, low=-bound, high=bound, device=device, dtype=dtype,
+        return cls.uniform(shp, low=-bound, high=bound, device=device, dtype=dtype,
                                  requires_grad=requires_grad)
 
     @classmethod
     def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
-                       dtype: DType | str | None = None, requires_grad: bool | None = None) -> Tensor:
+                       dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
         """He normal initialisation for a leaky-relu slope `a`: std sqrt(2 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_normal")
         std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-        return _cls(cls).normal(shp, mean=0.0, std=std, device=device, dtype=dtype,
+        return cls.normal(shp, mean=0.0, std=std, device=device, dtype=dtype,
                                 requires_grad=requires_grad)
 
 
@@ -477,7 +433,7 @@ def _expand_ellipsis(inputs: list[str], out: str | None, ndims: list[int]) -> tu
     return ",".join(expanded), True, out
 
 
-def _diagonal(t: Tensor, spec: str) -> tuple[Tensor, str]:
+def _diagonal(t: _S, spec: str) -> tuple[_S, str]:
     """einsum's repeated letter in one operand ("ii"): keep the diagonal, one letter per dimension."""
     while len(set(spec)) != len(spec):
         ch = next(c for c in spec if spec.count(c) > 1)
@@ -490,10 +446,10 @@ def _diagonal(t: Tensor, spec: str) -> tuple[Tensor, str]:
     return t, spec
 
 
-def _pad_dim(x: Tensor, d: int, before: int, after: int, mode: str) -> Tensor:
+def _pad_dim(x: _S, d: int, before: int, after: int, mode: str) -> _S:
     n = _int(x.shape[d])
 
-    def take(lo: int, hi: int) -> Tensor:
+    def take(lo: int, hi: int) -> _S:
         return x.shrink(tuple((lo, hi) if k == d else None for k in range(x.ndim)))
     if mode == "reflect":
         if before >= n or after >= n:

@@ -16,7 +16,7 @@ from uopgrad._util import prod
 from uopgrad.dtype import dtypes
 from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
-from uopgrad.tensor_nn import no_grad
+from uopgrad.tensor_grad import no_grad
 
 __all__ = ["BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d",
            "ConvTranspose2d", "Embedding", "GroupNorm", "InstanceNorm", "LSTMCell", "LayerNorm",
@@ -186,6 +186,16 @@ class LayerNorm2d(LayerNorm):
         return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
+def _norm_groups(x: Tensor, groups: int, eps: float, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """(N, C, ...) normalised over each of `groups` groups of channels (with their spatial dims), then
+    scaled and shifted per channel where the layer is affine."""
+    y = x.reshape(x.shape[0], groups, -1).layernorm(eps=eps).reshape(x.shape)
+    if weight is None or bias is None:
+        return y
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return y * weight.reshape(shape) + bias.reshape(shape)
+
+
 class GroupNorm:
     """Normalise each of `num_groups` channel groups of (N, C, ...), then scale and shift per channel."""
 
@@ -198,11 +208,7 @@ class GroupNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         """The forward pass."""
-        y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
-        if self.weight is None or self.bias is None:
-            return y
-        shape = (1, -1) + (1,) * (x.ndim - 2)
-        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return _norm_groups(x, self.num_groups, self.eps, self.weight, self.bias)
 
 
 class InstanceNorm:
@@ -219,11 +225,7 @@ class InstanceNorm:
         if x.ndim < 3 or x.shape[1] != self.num_features:
             raise ValueError(f"InstanceNorm({self.num_features}) needs (N, {self.num_features}, ...), "
                              f"not shape {x.shape}")
-        y = x.reshape(x.shape[0], self.num_features, -1).layernorm(eps=self.eps).reshape(x.shape)
-        if self.weight is None or self.bias is None:
-            return y
-        shape = (1, -1) + (1,) * (x.ndim - 2)
-        return y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        return _norm_groups(x, self.num_features, self.eps, self.weight, self.bias)
 
 
 class Embedding:

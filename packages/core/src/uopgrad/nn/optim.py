@@ -30,7 +30,7 @@ from uopgrad.dtype import DType, dtypes, least_upper_dtype
 from uopgrad.errors import GradientError, TrainingError
 from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
-from uopgrad.tensor_nn import no_grad
+from uopgrad.tensor_grad import no_grad
 
 __all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup"]
 
