@@ -1,5 +1,10 @@
 """One nox session per job. `nox` alone runs the default sessions: that is the test command CI runs.
 
+`nox -s quick` is the check of every commit: lint, typecheck and the import contracts in one environment,
+then the core unit tests except the slow files of QUICK_SLOW, spread over the cores: 3 minutes on 2 cores
+with a fresh environment, tests 1.5 minutes. It is not in the default list: the default sessions run all of
+it and more.
+
 Sessions use the interpreter nox runs under and install with pip only. Extra arguments after `--` go to
 the underlying tool, e.g. `nox -s tests -- -k hashcons` or `nox -s lint -- --fix`.
 """
@@ -53,12 +58,40 @@ EXAMPLE_BACKEND = "./examples/out_of_tree_backend"       # the out-of-tree backe
 BROKEN_BACKENDS = "./conformance/meta_tests/broken_backend"  # planted bugs, for conformance_meta
 ALL_PACKAGES = [CORE, *BACKEND_PACKAGES.values(), CONFORMANCE]
 SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
+# Core test files `nox -s quick` leaves to `nox -s tests`: over 1 s a test on average or over 20 s in all.
+# Seconds of one serial run on 2 shared cores (pytest --durations, 2026-12-06); the other files took 90 s
+# together.
+QUICK_SLOW = {
+    "test_cli.py": 37,              # every command in a fresh interpreter
+    "test_opt.py": 23,
+    "test_group.py": 20,
+    "test_intern_threads.py": 20,   # threads racing the intern table
+    "test_errors.py": 10,
+    "test_facade.py": 8,            # `import uopgrad` in fresh interpreters
+    "test_decomp_float_floor.py": 7,
+    "test_tensor_registry.py": 7,
+}
 
 
 def require_file(session: nox.Session, path: str, why: str) -> None:
     """Fail the session with a clear message when `path` (relative to the repository root) is missing."""
     if not (ROOT / path).is_file():
         session.error(f"{path} does not exist yet: {why}")
+
+
+@nox.session
+def quick(session: nox.Session) -> None:
+    """Lint, types, import contracts and the fast core tests, in one environment: the check of every commit.
+
+    ruff check, mypy --strict, lint-imports, then packages/core/tests but QUICK_SLOW with one pytest-xdist
+    worker per core; arguments after `--` go to pytest."""
+    # the oracles too: several core test modules import torch at the top
+    session.install(RUFF, MYPY, IMPORT_LINTER, *TEST_DEPS, *ORACLE_DEPS, XDIST, *ALL_PACKAGES)
+    session.run("ruff", "check", ".")
+    session.run("mypy", "--strict", *SRC_DIRS)
+    session.run("lint-imports")
+    skipped = [f"--ignore=packages/core/tests/{name}" for name in QUICK_SLOW]
+    session.run("pytest", "packages/core/tests", *skipped, *_spread(session.posargs))
 
 
 @nox.session

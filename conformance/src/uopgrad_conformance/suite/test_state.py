@@ -26,6 +26,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     target, name = get_target(metafunc.config), metafunc.function.__name__
+    rows: tuple[str, ...]
     if name == "test_setitem":
         rows, dt = setitem_programs.ROWS, setitem_programs.DT
         skips = {row: no_second_device(target) if row == "sharded" else None for row in rows}
