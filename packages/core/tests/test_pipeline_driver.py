@@ -114,3 +114,18 @@ def test_graph_rewrite_names_its_pass_in_the_engines_errors():
     loop = PatternMatcher([(UPat(Ops.CONST, name="c"), lambda c: c.replace(arg=c.arg + 1))])  # c -> c+1
     with pytest.raises(RewriteError, match="in the rewrite 'count up'"):
         graph_rewrite(UOp.const(dtypes.int32, 0), loop, name="count up")
+
+
+def test_a_target_has_one_canonical_form_that_every_field_changes() -> None:
+    # BEAM keys its on-disk picks by it: the same text whatever order a set was built in, another with any
+    # field changed (a new knob is in the key without an edit of search.py)
+    ops = [Ops.ADD, Ops.MUL, Ops.SQRT, Ops.MAX]
+    a = Target(frozenset([dtypes.float32, dtypes.int32]), frozenset(ops), vector_width=32, scratch=64)
+    b = Target(frozenset([dtypes.int32, dtypes.float32]), frozenset(ops[::-1]), vector_width=32, scratch=64)
+    assert repr(a.canonical()) == repr(b.canonical())
+    changed = {"dtypes": a.dtypes | {dtypes.int8}, "ops": a.ops | {Ops.SUB}, "grid": GridLimits(),
+               "compiled": False, "vector_width": 64, "scratch": 128, "local_memory": 1024, "warp_size": 32,
+               "tensor_cores": ((16, 8, 16),)}
+    assert set(changed) == {f.name for f in dataclasses.fields(Target)}
+    for name, value in changed.items():
+        assert repr(dataclasses.replace(a, **{name: value}).canonical()) != repr(a.canonical()), name

@@ -43,10 +43,10 @@ BEAM = ContextVar("BEAM", 0)
 
 
 def _digest(be: CompiledBackend, body: UOp, nargs: int, target: Target) -> str:
-    ident = (nargs, sorted(op.name for op in target.ops), target.vector_width, target.scratch,
-             type(be.renderer).__name__,
+    # the whole target (a new knob is in the key without an edit here), the renderer and the compiler
+    ident = (nargs, target.canonical(), type(be.renderer).__name__,
              getattr(be.compiler, "cache_key", type(be.compiler).__name__))
-    return hashlib.sha256(b"beam-2|" + body.key + repr(ident).encode()).hexdigest()
+    return hashlib.sha256(b"beam-3|" + body.key + repr(ident).encode()).hexdigest()
 
 
 def best_choice(be: CompiledBackend, call: UOp, target: Target, lower: Lower) -> Choice | None:

@@ -8,7 +8,7 @@ renderers that both use it (docs/ARCHITECTURE.md §2).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from uopgrad.codegen.program import GridSpec
 from uopgrad.dtype import DType
@@ -34,6 +34,13 @@ class Target:
     local_memory: int = 0              # bytes of local memory a workgroup has; 0: reduces are not grouped
     warp_size: int = 1                 # threads that run in lockstep (a warp, a subgroup); 1: none or unknown
     tensor_cores: tuple[TensorCoreShape, ...] = ()  # matrix-unit shapes; none are used yet
+
+    def canonical(self) -> tuple[tuple[str, object], ...]:
+        """Every field as (name, value) with its sets sorted: the same text in every process (a frozenset's
+        order follows string hashing, which differs per process), for keys kept on disk."""
+        def plain(v: object) -> object:
+            return sorted(map(str, v)) if isinstance(v, frozenset) else v
+        return tuple((f.name, plain(getattr(self, f.name))) for f in fields(self))
 
     @property
     def loop_style(self) -> bool:
