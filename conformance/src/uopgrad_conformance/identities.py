@@ -287,7 +287,8 @@ def check_leaves(target: Target, prog: LeavesProgram, record: Recorder) -> None:
     names = prog.names()
     problems = [f"{n} is None: the leaf got no gradient of its own" for n, g in zip(names, got) if g is None]
     problems += _differences(record, "closed form", [
-        (f"{n} differs from its closed form", g, w, 1e-6 * float(np.max(np.abs(w), initial=1.0)))
+        (f"{n} differs from the closed form of its own term", g, w,
+         1e-6 * float(np.max(np.abs(w), initial=1.0)))
         for n, g, w in zip(names, got, want) if g is not None])
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro_leaves(target, prog, want))
