@@ -4,7 +4,7 @@ Each class also subclasses the builtin that uopgrad raised for that failure befo
 the one docs/semantics.md §3.9 fixes where the reference pins it (shape inference: RuntimeError, invalid
 movement arguments: ValueError, the rewrite engine: RuntimeError), so `except RuntimeError` and
 `except ValueError` keep working. Where §3.9 fixes a bare `AssertionError` (gradient and tuple checks),
-that builtin itself is raised.
+that builtin itself is raised, or a class that also subclasses it (DataDTypeError, NonScalarGradientError).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import tempfile
 __all__ = ["ArgumentError", "BackendError", "CompileError", "ConfigError", "DTypeError", "DTypeMismatchError",
            "DTypeRangeError", "DataDTypeError",
            "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
-           "GradientError", "JitError", "LoweringError", "MovementError", "NotSupportedError",
+           "GradientError", "JitError", "LoweringError", "MovementError", "NonScalarGradientError",
+           "NotSupportedError",
            "OperandShapeError", "RenderError", "RewriteError", "SafetensorsError", "ScheduleError",
            "ShapeError", "SymbolicDivisionError", "TrainingError", "UnknownDTypeError", "UopgradError",
            "VerifyError"]
@@ -103,6 +104,11 @@ class VerifyError(UopgradError, RuntimeError):
 
 class GradientError(UopgradError, RuntimeError):
     """A gradient can't be built: an op on the path has no rule, or a loss or target is not float."""
+
+
+class NonScalarGradientError(GradientError, AssertionError):
+    """backward() or gradient() of a non-scalar tensor without a seed gradient. PyTorch raises RuntimeError
+    (through GradientError) and the reference asserts, so either catch works."""
 
 
 class TrainingError(UopgradError, RuntimeError):

@@ -26,6 +26,7 @@ from uopgrad.errors import (
     DTypeError,
     GradientError,
     JitError,
+    NonScalarGradientError,
     ShapeError,
 )
 from uopgrad.gradient_template import gradients
@@ -618,7 +619,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         """d(self)/d(target) for each target, seeded with `gradient` (1.0 for a scalar self); a target that
         self does not depend on gets zeros."""
         if gradient is None and self.shape != ():
-            raise AssertionError(f"gradient of a non-scalar tensor of shape {self.shape} needs gradient=")
+            raise NonScalarGradientError(
+                f"grad can be implicitly created only for scalar outputs: this tensor has shape "
+                f"{self.shape}; reduce it to a scalar first (`.sum().backward()`) or pass a seed of "
+                "its shape (`.backward(gradient=...)`)")
         for t in (self, *targets):
             if not dtypes.is_float(t.dtype):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")

@@ -3,13 +3,14 @@ numpy scalars, concrete sizes, padding pairs and index tuples, and the type alia
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeAlias, TypeVar, cast
 
 import numpy as np
 
 from uopgrad.dtype import DType, dtypes
-from uopgrad.errors import ShapeError, UnknownDTypeError
+from uopgrad.errors import ArgumentError, ShapeError, UnknownDTypeError
 from uopgrad.mixin import MathMixin
 
 if TYPE_CHECKING:
@@ -17,12 +18,14 @@ if TYPE_CHECKING:
     from uopgrad.tensor import Tensor  # (the public aliases name it)
     from uopgrad.uop import sint
 
-__all__ = ["SEQUENCES", "DTypeLike", "TensorLike", "concrete", "has_tensor_index", "index_tuple",
-           "is_tensor_like", "nonnegative", "pad_pairs", "py_scalar", "to_dtype"]
+__all__ = ["SEQUENCES", "DTypeLike", "TensorLike", "concrete", "dim_alias", "has_tensor_index", "index_tuple",
+           "no_dim",
+           "is_tensor_like", "nonnegative", "pad_pairs", "py_scalar", "tensor_sequence", "to_dtype"]
 
 DTypeLike: TypeAlias = "DType | str"
 TensorLike: TypeAlias = "Tensor | ConstType"
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def to_dtype(dt: DTypeLike) -> DType:
@@ -67,6 +70,55 @@ def pad_pairs(ndim: int, padding: Sequence[object]) -> list[tuple[sint, sint] | 
     flat = cast("Sequence[sint]", padding)
     pairs = [(flat[2 * k], flat[2 * k + 1]) for k in range(len(flat) // 2)]
     return [None] * (ndim - len(pairs)) + list(reversed(pairs))
+
+
+def _as_tuple(axis: object) -> object:
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def dim_alias(fn: Callable[P, T]) -> Callable[P, T]:
+    """`fn` (a method whose first argument after self is `axis`) also taking PyTorch's keyword `dim=` for
+    `axis`, so `x.sum(dim=1, keepdim=True)` reads as in PyTorch; `axis` stays the parameter's name."""
+    @functools.wraps(fn)
+    def with_dim(*args: P.args, **kwargs: P.kwargs) -> T:
+        if "dim" not in kwargs:  # the common path: one dict lookup
+            return fn(*args, **kwargs)
+        dim = kwargs.pop("dim")
+        given = args[1] if len(args) > 1 else kwargs.get("axis", dim)
+        if _as_tuple(given) != _as_tuple(dim):
+            raise TypeError(f"{fn.__name__}() got axis={given!r} and dim={dim!r}: they name the same "
+                            "parameter (dim is PyTorch's spelling of axis), pass one")
+        if len(args) < 2:
+            kwargs["axis"] = dim
+        return fn(*args, **kwargs)
+    return with_dim
+
+
+def no_dim(fn: Callable[P, T]) -> Callable[P, T]:
+    """`fn` (max, min) refusing PyTorch's `dim=` with what to write instead: PyTorch's max(dim=) returns
+    (values, indices), the reference's max(axis=) the values; `x.max(dim=1)[0]` would silently be a row."""
+    @functools.wraps(fn)
+    def refusing(*args: P.args, **kwargs: P.kwargs) -> T:
+        if "dim" in kwargs:
+            name, dim = fn.__name__, kwargs["dim"]
+            raise TypeError(f"{name}() takes axis=, not dim=: it returns the values, where PyTorch's "
+                            f"{name}(dim=) returns (values, indices); write x.{name}(axis={dim!r}) for the "
+                            f"values and x.arg{name}(axis={dim!r}) for the indices")
+        return fn(*args, **kwargs)
+    return refusing
+
+
+def tensor_sequence(first: object, rest: tuple[T, ...], op: str) -> tuple[T, ...]:
+    """The tensors of `op` (cat, stack) from either spelling: the reference's `a.cat(b, c)` (first is a
+    tensor) or PyTorch's `Tensor.cat([a, b, c])` (called on the class, first is the sequence)."""
+    if not isinstance(first, (tuple, list)):
+        return (cast(T, first), *rest)
+    if rest:
+        raise ArgumentError(f"{op} takes its tensors either as one sequence or as arguments, not both (got a "
+                            f"{type(first).__name__} and {len(rest)} more)")
+    if not first:
+        raise ArgumentError(f"{op} of an empty {type(first).__name__}: give at least one tensor")
+    return tuple(cast("Sequence[T]", first))
 
 
 SEQUENCES = (list, tuple, np.ndarray)  # as an index: an index tensor of their values

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 from uopgrad.dtype import ConstType, dtypes
 from uopgrad.errors import ArgumentError, DTypeError
 from uopgrad.ops import Ops
+from uopgrad.tensor_args import dim_alias
 from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
@@ -451,10 +452,12 @@ class ElementwiseMixin(TensorHooks):
         """True where the value is neither NaN nor infinite."""
         return (self.isinf() | self.isnan()).logical_not()
 
+    @dim_alias
     def any(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """True where any element along `axis` is nonzero."""
         return self.ne(0)._max(axis, keepdim)  # a bool MAX: False over nothing, as the reference
 
+    @dim_alias
     def all(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """True where every element along `axis` is nonzero."""
         return self.eq(0).any(axis, keepdim).logical_not()

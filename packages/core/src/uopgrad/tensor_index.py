@@ -19,7 +19,7 @@ from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ArgumentError, DTypeError, OperandShapeError
 from uopgrad.mixin import broadcast_shape, concrete_size
-from uopgrad.tensor_args import index_tuple, is_tensor_like
+from uopgrad.tensor_args import dim_alias, index_tuple, is_tensor_like
 from uopgrad.tensor_hooks import TensorHooks
 
 __all__ = ["IndexMixin"]
@@ -310,17 +310,20 @@ class IndexMixin(TensorHooks):
             return out.reshape(())
         return out.transpose(self._axis(axis), -1)
 
+    @dim_alias
     def cumsum(self, axis: int = 0) -> Self:
         """Running sum along `axis`."""
         y, m = self._scan(axis, 0)
         dt = self.dtype if dtypes.is_float(self.dtype) else None
         return self._unscan(m.where(y, 0).sum(-1, dtype=dt), axis)
 
+    @dim_alias
     def cumprod(self, axis: int = 0) -> Self:
         """Running product along `axis`."""
         y, m = self._scan(axis, 1)
         return self._unscan(m.where(y, 1).prod(-1), axis)
 
+    @dim_alias
     def cummax(self, axis: int = 0) -> tuple[Self, Self]:
         """(running maximum along `axis`, the index of the latest element equal to it), as PyTorch; a NaN
         is the maximum from where it stands on, its index that of the latest NaN."""
@@ -331,6 +334,7 @@ class IndexMixin(TensorHooks):
         hit = m & _same(y, vals.unsqueeze(-1))
         return self._unscan(vals, axis), self._unscan(hit.where(j, -1)._max(-1, False), axis)
 
+    @dim_alias
     def cummin(self, axis: int = 0) -> tuple[Self, Self]:
         """(running minimum along `axis`, the index of the latest element equal to it)."""
         vals, idx = self._inverse().cummax(axis)

@@ -19,9 +19,9 @@ import numpy as np
 from uopgrad import tensor_registry as registry
 from uopgrad._util import dedup, prod
 from uopgrad.dtype import ConstType, least_upper_dtype
-from uopgrad.errors import ArgumentError, DTypeMismatchError, GradientError
+from uopgrad.errors import DTypeMismatchError, GradientError
 from uopgrad.ops import Ops
-from uopgrad.tensor_args import concrete, has_tensor_index, index_tuple, py_scalar
+from uopgrad.tensor_args import concrete, has_tensor_index, index_tuple, py_scalar, tensor_sequence
 from uopgrad.tensor_grad import grad_enabled
 from uopgrad.tensor_hooks import TensorHooks
 from uopgrad.uop import UOp, ssimplify
@@ -78,8 +78,11 @@ class TensorMovementMixin(TensorHooks):
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
     def cat(self, *args: Self, dim: int = 0) -> Self:
-        """Concatenate along `dim` (each tensor is zero-padded into place and the results summed)."""
-        ts = (self, *args)
+        """Concatenate along `dim` (each tensor is zero-padded into place and the results summed):
+        `a.cat(b, c)` or, as torch.cat, `Tensor.cat([a, b, c])`."""
+        ts = tensor_sequence(self, args, "cat")
+        if ts[0] is not self:  # called on the class with a sequence
+            return ts[0].cat(*ts[1:], dim=dim)
         if self.ndim == 0:
             raise IndexError("cat of a 0-d tensor: there is no dimension to join along; unsqueeze or stack "
                              "instead")
@@ -101,15 +104,8 @@ class TensorMovementMixin(TensorHooks):
         return functools.reduce(lambda a, b: a.add(b), parts)
 
     def stack(self, *args: Self, dim: int = 0) -> Self:
-        """Stack tensors of one shape along a new dimension `dim`."""
-        first = cast(object, self)  # Tensor.stack([a, b], dim=...) passes a sequence as `self`
-        if isinstance(first, (tuple, list)):
-            if args:
-                raise ArgumentError(f"stack takes its tensors either as one sequence or as arguments, not "
-                                    f"both (got a {type(first).__name__} and {len(args)} more)")
-            ts: tuple[Self, ...] = tuple(first)
-        else:
-            ts = (self, *args)
+        """Stack tensors of one shape along a new dimension `dim`: `a.stack(b)` or `Tensor.stack([a, b])`."""
+        ts = tensor_sequence(self, args, "stack")
         return type(ts[0]).cat(*(t.unsqueeze(dim) for t in ts), dim=dim)
 
     def _stride(self, dim: int, step: int, n: int) -> Self:

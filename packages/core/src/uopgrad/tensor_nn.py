@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self, TypeVar, cast
 from uopgrad.dtype import dtypes, least_upper_dtype
 from uopgrad.errors import ArgumentError, DeviceError, OperandShapeError
 from uopgrad.mixin import concrete_size
-from uopgrad.tensor_args import pad_pairs
+from uopgrad.tensor_args import dim_alias, pad_pairs
 from uopgrad.tensor_grad import no_grad
 from uopgrad.tensor_hooks import TensorHooks
 
@@ -278,6 +278,7 @@ class NNMixin(TensorHooks):
         y = y * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return y if bias is None else y + bias.reshape(shape)
 
+    @dim_alias
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
         """(self - mean) / sqrt(var + eps) over `axis` (biased variance, no affine part)."""
         y = self - self.mean(axis, keepdim=True)

@@ -16,7 +16,7 @@ from uopgrad.dtype import dtypes, least_upper_dtype, sum_acc_dtype
 from uopgrad.errors import DTypeError, EmptyReduceError, OperandShapeError
 from uopgrad.mixin import broadcast_shape
 from uopgrad.ops import Ops
-from uopgrad.tensor_args import DTypeLike, concrete, to_dtype
+from uopgrad.tensor_args import DTypeLike, concrete, dim_alias, no_dim, to_dtype
 from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class ReduceMixin(TensorHooks):
         ret = self._wrap(self.uop._rop(op, axes), self)
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+    @dim_alias
     def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             dtype: DTypeLike | None = None) -> Self:
         """Sum over `axis` (all by default), accumulated in `sum_acc_dtype`; half/bfloat16 cast back."""
@@ -56,6 +57,7 @@ class ReduceMixin(TensorHooks):
         low_float = self.dtype in (dtypes.float16, dtypes.bfloat16)
         return ret.cast(self.dtype) if dtype is None and low_float else ret
 
+    @dim_alias
     def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
              dtype: DTypeLike | None = None) -> Self:
         """Product over `axis`."""
@@ -81,12 +83,14 @@ class ReduceMixin(TensorHooks):
         nans = nan.where(self, 0).sum(axis, keepdim)
         return nans.isnan().where(nans, nan.where(-math.inf, self)._reduce(Ops.MAX, axis, keepdim))
 
+    @no_dim
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """Maximum over `axis`: NaN if the row holds one, tied maxima (or the NaNs) share the gradient; an
         empty reduced axis raises EmptyReduceError."""
         self._check_nonempty(axis, "max")
         return self._max(axis, keepdim)
 
+    @no_dim
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """Minimum over `axis`, as max (NaN wins; an empty reduced axis raises)."""
         self._check_nonempty(axis, "min")
@@ -95,18 +99,21 @@ class ReduceMixin(TensorHooks):
     def _count(self, axis: int | Sequence[int] | None) -> int:
         return concrete(prod(self.shape[i] for i in self._axes(axis)), "mean/var")
 
+    @dim_alias
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """Mean over `axis` (a float result for int input)."""
         out = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
         total = self.cast(sum_acc_dtype(self.dtype)).sum(axis, keepdim)
         return (total / self._count(axis)).cast(out)
 
+    @dim_alias
     def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             correction: int = 1) -> Self:
         """Variance over `axis` with Bessel's `correction` (1 by default, as PyTorch)."""
         squares = (self - self.mean(axis, keepdim=True)).square()
         return squares.sum(axis, keepdim) / max(0, self._count(axis) - correction)
 
+    @dim_alias
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             correction: int = 1) -> Self:
         """Standard deviation over `axis`."""
@@ -117,16 +124,19 @@ class ReduceMixin(TensorHooks):
         e = m.exp()
         return m, e, e.sum(axis, keepdim=True)
 
+    @dim_alias
     def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
         """e ** x / sum(e ** x) along `axis` (computed in `dtype` when given)."""
         _, e, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return e / ss
 
+    @dim_alias
     def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
         """log(softmax(x)) along `axis`, computed stably (in `dtype` when given)."""
         m, _, ss = (self if dtype is None else self.cast(dtype))._softmax(axis)
         return m - ss.log()
 
+    @dim_alias
     def logsumexp(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
         """log(sum(e ** x)) over `axis`, computed stably; -inf for an empty or all -inf row, inf for a row
         with +inf (PyTorch's values; the reference's shift by an infinite max gives NaN)."""
@@ -135,6 +145,7 @@ class ReduceMixin(TensorHooks):
         ret = (self - m).exp().sum(axis, keepdim).log()
         return ret + m.reshape(ret.shape)
 
+    @dim_alias
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Self:
         """Index of the first maximum (or the first NaN) along `axis` (of the flattened tensor when None), as
         int32; an empty axis raises EmptyReduceError."""
@@ -149,6 +160,7 @@ class ReduceMixin(TensorHooks):
         countdown = self.arange(n, 0, -1, device=self.device).reshape((n,) + (1,) * (self.ndim - ax - 1))
         return (n - (is_max * countdown).max(ax, keepdim)).cast(dtypes.int32)
 
+    @dim_alias
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Self:
         """Index of the first minimum (or NaN) along `axis`, as int32."""
         self._check_nonempty(axis, "argmin")

@@ -18,7 +18,7 @@ from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.errors import ArgumentError, DeviceError, NotSupportedError, ShapeError
 from uopgrad.mixin import concrete_size, resolve_shape_arg
-from uopgrad.tensor_args import nonnegative, pad_pairs, to_dtype
+from uopgrad.tensor_args import dim_alias, nonnegative, pad_pairs, to_dtype
 from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
@@ -175,20 +175,24 @@ class ShapeMixin(TensorHooks):
         return tuple(o.transpose(0, 1) for o in out) if indexing == "xy" and len(ts) >= 2 else tuple(out)
 
     # ------------------------------------------------------------------ reductions on top of reductions
+    @dim_alias
     def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
                  correction: int = 1) -> tuple[Self, Self]:
         """(var, mean) over `axis`."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    @dim_alias
     def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
                  correction: int = 1) -> tuple[Self, Self]:
         """(std, mean) over `axis`."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    @dim_alias
     def softmin(self, axis: int = -1, dtype: DType | str | None = None) -> Self:
         """softmax(-x)."""
         return (-self).softmax(axis, dtype)
 
+    @dim_alias
     def logcumsumexp(self, axis: int = 0) -> Self:
         """log(cumsum(e ** x)) along `axis`, as a scan of logaddexp in log2(n) doubling steps: each prefix
         is shifted by its own maximum, so a small entry before a large one keeps its value (one shift by
