@@ -25,9 +25,18 @@ ROOT = Path(__file__).resolve().parent
 # profile (8 random programs per program test; CPU runs ci's 20). Every conformance session and the meta
 # tests spread their cases over the machine's cores with pytest-xdist (`-n auto`); with those two, the
 # default set takes about 30 minutes on 2 cores
-nox.options.sessions = ["lint", "typecheck", "imports", "tests", "conformance(backend='REFERENCE')",
-                        "conformance(backend='CPU')", "conformance(backend='CL')",
-                        "conformance(backend='CUDA')", "conformance_external", "conformance_meta"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "imports",
+    "tests",
+    "conformance(backend='REFERENCE')",
+    "conformance(backend='CPU')",
+    "conformance(backend='CL')",
+    "conformance(backend='CUDA')",
+    "conformance_external",
+    "conformance_meta",
+]
 # Reuse a session's environment when it exists: pip rebuilds and reinstalls a local directory on every
 # run, so a reused environment never tests stale code. A fresh clone (as in CI) builds every environment anew.
 nox.options.reuse_venv = "yes"
@@ -54,7 +63,7 @@ BACKEND_PACKAGES = {
 # `ci-slow` profile, 8 random programs per program test instead of `ci`'s 20 (CPU runs those 20)
 SLOW_COMPILERS = ("CL", "CUDA")
 CONFORMANCE = "./conformance"
-EXAMPLE_BACKEND = "./examples/out_of_tree_backend"       # the out-of-tree backend example (NUMPYVEC)
+EXAMPLE_BACKEND = "./examples/out_of_tree_backend"  # the out-of-tree backend example (NUMPYVEC)
 BROKEN_BACKENDS = "./conformance/meta_tests/broken_backend"  # planted bugs, for conformance_meta
 ALL_PACKAGES = [CORE, *BACKEND_PACKAGES.values(), CONFORMANCE]
 SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
@@ -62,12 +71,12 @@ SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
 # Seconds of one serial run on 2 shared cores (pytest --durations, 2026-12-06); the other files took 90 s
 # together.
 QUICK_SLOW = {
-    "test_cli.py": 37,              # every command in a fresh interpreter
+    "test_cli.py": 37,  # every command in a fresh interpreter
     "test_opt.py": 23,
     "test_group.py": 20,
-    "test_intern_threads.py": 20,   # threads racing the intern table
+    "test_intern_threads.py": 20,  # threads racing the intern table
     "test_errors.py": 10,
-    "test_facade.py": 8,            # `import uopgrad` in fresh interpreters
+    "test_facade.py": 8,  # `import uopgrad` in fresh interpreters
     "test_decomp_float_floor.py": 7,
     "test_tensor_registry.py": 7,
 }
@@ -142,8 +151,9 @@ def bench(session: nox.Session) -> None:
     """Benchmarks side by side with numpy, PyTorch and tinygrad; print ratios, assert nothing.
     `nox -s bench -- rewrite` (or `-- kernels`, `-- step`) runs one of them."""
     # torch 2.13.0 is the CPU wheel this machine kind keeps on disk (any other version pulls GBs)
-    session.install("tinygrad==0.14.0", "torch==2.13.0", CORE, BACKEND_PACKAGES["CPU"],
-                    BACKEND_PACKAGES["CL"])
+    session.install(
+        "tinygrad==0.14.0", "torch==2.13.0", CORE, BACKEND_PACKAGES["CPU"], BACKEND_PACKAGES["CL"]
+    )
     for name in session.posargs or ["rewrite", "kernels", "step"]:
         session.run("python", f"bench/{name}.py")
 
@@ -162,8 +172,13 @@ def digits(session: nox.Session) -> None:
     """examples/digits.py: a small CNN on scikit-learn's digits on the default backend (CPU unless
     UOPGRAD_DEVICE says otherwise); fails below 95% test accuracy, writes build/digits_loss.png."""
     device = os.environ.get("UOPGRAD_DEVICE", "CPU").partition(":")[0].upper()
-    session.install(CORE, *([BACKEND_PACKAGES[device]] if device in BACKEND_PACKAGES else []),
-                    "scikit-learn", "tqdm", "matplotlib")
+    session.install(
+        CORE,
+        *([BACKEND_PACKAGES[device]] if device in BACKEND_PACKAGES else []),
+        "scikit-learn",
+        "tqdm",
+        "matplotlib",
+    )
     session.run("python", "examples/digits.py", *session.posargs)
 
 
@@ -213,8 +228,9 @@ def conformance_meta(session: nox.Session) -> None:
     must pass. Ends with the mutation score."""
     # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does; each meta test
     # runs the suite in a subprocess, so the tests themselves spread over the cores
-    session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, EXAMPLE_BACKEND,
-                    BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS)
+    session.install(
+        *TEST_DEPS, XDIST, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS
+    )
     session.run("pytest", "conformance/meta_tests", *_spread(session.posargs))
 
 
@@ -227,5 +243,14 @@ def _spread(args: list[str]) -> list[str]:
 
 def _run_conformance(session: nox.Session, backend: str, extra: list[str]) -> None:
     report = ROOT / "build" / "conformance" / f"{backend}.json"
-    session.run("pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
-                "--conformance-report", str(report), *_spread(extra), env={"UOPGRAD_VERIFY": "1"})
+    session.run(
+        "pytest",
+        "--pyargs",
+        "uopgrad_conformance",
+        "--backend",
+        backend,
+        "--conformance-report",
+        str(report),
+        *_spread(extra),
+        env={"UOPGRAD_VERIFY": "1"},
+    )

@@ -27,6 +27,7 @@ $UOPGRAD_CL_GROUP_REDUCE=1 (spec/opt.md §4): set it to measure the split.
 Each throughput is also shown as a share of the machine's measured limits (`machine_limits`: numpy's
 memory copy bandwidth, numpy's BLAS float32 GFLOP/s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -172,6 +173,7 @@ class Ours(Runner):
         super().__init__(data, repeat)
         from uopgrad.backend import Device
         from uopgrad.tensor import Tensor
+
         self.T = Tensor
         Device[self.device]
         self.dev = self.device
@@ -218,6 +220,7 @@ class Ours(Runner):
             x = self.tensor(self.data["g"], grad=True)
             (g,) = grad_chain(x).gradient(x)
             g.realize()
+
         return timed(go)
 
     def compile(self) -> float:
@@ -256,6 +259,7 @@ class Torch(Runner):
     def __init__(self, data: dict[str, np.ndarray], repeat: int) -> None:
         super().__init__(data, repeat)
         import torch
+
         self.torch = torch
 
     def t(self, a: np.ndarray, grad: bool = False) -> Any:
@@ -295,6 +299,7 @@ class Torch(Runner):
         def go() -> None:
             x = self.t(self.data["g"], grad=True)
             self.torch.autograd.grad(grad_chain(x), [x])
+
         return timed(go)
 
 
@@ -304,10 +309,12 @@ class Tinygrad(Runner):
     def __init__(self, data: dict[str, np.ndarray], repeat: int) -> None:
         super().__init__(data, repeat)
         from tinygrad import Device, Tensor
+
         self.T, self.device = Tensor, Device
         if Device.DEFAULT == "CPU" and shutil.which("clang") is None:
-            raise FileNotFoundError("tinygrad's CPU device compiles with clang: put one on PATH "
-                                    "(Debian: apt-get install clang)")
+            raise FileNotFoundError(
+                "tinygrad's CPU device compiles with clang: put one on PATH (Debian: apt-get install clang)"
+            )
         (Tensor([1.0]) * 2).realize()  # fails here, with the reason, when tinygrad can't compile
 
     def tensor(self, a: np.ndarray, grad: bool = False) -> Any:
@@ -359,6 +366,7 @@ class Tinygrad(Runner):
             x = self.tensor(self.data["g"], grad=True)
             (g,) = grad_chain(x).gradient(x)
             self.sync(g)
+
         return timed(go)
 
     def compile(self) -> float:
@@ -411,8 +419,10 @@ def measure(runner_cls: type[Runner], data: dict[str, np.ndarray], repeat: int, 
         except Exception as e:
             msg = str(e).strip().splitlines()
             col.notes[w.name] = f"failed: {type(e).__name__}"
-            print(f"  {runner_cls.name} {w.name}: {type(e).__name__}: {msg[-1][:200] if msg else ''}",
-                  file=sys.stderr)
+            print(
+                f"  {runner_cls.name} {w.name}: {type(e).__name__}: {msg[-1][:200] if msg else ''}",
+                file=sys.stderr,
+            )
             if os.environ.get("BENCH_TRACEBACK"):
                 traceback.print_exc()
     return col
@@ -424,8 +434,10 @@ def fmt_time(s: float) -> str:
 
 def report(cols: list[Column], only: list[str], limits: dict[str, float]) -> None:
     ours, others = cols[0], cols[1:]
-    print(f"machine limits (measured): {limits['GB/s']:.1f} GB/s memory copy, "
-          f"{limits['GFLOP/s']:.1f} GFLOP/s float32 BLAS matmul; % is uopgrad's share of them")
+    print(
+        f"machine limits (measured): {limits['GB/s']:.1f} GB/s memory copy, "
+        f"{limits['GFLOP/s']:.1f} GFLOP/s float32 BLAS matmul; % is uopgrad's share of them"
+    )
     head = f"{'workload':<10} | {'uopgrad':>12} {'':>18}"
     for c in others:
         head += f" | {c.name:>12} {'ours/' + c.name[:5]:>11}"
@@ -435,8 +447,11 @@ def report(cols: list[Column], only: list[str], limits: dict[str, float]) -> Non
         if only and w.name not in only:
             continue
         t = ours.times.get(w.name)
-        line = f"{w.name:<10} | " + (f"{fmt_time(t)} {w.rate(t, limits):>18}" if t is not None else
-                                     f"{ours.notes.get(w.name, ours.notes.get('*', '-')):>31}")
+        line = f"{w.name:<10} | " + (
+            f"{fmt_time(t)} {w.rate(t, limits):>18}"
+            if t is not None
+            else f"{ours.notes.get(w.name, ours.notes.get('*', '-')):>31}"
+        )
         for c in others:
             u = c.times.get(w.name)
             cell = fmt_time(u) if u is not None else c.notes.get(w.name, c.notes.get("*", "-"))[:12]
@@ -452,8 +467,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", default="", help="comma-separated workload names")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="measure the table this many times, keep each cell's best (noisy machine)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="measure the table this many times, keep each cell's best (noisy machine)",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)  # runner:method, run by in_child
     args = parser.parse_args()
     if args.child:
@@ -462,8 +481,10 @@ def main() -> None:
         print(getattr(runner, method)())
         return
     only = [s.strip() for s in args.only.split(",") if s.strip()]
-    print(f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-          f"python {platform.python_version()}, numpy {np.__version__}")
+    print(
+        f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+        f"python {platform.python_version()}, numpy {np.__version__}"
+    )
     data = host_data()
     cols = [measure(cls, data, args.repeat, only) for cls in RUNNERS]
     for _ in range(args.runs - 1):  # steady timings: the best of the runs; cold ones were measured once

@@ -6,6 +6,7 @@ One MLP step (batch 64, 256 -> 256 -> 1, float32) written two ways:
 It prints the kernels run and the time of each way, warm (every kernel compiled), best of N, and the ratio
 to torch doing the same step. Nothing is asserted: run `python bench/realize.py [DEVICE] [N]`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,10 +23,12 @@ from uopgrad.backend import CompiledBackend
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "CPU"
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 rng = np.random.default_rng(0)
-DATA = {"x": rng.standard_normal((64, 256), dtype=np.float32),
-        "y": rng.standard_normal((64, 1), dtype=np.float32),
-        "w1": rng.standard_normal((256, 256), dtype=np.float32) * 0.05,
-        "w2": rng.standard_normal((256, 1), dtype=np.float32) * 0.05}
+DATA = {
+    "x": rng.standard_normal((64, 256), dtype=np.float32),
+    "y": rng.standard_normal((64, 1), dtype=np.float32),
+    "w1": rng.standard_normal((256, 256), dtype=np.float32) * 0.05,
+    "w2": rng.standard_normal((256, 1), dtype=np.float32) * 0.05,
+}
 
 kernels = 0
 _schedule = sched_mod.schedule
@@ -56,6 +59,7 @@ def step(read_first: bool) -> None:
 
 def torch_step() -> None:
     import torch
+
     x, y = torch.from_numpy(DATA["x"]), torch.from_numpy(DATA["y"])
     w1 = torch.from_numpy(DATA["w1"]).requires_grad_()
     w2 = torch.from_numpy(DATA["w2"]).requires_grad_()

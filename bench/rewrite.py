@@ -15,6 +15,7 @@ Nothing is asserted about speed.
     PYTHONPATH=packages/core/src python bench/rewrite.py [--repeat 5] [--terms 16000] [--chain 100000]
         [--sym 2000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,15 +53,28 @@ class Lib:
 
 # ---------------------------------------------------------------------------------------------- rule tables
 
-pm_ours = PatternMatcher([
-    (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
-    (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
-    (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: a.const_like(a.arg + b.arg)),  # fold +
-    (UPat(Ops.MUL, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: a.const_like(a.arg * b.arg)),  # fold *
-])
+pm_ours = PatternMatcher(
+    [
+        (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
+        (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
+        (
+            UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))),
+            lambda a, b: a.const_like(a.arg + b.arg),
+        ),  # fold +
+        (
+            UPat(Ops.MUL, src=(UPat.cvar("a"), UPat.cvar("b"))),
+            lambda a, b: a.const_like(a.arg * b.arg),
+        ),  # fold *
+    ]
+)
 
-ours = Lib("uopgrad", lambda v: UOp.const(dtypes.index, v), lambda n: UOp.variable(n, 0, 1000), graph_rewrite,
-           pm_ours)
+ours = Lib(
+    "uopgrad",
+    lambda v: UOp.const(dtypes.index, v),
+    lambda n: UOp.variable(n, 0, 1000),
+    graph_rewrite,
+    pm_ours,
+)
 
 
 def load_tinygrad() -> Lib | str:
@@ -78,17 +92,31 @@ def load_tinygrad() -> Lib | str:
         version = importlib.metadata.version("tinygrad")
     except importlib.metadata.PackageNotFoundError:
         version = "(version unknown)"
-    pm_tiny = TPatternMatcher([
-        (TUPat.var("x") + 0, lambda x: x),  # x+0 -> x
-        (TUPat.var("x") * 1, lambda x: x),  # x*1 -> x
-        (TUPat(TOps.ADD, src=(TUPat.cvar("a"), TUPat.cvar("b"))), lambda a, b: a.const_like(a.arg + b.arg)),
-        (TUPat(TOps.MUL, src=(TUPat.cvar("a"), TUPat.cvar("b"))), lambda a, b: a.const_like(a.arg * b.arg)),
-    ])
-    return Lib(f"tinygrad {version}", lambda v: TUOp.const(v, tdtypes.weakint),
-               lambda n: TUOp.variable(n, 0, 1000), tgraph_rewrite, pm_tiny)
+    pm_tiny = TPatternMatcher(
+        [
+            (TUPat.var("x") + 0, lambda x: x),  # x+0 -> x
+            (TUPat.var("x") * 1, lambda x: x),  # x*1 -> x
+            (
+                TUPat(TOps.ADD, src=(TUPat.cvar("a"), TUPat.cvar("b"))),
+                lambda a, b: a.const_like(a.arg + b.arg),
+            ),
+            (
+                TUPat(TOps.MUL, src=(TUPat.cvar("a"), TUPat.cvar("b"))),
+                lambda a, b: a.const_like(a.arg * b.arg),
+            ),
+        ]
+    )
+    return Lib(
+        f"tinygrad {version}",
+        lambda v: TUOp.const(v, tdtypes.weakint),
+        lambda n: TUOp.variable(n, 0, 1000),
+        tgraph_rewrite,
+        pm_tiny,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- workloads
+
 
 def index_sum(lib: Lib, terms: int) -> Any:
     """sum_i ((x_i*c1 + y_i*1) + (k1*k2 + 0)) // c2 % c3: index arithmetic with identities and foldable
@@ -129,16 +157,21 @@ def symbolic(lib: Lib, count: int) -> Any:
         if r < 0.75:
             return a // lib.const(rng.randint(1, 8))
         return a % lib.const(rng.randint(1, 8)) if r < 0.9 else (a < b).where(a, b)
+
     return UOp.sink(*(expr(rng.randint(2, 6)) for _ in range(count)))
 
 
 def signature(u: Any) -> list[tuple[str, Any]]:
     """The compared ops of the toposort, with constant values: equal for equal graphs in both libraries."""
-    return [(n.op.name, n.arg if n.op.name == "CONST" else None) for n in u.toposort()
-            if n.op.name in COMPARED_OPS]
+    return [
+        (n.op.name, n.arg if n.op.name == "CONST" else None)
+        for n in u.toposort()
+        if n.op.name in COMPARED_OPS
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- timing
+
 
 def timed_once(fn: Callable[[], Any]) -> float:
     """CPU time of one call, in milliseconds, with the collector run before and off during it."""
@@ -159,13 +192,17 @@ def tasks(lib: Lib, root: Any) -> dict[str, Callable[[], Any]]:
     return {
         "toposort": lambda: root.toposort(),
         "rewrite top-down": lambda: rw(root, pm),
-        **({"rewrite bottom-up": lambda: rw(root, pm, bottom_up=True)} if lib.bottom_up else
-           {"match each node": lambda: [pm.rewrite(n) for n in nodes]}),
+        **(
+            {"rewrite bottom-up": lambda: rw(root, pm, bottom_up=True)}
+            if lib.bottom_up
+            else {"match each node": lambda: [pm.rewrite(n) for n in nodes]}
+        ),
     }
 
 
-def measure(libs: list[Lib], build: Callable[[Lib], Any],
-            repeat: int) -> tuple[list[dict[str, float]], int, bool]:
+def measure(
+    libs: list[Lib], build: Callable[[Lib], Any], repeat: int
+) -> tuple[list[dict[str, float]], int, bool]:
     """Best time per task and library, uopgrad's node count, and whether the graphs and rewrites agree.
 
     Both graphs are built first and the libraries' calls alternate, round by round: the first call in a
@@ -178,9 +215,14 @@ def measure(libs: list[Lib], build: Callable[[Lib], Any],
         for _ in range(repeat):
             for times, fns in zip(best, calls):
                 times[task] = min(times[task], timed_once(fns[task]))
-    sigs = [[signature(root), signature(lib.graph_rewrite(root, lib.pm)),
-             signature(lib.graph_rewrite(root, lib.pm, bottom_up=True)) if lib.bottom_up else []]
-            for lib, root in zip(libs, roots)]
+    sigs = [
+        [
+            signature(root),
+            signature(lib.graph_rewrite(root, lib.pm)),
+            signature(lib.graph_rewrite(root, lib.pm, bottom_up=True)) if lib.bottom_up else [],
+        ]
+        for lib, root in zip(libs, roots)
+    ]
     return best, len(roots[0].toposort()), all(s == sigs[0] for s in sigs)
 
 
@@ -199,7 +241,8 @@ def main() -> None:
         builds: dict[str, tuple[str, Callable[[Lib], Any]]] = {
             "index": (f"index sum ({args.terms} terms)", lambda lib: index_sum(lib, args.terms)),
             "chain": (f"chain ({args.chain} ops)", lambda lib: chain(lib, args.chain)),
-            "sym": (f"symbolic, sym ({args.sym} exprs)", lambda lib: symbolic(lib, args.sym))}
+            "sym": (f"symbolic, sym ({args.sym} exprs)", lambda lib: symbolic(lib, args.sym)),
+        }
         wname, build = builds[args.workload]
         libs = [ours] if isinstance(tiny, str) else [ours, tiny]
         if args.workload == "sym":  # the project's own table: nothing to compare with
@@ -219,16 +262,31 @@ def main() -> None:
     else:
         print(f"side by side with {tiny.name}")
     print(f"best of {args.repeat}, times in ms; each workload in a fresh process\n")
-    header = (f"{'workload':<28} {'task':<18} {'nodes':>8} {'ours (ms)':>10} {'tinygrad (ms)':>14} "
-              f"{'ratio':>6}")
+    header = (
+        f"{'workload':<28} {'task':<18} {'nodes':>8} {'ours (ms)':>10} {'tinygrad (ms)':>14} {'ratio':>6}"
+    )
     print(header)
     print("-" * len(header), flush=True)
     # a fresh process per workload: the garbage one workload leaves would set the memory layout of the next
     # one's graphs, and a walk over 100k nodes is bound by where they lie
     for workload in ("index", "chain", "sym"):
-        subprocess.run([sys.executable, __file__, "--workload", workload, "--repeat", str(args.repeat),
-                        "--terms", str(args.terms), "--chain", str(args.chain), "--sym", str(args.sym)],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--workload",
+                workload,
+                "--repeat",
+                str(args.repeat),
+                "--terms",
+                str(args.terms),
+                "--chain",
+                str(args.chain),
+                "--sym",
+                str(args.sym),
+            ],
+            check=True,
+        )
     print("\nratio = ours / tinygrad (below 1: uopgrad is faster). nodes = uopgrad's toposort of the input.")
 
 

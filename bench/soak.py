@@ -1,6 +1,7 @@
 """Soak (not a test): many training steps over ever new shapes, printing RSS, memory mappings and cache sizes
 as it goes, so unbounded growth shows. `python bench/soak.py [steps] [shapes]` (default 10000 steps over 2000
 shapes; CPU unless UOPGRAD_DEVICE says otherwise)."""
+
 from __future__ import annotations
 
 import gc
@@ -54,10 +55,13 @@ def main() -> None:
         if (i + 1) % every == 0 or i + 1 == steps:
             gc.collect()
             kernels = len(getattr(Device[Device.DEFAULT], "_kernels", ()))
-            print(f"step {i + 1:6d}  loss {loss:9.4f}  rss {rss_mb():7.1f} MB  maps {mappings():6d}  "
-                  f"kernels {kernels:5d}  programs {program_cache_info()['size']:5d}  "
-                  f"schedules {schedule_cache_info()['size']:5d}  uops {len(UOpMetaClass.ucache):7d}  "
-                  f"{time.perf_counter() - start:7.1f} s", flush=True)
+            print(
+                f"step {i + 1:6d}  loss {loss:9.4f}  rss {rss_mb():7.1f} MB  maps {mappings():6d}  "
+                f"kernels {kernels:5d}  programs {program_cache_info()['size']:5d}  "
+                f"schedules {schedule_cache_info()['size']:5d}  uops {len(UOpMetaClass.ucache):7d}  "
+                f"{time.perf_counter() - start:7.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ the largest kernel's op count and the wall time. Nothing is asserted about speed
 
     PYTHONPATH=packages/core/src python bench/split.py [DEVICE] [n ...]   (default: CPU 1000 2000 4000)
 """
+
 from __future__ import annotations
 
 import os

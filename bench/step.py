@@ -13,6 +13,7 @@ The cold rows are the best of min(N, 5) fresh processes.
 
 Ratios are ours / torch's in the same run; nothing is asserted. `python bench/step.py [DEVICE] [N]`.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,13 +33,15 @@ WIDTH = 256  # the issue's step; then 16, where the kernels cost next to nothing
 
 def _weights() -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    return [(rng.standard_normal((WIDTH, WIDTH)) / WIDTH ** 0.5).astype(np.float32) for _ in range(LAYERS)]
+    return [(rng.standard_normal((WIDTH, WIDTH)) / WIDTH**0.5).astype(np.float32) for _ in range(LAYERS)]
 
 
 def _data(k: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(100 + k)
-    return (rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
-            rng.standard_normal((BATCH, WIDTH)).astype(np.float32))
+    return (
+        rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
+        rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
+    )
 
 
 def report() -> None:
@@ -48,8 +51,10 @@ def report() -> None:
     t_jit, l_jit, _ = best(ours(jit=True))
     print(f"MLP {LAYERS}x{WIDTH}, batch {BATCH}, SGD step on {DEVICE} (best of {N}):")
     print(f"  torch eager   {t_torch * 1e3:8.3f} ms")
-    print(f"  plain         {t_plain * 1e3:8.3f} ms   {t_plain / t_torch:6.2f}x torch   (target <= 4x);"
-          f" kernels {k_plain * 1e3:.3f} ms, the rest (Python) {(t_plain - k_plain) * 1e3:.3f} ms")
+    print(
+        f"  plain         {t_plain * 1e3:8.3f} ms   {t_plain / t_torch:6.2f}x torch   (target <= 4x);"
+        f" kernels {k_plain * 1e3:.3f} ms, the rest (Python) {(t_plain - k_plain) * 1e3:.3f} ms"
+    )
     print(f"  TinyJit       {t_jit * 1e3:8.3f} ms   {t_jit / t_torch:6.2f}x torch   (target <= 1.5x)")
     agree = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(l_jit, l_plain))
     vs_torch = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(l_jit, l_torch))
@@ -67,6 +72,7 @@ def _forward(h: Any, ws: Sequence[Any]) -> Any:
 def ours(jit: bool) -> Callable[[int], float]:
     from uopgrad import Tensor, TinyJit
     from uopgrad.nn.optim import SGD
+
     ws = [Tensor(w, device=DEVICE, requires_grad=True) for w in _weights()]
     opt = SGD(ws, lr=0.01)
 
@@ -96,11 +102,13 @@ def ours(jit: bool) -> Callable[[int], float]:
     def run(k: int) -> float:
         x, y = _data(k)
         return float(captured(Tensor(x, device=DEVICE), Tensor(y, device=DEVICE)).item())
+
     return run
 
 
 def torch_step() -> Callable[[int], float]:
     import torch
+
     torch.set_num_threads(os.cpu_count() or 1)
     ws = [torch.from_numpy(w).requires_grad_() for w in _weights()]
     opt = torch.optim.SGD(ws, lr=0.01)
@@ -113,12 +121,14 @@ def torch_step() -> Callable[[int], float]:
         loss.backward()
         opt.step()
         return value
+
     return run
 
 
 def best(run: Callable[[int], float]) -> tuple[float, list[float], float]:
     """Best wall time of a step, the losses, and the kernels' share of that step (plain steps time them)."""
     from uopgrad import GlobalCounters
+
     losses = [run(k) for k in range(3)]  # warm: compile, capture
     times, kernel = [], []
     for k in range(3, 3 + N):
@@ -181,5 +191,7 @@ if __name__ == "__main__":
         report()
     print(f"cold gradient of a 2001-op chain: {cold(CHAIN)[-1] * 1e3:8.1f} ms   (target <= 500 ms)")
     cc, wall = cold(COMPILE)
-    print(f"cold compile of a new kernel:     {wall * 1e3:8.1f} ms   (target <= 60 ms); of which the C "
-          f"compiler {cc * 1e3:.1f} ms, ours {(wall - cc) * 1e3:.1f} ms")
+    print(
+        f"cold compile of a new kernel:     {wall * 1e3:8.1f} ms   (target <= 60 ms); of which the C "
+        f"compiler {cc * 1e3:.1f} ms, ours {(wall - cc) * 1e3:.1f} ms"
+    )

@@ -9,6 +9,7 @@ float64 copy of the model are compared with central finite differences along ran
 
 The device defaults to Device.DEFAULT ($UOPGRAD_DEVICE, else the first installed backend).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def make_data(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]
     return x, (np.sin(2 * x[:, 0]) * np.cos(x[:, 1]))[:, None]
 
 
-def train(x: np.ndarray, y: np.ndarray, init: list[np.ndarray], steps: int, lr: float,
-          device: str) -> tuple[list[float], list[np.ndarray]]:
+def train(
+    x: np.ndarray, y: np.ndarray, init: list[np.ndarray], steps: int, lr: float, device: str
+) -> tuple[list[float], list[np.ndarray]]:
     """SGD with momentum 0.9; returns the loss at every step and the trained parameters."""
     params = [Tensor(p.astype(np.float32), device=device, requires_grad=True) for p in init]
     velocity = [Tensor(np.zeros(p.shape, np.float32), device=device) for p in init]
@@ -70,9 +72,17 @@ def train(x: np.ndarray, y: np.ndarray, init: list[np.ndarray], steps: int, lr: 
     return losses, [p.numpy() for p in params]
 
 
-def gradient_check(x: np.ndarray, y: np.ndarray, params: list[np.ndarray], device: str,
-                   rng: np.random.Generator, directions: int = 5, h: float = 1e-6) -> float:
+def gradient_check(
+    x: np.ndarray,
+    y: np.ndarray,
+    params: list[np.ndarray],
+    device: str,
+    rng: np.random.Generator,
+    directions: int = 5,
+    h: float = 1e-6,
+) -> float:
     """Max relative error between <grad, v> and the central difference of the loss along v (float64)."""
+
     def loss_at(ps: list[np.ndarray]) -> tuple[Tensor, list[Tensor]]:
         ts = [Tensor(p, device=device, dtype=dtypes.float64, requires_grad=True) for p in ps]
         xt = Tensor(x, device=device, dtype=dtypes.float64)
@@ -111,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 
     err = gradient_check(x, y, [p.astype(np.float64) for p in trained], device, rng)
     ok = err < 1e-6
-    print(f"gradient check (float64, central differences, 5 random directions): max relative error "
-          f"{err:.2e} -> {'PASS' if ok else 'FAIL'}")
+    print(
+        f"gradient check (float64, central differences, 5 random directions): max relative error "
+        f"{err:.2e} -> {'PASS' if ok else 'FAIL'}"
+    )
     if not decreased:
         print("FAIL: the loss did not halve during training")
     return 0 if ok and decreased else 1

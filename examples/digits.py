@@ -7,6 +7,7 @@ The model is two blocks of conv(3x3) -> batchnorm -> relu -> maxpool (1 -> 16 ->
 and a linear layer (128 -> 10), trained with Adam and a cosine learning-rate decay on 80% of the 1797
 images and tested on the other 20%. Exit status 1 when the test accuracy is below --target (0.95).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,9 @@ def accuracy(net: Net, x: np.ndarray, y: np.ndarray, device: str) -> float:
     return float((pred == y).mean())
 
 
-def train(net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: float, device: str,
-          seed: int) -> list[float]:
+def train(
+    net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: float, device: str, seed: int
+) -> list[float]:
     """Adam over shuffled mini-batches, the learning rate decaying along a cosine; returns the loss of
     every step."""
     opt = Adam(get_parameters(net), lr=lr)
@@ -69,11 +71,15 @@ def train(net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: f
         for epoch in range(epochs):
             order = rng.permutation(len(y))
             for k in range(steps_per_epoch):
-                idx = order[k * batch:(k + 1) * batch]
+                idx = order[k * batch : (k + 1) * batch]
                 xb, yb = Tensor(x[idx], device=device), Tensor(y[idx], device=device)
                 # a buffer, not a constant: the kernels of every step stay the same
-                opt.lr.assign(Tensor(np.asarray(lr * 0.5 * (1 + np.cos(np.pi * len(losses) / total)),
-                                                np.float32), device=device))
+                opt.lr.assign(
+                    Tensor(
+                        np.asarray(lr * 0.5 * (1 + np.cos(np.pi * len(losses) / total)), np.float32),
+                        device=device,
+                    )
+                )
                 opt.zero_grad()
                 with Tensor.train():  # BatchNorm's batch statistics, and the optimiser steps only in it
                     loss = net(xb).cross_entropy(yb)
@@ -88,6 +94,7 @@ def train(net: Net, x: np.ndarray, y: np.ndarray, epochs: int, batch: int, lr: f
 def plot(losses: list[float], path: Path) -> None:
     """The loss curve (and its running mean) as a PNG."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -95,8 +102,12 @@ def plot(losses: list[float], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(losses, lw=0.8, alpha=0.5, label="step")
     w = max(1, len(losses) // 20)
-    ax.plot(np.arange(w - 1, len(losses)), np.convolve(losses, np.ones(w) / w, "valid"), lw=2,
-            label=f"running mean ({w})")
+    ax.plot(
+        np.arange(w - 1, len(losses)),
+        np.convolve(losses, np.ones(w) / w, "valid"),
+        lw=2,
+        label=f"running mean ({w})",
+    )
     ax.set_xlabel("step")
     ax.set_ylabel("cross entropy")
     ax.set_yscale("log")

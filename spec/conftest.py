@@ -4,6 +4,7 @@
 much longer. Choose with `HYPOTHESIS_PROFILE=thorough pytest spec`. Every pass's output is verified
 (docs/style.md P6), so a rule that builds a malformed graph fails here by name.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,12 +14,12 @@ from hypothesis import settings
 
 from uopgrad.config import VERIFY
 
-settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None, database=None,
-                          print_blob=True)
+settings.register_profile(
+    "ci", derandomize=True, max_examples=100, deadline=None, database=None, print_blob=True
+)
 settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 VERIFY.value = 1
-
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -32,8 +33,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     seen: set[int] = set()
     for name, module in list(sys.modules.items()):
         stats = getattr(module, "HOSTILE_STATS", None)
-        if name.rsplit(".", 1)[-1].startswith("test_hostile") and isinstance(stats, Counter) \
-                and id(stats) not in seen:
+        if (
+            name.rsplit(".", 1)[-1].startswith("test_hostile")
+            and isinstance(stats, Counter)
+            and id(stats) not in seen
+        ):
             seen.add(id(stats))
             total.update(stats)
     if total:

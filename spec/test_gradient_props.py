@@ -12,6 +12,7 @@ and reductions. Two properties:
 (c) A gradient built from its structure's template (uopgrad.gradient_template, the second time a program
     runs on new inputs) is the very nodes `compute_gradient` derives.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -100,6 +101,7 @@ MAX_NUMEL = 48
 @dataclass(frozen=True)
 class Step:
     """One instruction: `op` applied to earlier values `srcs` (indices), with a static argument."""
+
     kind: str  # "unary", "binary", "movement" or "reduce"
     op: str
     srcs: tuple[int, ...]
@@ -119,6 +121,7 @@ class Step:
 @dataclass(frozen=True)
 class Program:
     """Inputs of `shape`, then `steps`; the outputs are the values at `outputs` (indices)."""
+
     n_inputs: int
     shape: tuple[int, ...]
     steps: tuple[Step, ...]
@@ -186,8 +189,11 @@ def programs(draw: st.DrawFn, smooth: bool, max_outputs: int = 1) -> Program:
     shapes: list[tuple[int, ...]] = [shape] * n_inputs
     steps: list[Step] = []
     for _ in range(draw(st.integers(1, 8))):
-        kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "movement", "movement", "movement",
-                                     "reduce"]))
+        kind = draw(
+            st.sampled_from(
+                ["unary", "unary", "binary", "binary", "movement", "movement", "movement", "reduce"]
+            )
+        )
         i = draw(st.integers(0, len(shapes) - 1))
         if kind == "binary":
             partners = [j for j, s in enumerate(shapes) if s == shapes[i]]
@@ -241,10 +247,16 @@ class Nested:
         return tuple(self.inner(*xs))
 
 
-@given(programs(smooth=False, max_outputs=2), st.integers(0, 2**32 - 1), st.sampled_from(FLAGS),
-       st.booleans(), st.booleans())
-def test_function_gradient_equals_inlined_gradient(program: Program, seed: int, flags: tuple[bool, bool],
-                                                   use_all: bool, nested: bool):
+@given(
+    programs(smooth=False, max_outputs=2),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(FLAGS),
+    st.booleans(),
+    st.booleans(),
+)
+def test_function_gradient_equals_inlined_gradient(
+    program: Program, seed: int, flags: tuple[bool, bool], use_all: bool, nested: bool
+):
     precompile, precompile_backward = flags
     note(f"{program}")
     arrays = _inputs(program, seed)
@@ -341,18 +353,23 @@ def test_finite_differences_catch_a_wrong_rule():
     cot = np.array([0.3, -0.7, 1.1])
     (g,) = out.gradient(*xs, gradient=Tensor(cot))
     v = np.array([1.0, 2.0, -1.0])
-    numeric = (_objective(program, [arrays[0] + H * v], cot)
-               - _objective(program, [arrays[0] - H * v], cot)) / (2 * H)
+    numeric = (
+        _objective(program, [arrays[0] + H * v], cot) - _objective(program, [arrays[0] - H * v], cot)
+    ) / (2 * H)
     assert abs(numeric - float(np.sum(g.numpy() * v))) > 1e-3
 
 
-
 # ---------------------------------------------------------------------- (c) templates
-@given(programs(smooth=False, max_outputs=2), st.integers(0, 2**32 - 1), st.sampled_from(FLAGS),
-       st.sampled_from(["inline", "function", "nested"]), st.booleans())
-def test_a_gradient_from_its_template_is_the_derived_gradient(program: Program, seed: int,
-                                                              flags: tuple[bool, bool], via: str,
-                                                              seeded: bool):
+@given(
+    programs(smooth=False, max_outputs=2),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(FLAGS),
+    st.sampled_from(["inline", "function", "nested"]),
+    st.booleans(),
+)
+def test_a_gradient_from_its_template_is_the_derived_gradient(
+    program: Program, seed: int, flags: tuple[bool, bool], via: str, seeded: bool
+):
     note(f"{program} via {via}")
     fn: Fn = program
     if via != "inline":
@@ -366,8 +383,10 @@ def test_a_gradient_from_its_template_is_the_derived_gradient(program: Program, 
         outs = outs if isinstance(outs, tuple) else (outs,)
         assume(_quirk_free(outs, xs, True))
         rng = np.random.default_rng(seed + step)
-        loss = sum(((o * Tensor(rng.standard_normal(o.shape))).sum() for o in outs),
-                   Tensor(0.0, dtype=dtypes.float64))
+        loss = sum(
+            ((o * Tensor(rng.standard_normal(o.shape))).sum() for o in outs),
+            Tensor(0.0, dtype=dtypes.float64),
+        )
         cot = Tensor(rng.standard_normal(()) if seeded else 1.0, dtype=dtypes.float64)
         targets = [x.uop for x in xs]
         got = gradients(loss.uop, cot.uop, targets)

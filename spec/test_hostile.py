@@ -2,6 +2,7 @@
 clear error of the documented type or in the value numpy gives, never a crash, a hang or a silent wrong
 value. Graphs run through realize on REFERENCE in-process (nothing there can crash the interpreter); the
 compiled path runs in a subprocess with a timeout. `HOSTILE_STATS` counts the cases for the report."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,12 @@ def _outcome(fn) -> str:
 
 
 @FAST
-@given(op=st.sampled_from(OPS), nsrc=st.integers(0, 4), dt=st.sampled_from(DTYPES),
-       out_dt=st.sampled_from(DTYPES))
+@given(
+    op=st.sampled_from(OPS),
+    nsrc=st.integers(0, 4),
+    dt=st.sampled_from(DTYPES),
+    out_dt=st.sampled_from(DTYPES),
+)
 def test_malformed_alu_nodes_get_a_clear_error_or_numpy_s_value(op, nsrc, dt, out_dt):
     a = Tensor(np.arange(1, 5).astype(dtypes.to_numpy(dt)), device="REFERENCE").realize().uop
     node = UOp(op, out_dt, (a,) * nsrc)
@@ -52,12 +57,20 @@ def test_malformed_alu_nodes_get_a_clear_error_or_numpy_s_value(op, nsrc, dt, ou
 
     well_formed = _outcome(run) == "ok"
     if well_formed:  # then it was a valid node: its arity and dtypes are the spec's
-        assert nsrc == (3 if op in (Ops.WHERE, Ops.MULACC) else 1 if op in GroupOp.Unary else 2) or \
-            op is Ops.THREEFRY, f"{op} with {nsrc} sources ran"
+        assert (
+            nsrc == (3 if op in (Ops.WHERE, Ops.MULACC) else 1 if op in GroupOp.Unary else 2)
+            or op is Ops.THREEFRY
+        ), f"{op} with {nsrc} sources ran"
 
 
-JUNK = st.one_of(st.floats(allow_nan=True), st.text(max_size=8), st.none(), st.booleans(),
-                 st.integers(-(2**70), 2**70), st.lists(st.integers(-3, 3), max_size=3))
+JUNK = st.one_of(
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.lists(st.integers(-3, 3), max_size=3),
+)
 
 
 @FAST
@@ -77,9 +90,11 @@ def test_hostile_constants_are_refused_or_exact(value, dt):
 
 
 @FAST
-@given(shape=st.lists(st.one_of(st.integers(-3, 5), st.floats(0, 4), st.text(max_size=2)), max_size=3),
-       axis=st.one_of(st.none(), st.integers(-4, 4), st.lists(st.integers(-3, 3), max_size=3)),
-       device=st.one_of(st.sampled_from(["REFERENCE", "reference:0"]), st.text(max_size=8), st.integers()))
+@given(
+    shape=st.lists(st.one_of(st.integers(-3, 5), st.floats(0, 4), st.text(max_size=2)), max_size=3),
+    axis=st.one_of(st.none(), st.integers(-4, 4), st.lists(st.integers(-3, 3), max_size=3)),
+    device=st.one_of(st.sampled_from(["REFERENCE", "reference:0"]), st.text(max_size=8), st.integers()),
+)
 def test_hostile_tensor_arguments(shape, axis, device):
     def run() -> None:
         t = Tensor.ones(6, device=device).reshape(*shape) if shape else Tensor.ones(6, device=device)
@@ -127,8 +142,14 @@ COMPILED = """
 
 @pytest.mark.skipif("CPU" not in Device, reason="the compiled path needs the CPU backend (uopgrad-cpu)")
 def test_hostile_input_on_the_compiled_path_in_a_subprocess():
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(COMPILED)], capture_output=True, text=True,
-                         timeout=300, env=os.environ.copy(), check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(COMPILED)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+        check=False,
+    )
     assert res.returncode == 0, f"crashed ({res.returncode}): {res.stderr[-2000:]}"
     cases, clear = map(int, res.stdout.split())
     assert cases == clear

@@ -8,6 +8,7 @@ someone else's error, a hang or a crash. A value the declaration refuses must no
 Each case forks from a driver process that has imported numpy and ml_dtypes (the slow part of an import),
 so a case costs the import of uopgrad and the realize. `HOSTILE_STATS` (spec/test_hostile.py) counts the
 cases as "environment: ..."."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,13 @@ OWNERS = list(DEVICE)
 # read only where something compiles: these cases get an empty disk cache, so that the realize compiles
 COMPILING = {"CC", "CXX", "UOPGRAD_COMPILE_TIMEOUT", "UOPGRAD_NVRTC", "UOPGRAD_CACHE_MAX_BYTES"}
 JUNK = ["abc", "1e9", "-1", "9" * 40, "ünïcødé ☃"]
-EXTRA = {"command": ["'", '"unclosed'], "choice": ["maybe"], "size": ["1GB", "1 XB"], "path": ["afile"],
-         "str": ["CPU:x"]}
+EXTRA = {
+    "command": ["'", '"unclosed'],
+    "choice": ["maybe"],
+    "size": ["1GB", "1 XB"],
+    "path": ["afile"],
+    "str": ["CPU:x"],
+}
 ALPHABET = "abcXYZ019 .:-_/'\"=$~\\é☃漢\u200b\t"
 
 
@@ -39,11 +45,15 @@ def values(var: EnvVar, i: int) -> list[str]:
     """The hostile values of one variable: the common junk, one blank (empty or whitespace, by turns), its
     kind's own, and one seeded random string."""
     rng = random.Random(var.name)
-    return [*JUNK, "" if i % 2 else " \t ", *EXTRA.get(var.kind, []),
-            "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 12)))]
+    return [
+        *JUNK,
+        "" if i % 2 else " \t ",
+        *EXTRA.get(var.kind, []),
+        "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 12))),
+    ]
 
 
-DRIVER = r'''
+DRIVER = r"""
 import json, os, sys, time, traceback, warnings
 import numpy, ml_dtypes  # noqa: F401  (the slow imports, done once: every case forks from here)
 
@@ -94,7 +104,7 @@ while todo or running:
             del running[pid]
             with open(os.path.join(results, f"{i}.json"), "w") as f:
                 json.dump({"outcome": "hang", "message": "killed after its timeout"}, f)
-'''
+"""
 
 
 def _base_env(owner: str, tmp: Path, cache: Path) -> dict[str, str]:
@@ -121,17 +131,26 @@ def _cases(owner: str, tmp: Path) -> list[dict[str, object]]:
             env["UOPGRAD_CACHE_DIR"] = str(work / "fresh-cache")
         if case["var"] == "XDG_CACHE_HOME":
             del env["UOPGRAD_CACHE_DIR"]
-        case.update(env={**env, **case["env"]}, workdir=str(work), device=DEVICE[owner],
-                    timeout=120 if owner == "uopgrad-cuda" else 60)
+        case.update(
+            env={**env, **case["env"]},
+            workdir=str(work),
+            device=DEVICE[owner],
+            timeout=120 if owner == "uopgrad-cuda" else 60,
+        )
     return cases
 
 
 def _run(cases: list[dict[str, object]], tmp: Path) -> list[dict[str, object]]:
     (tmp / "cases.json").write_text(json.dumps(cases))
     (tmp / "results").mkdir()
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(DRIVER), str(tmp / "cases.json"),
-                          str(tmp / "results")], capture_output=True, text=True, timeout=600, check=False,
-                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(DRIVER), str(tmp / "cases.json"), str(tmp / "results")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
     assert res.returncode == 0, f"the driver failed: {res.stderr[-3000:]}"
     return [json.loads((tmp / "results" / f"{i}.json").read_text()) for i in range(len(cases))]
 
@@ -168,12 +187,18 @@ def test_every_variable_with_hostile_values(owner: str, tmp_path: Path) -> None:
             kind = "warning" if named else "accepted or default"
             if not named and _refused(ENVIRONMENT[name], value):
                 bad.append(f"{name}={value!r}: refused by its declaration, yet nothing named it")
-        elif out["outcome"] == "error" and out["stage"] == "realize" and name in out["message"] and \
-                str(out["module"]).startswith("uopgrad"):
+        elif (
+            out["outcome"] == "error"
+            and out["stage"] == "realize"
+            and name in out["message"]
+            and str(out["module"]).startswith("uopgrad")
+        ):
             kind = "clear error"
         else:
-            bad.append(f"{name}={value!r}: {out['outcome']} {out.get('stage', '')} "
-                       f"{out.get('type', '')}: {out.get('message', '')}\n{out.get('trace', '')}")
+            bad.append(
+                f"{name}={value!r}: {out['outcome']} {out.get('stage', '')} "
+                f"{out.get('type', '')}: {out.get('message', '')}\n{out.get('trace', '')}"
+            )
             continue
         ENV_STATS[kind] += 1
         HOSTILE_STATS[f"environment: {kind}"] += 1

@@ -4,6 +4,7 @@ databases, two processes at once, sizes as users write them. Whatever the case, 
 write is changed or deleted, a compile still works (an unusable cache costs time and one warning), and
 `info`/`clear` refuse a directory that is not the cache with a ConfigError naming it. All in temporary
 directories. `HOSTILE_STATS` (spec/test_hostile.py) counts the cases by class "filesystem"."""
+
 from __future__ import annotations
 
 import hashlib
@@ -58,9 +59,14 @@ def snapshot(top: Path) -> dict[str, tuple[str, str]]:
 
 def project(top: Path) -> Path:
     """A user's project directory: sources, a database, hex-named folders, a git directory."""
-    for rel, text in {"js/app.js": "console.log(1)", "db/data.sqlite": "SQLite format 3\0rows",
-                      "README.md": "# mine", "ab/notes.txt": "not a cache entry", ".git/config": "[core]",
-                      "cd/" + "cd" * 32: "looks like an entry, is in a project"}.items():
+    for rel, text in {
+        "js/app.js": "console.log(1)",
+        "db/data.sqlite": "SQLite format 3\0rows",
+        "README.md": "# mine",
+        "ab/notes.txt": "not a cache entry",
+        ".git/config": "[core]",
+        "cd/" + "cd" * 32: "looks like an entry, is in a project",
+    }.items():
         (top / rel).parent.mkdir(parents=True, exist_ok=True)
         (top / rel).write_text(text)
     return top
@@ -83,8 +89,9 @@ def compile_some(n: int = 5, tag: str = "") -> None:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
 
 
 def assert_refused_everywhere(root: Path, why: str) -> None:
@@ -98,8 +105,11 @@ def assert_refused_everywhere(root: Path, why: str) -> None:
         with pytest.raises(ConfigError, match=why):
             fn()
     env = {"UOPGRAD_CACHE_DIR": str(root), "UOPGRAD_CACHE_MAX_BYTES": "1"}
-    for args in (("-m", "uopgrad", "cache", "clear"), ("-m", "uopgrad.diskcache", "clear"),
-                 ("-m", "uopgrad", "cache", "info")):
+    for args in (
+        ("-m", "uopgrad", "cache", "clear"),
+        ("-m", "uopgrad.diskcache", "clear"),
+        ("-m", "uopgrad", "cache", "info"),
+    ):
         out = cli(*args, env=env)
         assert out.returncode == 1 and str(root) in out.stderr and "removed" not in out.stdout, out
 
@@ -186,8 +196,9 @@ def test_a_symlinked_entry_in_an_unclaimed_tree_is_refused(tmp_path, monkeypatch
     case("symlinked entry in an unclaimed tree")
 
 
-@pytest.mark.parametrize("name", [diskcache.DATABASE, diskcache.DATABASE + "-wal",
-                                  diskcache.DATABASE + "-shm", diskcache.MARKER])
+@pytest.mark.parametrize(
+    "name", [diskcache.DATABASE, diskcache.DATABASE + "-wal", diskcache.DATABASE + "-shm", diskcache.MARKER]
+)
 def test_a_symlinked_database_file_or_marker_is_refused(tmp_path, monkeypatch, name):
     root = tmp_path / "cache"
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(root))
@@ -222,8 +233,16 @@ def _someone_else(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(os, "geteuid", lambda: uid + 4242)
 
 
-@pytest.mark.parametrize("how", ["another user's root", "group-writable root", "world-writable root",
-                                 "another user's marker", "another user's database"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "another user's root",
+        "group-writable root",
+        "world-writable root",
+        "another user's marker",
+        "another user's database",
+    ],
+)
 def test_a_cache_others_can_change_is_refused(tmp_path, monkeypatch, how):
     root = tmp_path / "cache"
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(root))
@@ -235,8 +254,11 @@ def test_a_cache_others_can_change_is_refused(tmp_path, monkeypatch, how):
     elif how == "world-writable root":
         root.chmod(0o777)
     else:
-        target = {"another user's root": root, "another user's marker": root / diskcache.MARKER,
-                  "another user's database": root / diskcache.DATABASE}[how]
+        target = {
+            "another user's root": root,
+            "another user's marker": root / diskcache.MARKER,
+            "another user's database": root / diskcache.DATABASE,
+        }[how]
         if target != root and os.geteuid() != 0:
             pytest.skip("only root can give one file away")
         _someone_else(target, monkeypatch)
@@ -313,8 +335,9 @@ def test_a_damaged_entry_is_a_miss_and_only_its_row_goes(tmp_path, monkeypatch):
     case("damaged entry")
 
 
-@pytest.mark.parametrize(("text", "value"), [("1GB", 10**9), ("500M", 500 * 10**6), ("2GiB", 2 << 30),
-                                             ("1.5 GiB", 3 << 29)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("1GB", 10**9), ("500M", 500 * 10**6), ("2GiB", 2 << 30), ("1.5 GiB", 3 << 29)]
+)
 def test_sizes_as_users_write_them_do_not_break_a_compile(tmp_path, monkeypatch, text, value):
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("UOPGRAD_CACHE_MAX_BYTES", text)
@@ -342,6 +365,7 @@ def test_a_junk_size_does_not_break_a_real_realize(tmp_path, monkeypatch):
     import numpy as np
 
     from uopgrad import Device, Tensor
+
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("UOPGRAD_CACHE_MAX_BYTES", "1GBB")
     monkeypatch.setitem(Device._instances, "CPU:77", cpu.CPUBackend("CPU:77"))

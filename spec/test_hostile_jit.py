@@ -3,6 +3,7 @@ itself, directly or through another TinyJit; arguments other than Tensors that c
 TinyJit called from several threads. Each case ends in the right value or a clear JitError, never a hang or a
 replay that silently keeps a captured value. A case that could hang runs in a daemon thread joined with a
 timeout. `HOSTILE_STATS` counts the cases by class ("jit") for the report, as spec/test_hostile.py does."""
+
 from __future__ import annotations
 
 import math
@@ -105,6 +106,7 @@ def test_reset_from_inside_the_function_raises() -> None:
 def test_a_captured_jit_called_inside_another_s_capture_raises() -> None:
     """Its replay would launch kernels the outer capture does not record (so later outer replays would skip
     them): a clear error, as for a nested capture."""
+
     @TinyJit
     def inner(x: Tensor) -> Tensor:
         return (x + 1).contiguous()
@@ -122,8 +124,17 @@ def test_a_captured_jit_called_inside_another_s_capture_raises() -> None:
 
 # ---------------------------------------------------------------------- arguments other than Tensors
 
-CHANGES = [(1, 2), (0.1, 0.01), ("sum", "max"), (None, 0), ((1, 2), (1, 3)), (1, 1.0), (1, True),
-           (0.0, -0.0), ([0.5, 1], [0.5, 2])]
+CHANGES = [
+    (1, 2),
+    (0.1, 0.01),
+    ("sum", "max"),
+    (None, 0),
+    ((1, 2), (1, 3)),
+    (1, 1.0),
+    (1, True),
+    (0.0, -0.0),
+    ([0.5, 1], [0.5, 2]),
+]
 
 
 @pytest.mark.parametrize("by", ["position", "keyword"])
@@ -150,8 +161,9 @@ def test_a_changed_argument_raises_never_replays_the_captured_one(by: str, old: 
     assert bounded(lambda: call(old)).numpy().tolist() == [0, 3, 6, 9]  # the captured value still replays
 
 
-@pytest.mark.parametrize("value", [0.1, 7, "mean", None, (2, "x"), math.nan, np.float32(0.5), [1, (2, 3)]],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "value", [0.1, 7, "mean", None, (2, "x"), math.nan, np.float32(0.5), [1, (2, 3)]], ids=repr
+)
 def test_an_unchanged_argument_replays(value: object) -> None:
     ran = [0]
 
@@ -182,6 +194,7 @@ def test_another_set_of_arguments_raises() -> None:
 
 def test_a_class_level_jit_called_on_another_instance_raises() -> None:
     """A TinyJit on a method captures one instance's weights: another instance must not replay them."""
+
     class Model:
         def __init__(self, k: int) -> None:
             self.w = arr(k)

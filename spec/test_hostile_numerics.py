@@ -6,6 +6,7 @@ Each case checks against PyTorch where our rule is PyTorch's, and against the re
 down, with the reference's rule in a comment) where we keep the reference's. Never allowed: an index out of
 range, a NaN where the op has a finite answer, a silent value where PyTorch raises. `HOSTILE_STATS` counts
 the cases under "numerics"."""
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,9 @@ def same(got: Any, want: Any, rtol: float = 1e-6, atol: float = 0.0) -> None:
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol, atol)
 
 
-def against_torch(fn: Fn, tfn: Fn, data: Any, device: str, grad: bool = True, rtol: float = 1e-6,
-                  atol: float = 0.0) -> None:
+def against_torch(
+    fn: Fn, tfn: Fn, data: Any, device: str, grad: bool = True, rtol: float = 1e-6, atol: float = 0.0
+) -> None:
     v, g = ours(fn, data, device, grad)
     tv, tg = theirs(tfn, data, grad)
     same(v, tv, rtol, atol)
@@ -155,12 +157,15 @@ def test_reductions_without_identity_over_an_empty_axis_raise(device: str, op: s
 @pytest.mark.parametrize("device", DEVICES)
 def test_reductions_with_identity_over_empty_input_as_torch(device: str):
     cases: list[tuple[Fn, Fn]] = [
-        (lambda x: x.sum(), lambda x: x.sum()), (lambda x: x.prod(), lambda x: x.prod()),
+        (lambda x: x.sum(), lambda x: x.sum()),
+        (lambda x: x.prod(), lambda x: x.prod()),
         (lambda x: x.mean(), lambda x: x.mean()),  # 0/0: NaN, as PyTorch
         (lambda x: x.logsumexp(0), lambda x: x.logsumexp(0)),  # log(0) = -inf
         (lambda x: x.softmax(0), lambda x: x.softmax(0)),
-        (lambda x: x.cummax(0)[0], lambda x: x.cummax(0)[0]), (lambda x: x.sort()[0], lambda x: x.sort()[0]),
-        (lambda x: x.topk(0)[0], lambda x: x.topk(0)[0]), (lambda x: x.any(), lambda x: x.any()),
+        (lambda x: x.cummax(0)[0], lambda x: x.cummax(0)[0]),
+        (lambda x: x.sort()[0], lambda x: x.sort()[0]),
+        (lambda x: x.topk(0)[0], lambda x: x.topk(0)[0]),
+        (lambda x: x.any(), lambda x: x.any()),
         (lambda x: x.all(), lambda x: x.all()),
     ]
     for fn, tfn in cases:
@@ -208,8 +213,14 @@ def test_cummax_gradient_on_a_leading_minus_inf_is_the_references(device: str):
 
 
 # ---------------------------------------------------------------------- softmax family with ±inf and NaN
-LSE_ROWS = [[-inf, 0.0, 1.0], [-inf, -inf, -inf], [inf, 0.0, 1.0], [nan, 0.0, 1.0], [1000.0, 1000.0, -1000.0],
-            [inf, inf, 0.0]]
+LSE_ROWS = [
+    [-inf, 0.0, 1.0],
+    [-inf, -inf, -inf],
+    [inf, 0.0, 1.0],
+    [nan, 0.0, 1.0],
+    [1000.0, 1000.0, -1000.0],
+    [inf, inf, 0.0],
+]
 
 
 @NEEDS_TORCH
@@ -224,8 +235,13 @@ def test_softmax_log_softmax_and_logsumexp_rows_as_torch(device: str, row: list[
     against_torch(lambda x: x.logcumsumexp(0), lambda x: x.logcumsumexp(0), row, device, grad=False)
     # logaddexp of +inf and a finite value: inf as PyTorch, but its gradient is inf / inf = NaN (PyTorch: the
     # limits 1 and 0), so the gradient is compared only without +inf
-    against_torch(lambda x: x.logaddexp(x.flip(0)), lambda x: torch.logaddexp(x, x.flip(0)), row, device,
-                  grad=inf not in row)
+    against_torch(
+        lambda x: x.logaddexp(x.flip(0)),
+        lambda x: torch.logaddexp(x, x.flip(0)),
+        row,
+        device,
+        grad=inf not in row,
+    )
 
 
 # ---------------------------------------------------------------------- activations at ±inf and large |x|
@@ -291,8 +307,16 @@ def test_clamp_relu_and_maximum_with_nan_follow_the_reference(device: str):
 @pytest.mark.parametrize("device", DEVICES)
 def test_division_by_zero_overflow_and_logs_as_torch(device: str):
     data = [1.0, -1.0, 0.0, -0.0, inf, -inf]
-    for fn in (lambda x: x / 0.0, lambda x: 1.0 / x, lambda x: x.log(), lambda x: x.sqrt(), lambda x: x.exp(),
-               lambda x: x.clamp(-2, 2), lambda x: x.abs(), lambda x: x * 1e38 * 10):
+    for fn in (
+        lambda x: x / 0.0,
+        lambda x: 1.0 / x,
+        lambda x: x.log(),
+        lambda x: x.sqrt(),
+        lambda x: x.exp(),
+        lambda x: x.clamp(-2, 2),
+        lambda x: x.abs(),
+        lambda x: x * 1e38 * 10,
+    ):
         against_torch(fn, fn, data, device)
 
 
@@ -304,21 +328,41 @@ def test_cross_entropy_with_a_minus_inf_logit_off_the_target_is_finite(device: s
     y = [0, 1]
     F = torch.nn.functional
     for ls in (0.0, 0.1):  # with smoothing the -inf class counts: inf, as PyTorch
-        against_torch(lambda x, ls=ls: x.cross_entropy(Tensor(y, device=device), label_smoothing=ls),
-                      lambda x, ls=ls: F.cross_entropy(x, torch.tensor(y), label_smoothing=ls), logits,
-                      device)
+        against_torch(
+            lambda x, ls=ls: x.cross_entropy(Tensor(y, device=device), label_smoothing=ls),
+            lambda x, ls=ls: F.cross_entropy(x, torch.tensor(y), label_smoothing=ls),
+            logits,
+            device,
+        )
     v, g = ours(lambda x: x.cross_entropy(Tensor(y, device=device)), logits, device)
     assert np.isfinite(v) and np.isfinite(g).all()
     # the reference picks with a multiply its rewrites fold into a WHERE: the same finite 1.3132616 for row 0
-    against_torch(lambda x: x.sparse_categorical_crossentropy(Tensor(y, device=device)),
-                  lambda x: F.cross_entropy(x, torch.tensor(y)), logits, device)
-    against_torch(lambda x: x.cross_entropy(Tensor([1, 2], device=device)),  # the target at -inf: inf
-                  lambda x: F.cross_entropy(x, torch.tensor([1, 2])), logits, device)
-    against_torch(lambda x: x.log_softmax(1).nll_loss(Tensor(y, device=device)),
-                  lambda x: F.nll_loss(x.log_softmax(1), torch.tensor(y)), logits, device)
+    against_torch(
+        lambda x: x.sparse_categorical_crossentropy(Tensor(y, device=device)),
+        lambda x: F.cross_entropy(x, torch.tensor(y)),
+        logits,
+        device,
+    )
+    against_torch(
+        lambda x: x.cross_entropy(Tensor([1, 2], device=device)),  # the target at -inf: inf
+        lambda x: F.cross_entropy(x, torch.tensor([1, 2])),
+        logits,
+        device,
+    )
+    against_torch(
+        lambda x: x.log_softmax(1).nll_loss(Tensor(y, device=device)),
+        lambda x: F.nll_loss(x.log_softmax(1), torch.tensor(y)),
+        logits,
+        device,
+    )
     probs = [[0.5, 0.0, 0.5], [1.0, 0.0, 0.0]]  # probability targets: 0 * -inf = NaN, as PyTorch
-    against_torch(lambda x: x.cross_entropy(Tensor(probs, device=device)),
-                  lambda x: F.cross_entropy(x, torch.tensor(probs)), logits, device, grad=False)
+    against_torch(
+        lambda x: x.cross_entropy(Tensor(probs, device=device)),
+        lambda x: F.cross_entropy(x, torch.tensor(probs)),
+        logits,
+        device,
+        grad=False,
+    )
 
 
 @NEEDS_TORCH
@@ -332,9 +376,13 @@ def test_binary_cross_entropy_at_certain_probabilities_and_infinite_logits(devic
     # holds; PyTorch divides by max(p(1 - p), 1e-12) instead ([0, 0, 2.5e11, -2.5e11])
     same(g, [0.25, -0.25, 0.0, 0.0])
     logits, yl = [inf, -inf, inf, -inf, 100.0, -100.0], [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
-    against_torch(lambda x: x.binary_crossentropy_logits(Tensor(yl, device=device), reduction="none"),
-                  lambda x: F.binary_cross_entropy_with_logits(x, torch.tensor(yl), reduction="none"), logits,
-                  device, rtol=1e-6)
+    against_torch(
+        lambda x: x.binary_crossentropy_logits(Tensor(yl, device=device), reduction="none"),
+        lambda x: F.binary_cross_entropy_with_logits(x, torch.tensor(yl), reduction="none"),
+        logits,
+        device,
+        rtol=1e-6,
+    )
 
 
 @NEEDS_TORCH

@@ -4,6 +4,7 @@ dependency only): a file it loads we load to the same tensors and metadata, a fi
 a SafetensorsError naming the file and the rule, never a raw KeyError, json or numpy error. Where we reject
 a file it loads, the reason must be one of the documented deliberate differences (DIFFERENCES). Files each
 side writes, the other reads. `HOSTILE_STATS` counts the cases by class "safetensors"."""
+
 from __future__ import annotations
 
 import json
@@ -29,26 +30,50 @@ try:
     import safetensors.numpy as st_numpy
 except ImportError:  # the oracle tests skip; the table of hostile files below still runs
     safetensors = None
-needs_lib = pytest.mark.skipif(safetensors is None, reason="the safetensors package (a test oracle) is not "
-                               "installed")
+needs_lib = pytest.mark.skipif(
+    safetensors is None, reason="the safetensors package (a test oracle) is not installed"
+)
 
 HOSTILE_STATS: Counter[str] = Counter()
 # the `thorough` profile (spec/conftest.py) searches longer
-FAST = settings(max_examples=max(150, settings.default.max_examples), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=max(150, settings.default.max_examples),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 PER_MUTATION = settings(FAST, max_examples=max(30, settings.default.max_examples // 10))
 DEV = "REFERENCE"  # loading is a copy: no compiled backend needed
-BITS = {"BOOL": 8, "U8": 8, "I8": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32,
-        "F32": 32, "F64": 64, "I64": 64, "U64": 64}
+BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
 # what we refuse and the package loads, by a phrase of our message (nn/safetensors.py's docstring says why)
-DIFFERENCES = ("appears twice", "unknown field", "does not begin with '{'", "is not a JSON string",
-               "uopgrad has no such dtype", "numpy can't make an array")
+DIFFERENCES = (
+    "appears twice",
+    "unknown field",
+    "does not begin with '{'",
+    "is not a JSON string",
+    "uopgrad has no such dtype",
+    "numpy can't make an array",
+)
 
 
 # ------------------------------------------------------------------------------ building files by hand
 @dataclass(frozen=True)
 class Raw:
     """JSON text written as is (`2.0`, `-0`, `NaN`)."""
+
     text: str
 
 
@@ -73,6 +98,7 @@ class Spec:
     """A safetensors file as parts a mutation can break: the header's pairs (tensor entries are dicts of
     dtype/shape/data_offsets, `__metadata__` a dict), the padding after the JSON, the data and, if set, a
     header length other than the header's own."""
+
     pairs: Pairs
     data: bytes
     pad: str = ""
@@ -90,8 +116,14 @@ class Spec:
 
 @st.composite
 def valid_specs(draw: st.DrawFn, min_tensors: int = 0, max_tensors: int = 5) -> Spec:
-    names = draw(st.lists(st.text(max_size=6).filter(lambda s: s != "__metadata__"), min_size=min_tensors,
-                          max_size=max_tensors, unique=True))
+    names = draw(
+        st.lists(
+            st.text(max_size=6).filter(lambda s: s != "__metadata__"),
+            min_size=min_tensors,
+            max_size=max_tensors,
+            unique=True,
+        )
+    )
     payloads: dict[str, tuple[str, list[int], bytes]] = {}
     for name in names:
         dt = draw(st.sampled_from(sorted(BITS)))
@@ -103,8 +135,9 @@ def valid_specs(draw: st.DrawFn, min_tensors: int = 0, max_tensors: int = 5) -> 
     for name in data_order:
         offsets[name] = [pos, pos + len(payloads[name][2])]
         pos += len(payloads[name][2])
-    pairs = Pairs((n, {"dtype": payloads[n][0], "shape": payloads[n][1], "data_offsets": offsets[n]})
-                  for n in names)
+    pairs = Pairs(
+        (n, {"dtype": payloads[n][0], "shape": payloads[n][1], "data_offsets": offsets[n]}) for n in names
+    )
     meta = draw(st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)))
     if meta is not None:
         pairs.insert(draw(st.integers(0, len(pairs))), ("__metadata__", meta))
@@ -121,8 +154,9 @@ def _write(tmp: Path, blob: bytes) -> Path:
 def _theirs(fn: Path, blob: bytes) -> tuple[dict[str, tuple[str, list[int], bytes]], dict[str, str]] | None:
     """The package's reading of the file (raw bytes per tensor, and the metadata), None if it refuses."""
     try:
-        tensors = {k: (v["dtype"], list(v["shape"]), bytes(v["data"]))
-                   for k, v in safetensors.deserialize(blob)}
+        tensors = {
+            k: (v["dtype"], list(v["shape"]), bytes(v["data"])) for k, v in safetensors.deserialize(blob)
+        }
         with safetensors.safe_open(str(fn), framework="np") as f:
             meta = f.metadata() or {}
     except safetensors.SafetensorError:
@@ -219,13 +253,17 @@ def _mutate(draw: st.DrawFn, spec: Spec, how: str) -> None:  # noqa: C901  (one 
         for n in names:
             _entry(spec, n)["data_offsets"] = [o + k for o in _entry(spec, n)["data_offsets"]]
         spec.data = bytes(k) + spec.data
-    elif how == "overlap" and (later := [x for x in (_entry(spec, n) for n in names)
-                                         if x["data_offsets"][0]]):
+    elif how == "overlap" and (
+        later := [x for x in (_entry(spec, n) for n in names) if x["data_offsets"][0]]
+    ):
         e = draw(st.sampled_from(later))
         e["data_offsets"] = [o - draw(st.integers(1, e["data_offsets"][0])) for o in e["data_offsets"]]
     elif how == "begin after end" and e:
-        e["data_offsets"] = e["data_offsets"][::-1] if e["data_offsets"][0] != e["data_offsets"][1] else \
-            [e["data_offsets"][0] + 1, e["data_offsets"][0]]
+        e["data_offsets"] = (
+            e["data_offsets"][::-1]
+            if e["data_offsets"][0] != e["data_offsets"][1]
+            else [e["data_offsets"][0] + 1, e["data_offsets"][0]]
+        )
     elif how == "shape mismatch" and e:
         grow = draw(st.booleans()) or not e["shape"] or e["shape"][-1] == 1
         e["shape"] = [*e["shape"], draw(st.sampled_from([0, 2, 3]))] if grow else e["shape"][:-1]
@@ -234,13 +272,15 @@ def _mutate(draw: st.DrawFn, spec: Spec, how: str) -> None:  # noqa: C901  (one 
     elif how == "trailing bytes":
         spec.tail = draw(st.binary(min_size=1, max_size=9))
     elif how == "truncated" and spec.data:
-        spec.data = spec.data[:-draw(st.integers(1, len(spec.data)))]
+        spec.data = spec.data[: -draw(st.integers(1, len(spec.data)))]
     elif how == "header length":
         spec.length = draw(st.one_of(st.integers(0, 300), st.sampled_from([100_000_001, 2**63, 2**64 - 1])))
     elif how in ("not UTF-8", "surrogate escape"):
-        bad = draw(st.sampled_from(["\udcff", "x\udcc0", "\udc80y", "\udced\udca0\udc80"])) \
-            if how == "not UTF-8" else \
-            Raw(draw(st.sampled_from(['"\\ud800"', '"x\\udc00"', '"\\ud83d\\ude00"'])))  # the last is fine
+        bad = (
+            draw(st.sampled_from(["\udcff", "x\udcc0", "\udc80y", "\udced\udca0\udc80"]))
+            if how == "not UTF-8"
+            else Raw(draw(st.sampled_from(['"\\ud800"', '"x\\udc00"', '"\\ud83d\\ude00"'])))
+        )  # the last is fine
         i = next((i for i, (k, _) in enumerate(spec.pairs) if k != "__metadata__"), None)
         if i is None:  # no tensor to rename: a metadata key
             spec.pairs = Pairs([p for p in spec.pairs if p[0] != "__metadata__"])
@@ -254,17 +294,32 @@ def _mutate(draw: st.DrawFn, spec: Spec, how: str) -> None:  # noqa: C901  (one 
     elif how == "missing field" and e:
         del e[draw(st.sampled_from(["dtype", "shape", "data_offsets"]))]
     elif how == "extra field" and e:
-        e[draw(st.sampled_from(["offsets", "dtype2", "", "__metadata__"]))] = \
-            draw(st.sampled_from([1, "x", []]))
+        e[draw(st.sampled_from(["offsets", "dtype2", "", "__metadata__"]))] = draw(
+            st.sampled_from([1, "x", []])
+        )
     elif how == "wrong field type" and e:
-        e[draw(st.sampled_from(["shape", "data_offsets"]))] = draw(st.sampled_from(
-            [None, 3, "2", {"0": 1}, [1], [0, 1, 2], [True, 1], [[1]]]))
+        e[draw(st.sampled_from(["shape", "data_offsets"]))] = draw(
+            st.sampled_from([None, 3, "2", {"0": 1}, [1], [0, 1, 2], [True, 1], [[1]]])
+        )
     elif how == "entry not an object" and e:
         i = next(i for i, (k, _) in enumerate(spec.pairs) if k != "__metadata__")
         spec.pairs[i] = (spec.pairs[i][0], draw(st.sampled_from([None, 3, "x", [1, 2]])))
     elif how == "bad metadata":
-        value = draw(st.sampled_from([None, 1, [], "x", {"k": 1}, {"k": None}, {"k": ["v"]}, {"k": {}},
-                                      Pairs([("k", "a"), ("k", "b")])]))
+        value = draw(
+            st.sampled_from(
+                [
+                    None,
+                    1,
+                    [],
+                    "x",
+                    {"k": 1},
+                    {"k": None},
+                    {"k": ["v"]},
+                    {"k": {}},
+                    Pairs([("k", "a"), ("k", "b")]),
+                ]
+            )
+        )
         spec.pairs = Pairs([p for p in spec.pairs if p[0] != "__metadata__"] + [("__metadata__", value)])
     elif how == "not an object":
         spec.pairs = Pairs()
@@ -278,14 +333,34 @@ def _mutate(draw: st.DrawFn, spec: Spec, how: str) -> None:  # noqa: C901  (one 
         spec.pairs.append(("deep", Raw("[" * depth + "]" * depth)))
 
 
-MUTATIONS = ["negative shape", "negative offset", "huge offset", "huge shape", "float number", "hole",
-             "overlap", "begin after end", "shape mismatch", "duplicate key", "trailing bytes", "truncated",
-             "header length", "not UTF-8", "surrogate escape", "bad dtype", "dtype uopgrad lacks",
-             "missing field", "extra field",
-             "wrong field type", "entry not an object", "bad metadata", "not an object", "padding",
-             "leading whitespace", "deep nesting"]
-
-
+MUTATIONS = [
+    "negative shape",
+    "negative offset",
+    "huge offset",
+    "huge shape",
+    "float number",
+    "hole",
+    "overlap",
+    "begin after end",
+    "shape mismatch",
+    "duplicate key",
+    "trailing bytes",
+    "truncated",
+    "header length",
+    "not UTF-8",
+    "surrogate escape",
+    "bad dtype",
+    "dtype uopgrad lacks",
+    "missing field",
+    "extra field",
+    "wrong field type",
+    "entry not an object",
+    "bad metadata",
+    "not an object",
+    "padding",
+    "leading whitespace",
+    "deep nesting",
+]
 
 
 # ------------------------------------------------------------------------------------------- the tests
@@ -303,8 +378,9 @@ def test_valid_files_load_as_the_package_loads_them(tmp: Path, spec: Spec) -> No
 @pytest.mark.parametrize("how", MUTATIONS)
 @PER_MUTATION
 @given(spec=valid_specs(min_tensors=1, max_tensors=3), data=st.data())
-def test_broken_files_are_refused_exactly_when_the_package_refuses(tmp: Path, how: str, spec: Spec,
-                                                                   data: st.DataObject) -> None:
+def test_broken_files_are_refused_exactly_when_the_package_refuses(
+    tmp: Path, how: str, spec: Spec, data: st.DataObject
+) -> None:
     _mutate(data.draw, spec, how)
     _agree(tmp, spec.to_bytes(), how)
 
@@ -312,8 +388,9 @@ def test_broken_files_are_refused_exactly_when_the_package_refuses(tmp: Path, ho
 @needs_lib
 @FAST
 @given(spec=valid_specs(max_tensors=3), at=st.integers(0, 10**6), byte=st.integers(0, 255))
-def test_a_changed_header_byte_is_judged_as_the_package_judges_it(tmp: Path, spec: Spec, at: int,
-                                                                   byte: int) -> None:
+def test_a_changed_header_byte_is_judged_as_the_package_judges_it(
+    tmp: Path, spec: Spec, at: int, byte: int
+) -> None:
     blob = bytearray(spec.to_bytes())
     n = struct.unpack("<Q", blob[:8])[0]
     blob[at % (8 + n)] = byte  # the length or the JSON
@@ -322,17 +399,43 @@ def test_a_changed_header_byte_is_judged_as_the_package_judges_it(tmp: Path, spe
 
 @needs_lib
 @FAST
-@given(arrays=st.dictionaries(
-    st.text(max_size=6).filter(lambda s: s != "__metadata__"),
-    st.tuples(st.sampled_from(["bool", "uint8", "int8", "int16", "uint16", "float16", "int32", "uint32",
-                               "float32", "int64", "uint64", "float64"]),
-              st.lists(st.integers(0, 3), max_size=3), st.integers(0, 2**32 - 1)), max_size=4),
-    meta=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)))
-def test_files_the_package_writes_we_read(tmp: Path, arrays: dict[str, tuple[str, list[int], int]],
-                                          meta: dict[str, str] | None) -> None:
-    made = {k: np.random.default_rng(seed).integers(0, 256, math.prod(shape) * np.dtype(dt).itemsize,
-                                                     dtype=np.uint8).view(dt).reshape(shape)
-            for k, (dt, shape, seed) in arrays.items()}
+@given(
+    arrays=st.dictionaries(
+        st.text(max_size=6).filter(lambda s: s != "__metadata__"),
+        st.tuples(
+            st.sampled_from(
+                [
+                    "bool",
+                    "uint8",
+                    "int8",
+                    "int16",
+                    "uint16",
+                    "float16",
+                    "int32",
+                    "uint32",
+                    "float32",
+                    "int64",
+                    "uint64",
+                    "float64",
+                ]
+            ),
+            st.lists(st.integers(0, 3), max_size=3),
+            st.integers(0, 2**32 - 1),
+        ),
+        max_size=4,
+    ),
+    meta=st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
+)
+def test_files_the_package_writes_we_read(
+    tmp: Path, arrays: dict[str, tuple[str, list[int], int]], meta: dict[str, str] | None
+) -> None:
+    made = {
+        k: np.random.default_rng(seed)
+        .integers(0, 256, math.prod(shape) * np.dtype(dt).itemsize, dtype=np.uint8)
+        .view(dt)
+        .reshape(shape)
+        for k, (dt, shape, seed) in arrays.items()
+    }
     made = {k: np.asarray(a != 0) if a.dtype == np.bool_ else a for k, a in made.items()}
     fn = tmp / "theirs.safetensors"
     st_numpy.save_file(made, str(fn), metadata=meta)
@@ -352,9 +455,16 @@ def test_files_the_package_writes_we_read(tmp: Path, arrays: dict[str, tuple[str
 @FAST
 @given(spec=valid_specs(max_tensors=4))
 def test_files_we_write_the_package_reads(tmp: Path, spec: Spec) -> None:
-    tensors = {n: Tensor(_expected(dt, shape, raw).view(dtypes.to_numpy(SAFE_DTYPES[dt])) if dt != "BOOL"
-                         else _expected(dt, shape, raw), device=DEV, dtype=SAFE_DTYPES[dt])
-               for n, (dt, shape, raw) in spec.payloads.items()}
+    tensors = {
+        n: Tensor(
+            _expected(dt, shape, raw).view(dtypes.to_numpy(SAFE_DTYPES[dt]))
+            if dt != "BOOL"
+            else _expected(dt, shape, raw),
+            device=DEV,
+            dtype=SAFE_DTYPES[dt],
+        )
+        for n, (dt, shape, raw) in spec.payloads.items()
+    }
     meta = next((v for k, v in spec.pairs if k == "__metadata__"), None)
     fn = tmp / "ours.safetensors"
     safe_save(tensors, fn, metadata=meta)
@@ -390,8 +500,11 @@ TABLE = [
     (_file('{"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}}', bytes(8)), "a", "non-negative"),
     (_file('{"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}}', bytes(8)), "a", "non-negative"),
     (_file('{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', bytes(12)), "a", "leave a hole"),
-    (_file('{"a":' + E + ',"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', bytes(12)), "b",
-     "overlap"),
+    (
+        _file('{"a":' + E + ',"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', bytes(12)),
+        "b",
+        "overlap",
+    ),
     (_file('{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', bytes(8)), "a", "needs 12"),
     (_file('{"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}'), "a", "2**64"),
     (_file('{"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}}', bytes(8)), "a", "unknown dtype"),

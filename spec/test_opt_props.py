@@ -5,6 +5,7 @@ they must, and results within the float ADD bound where it lets a reduce change 
 Runs where the CPU backend is installed and its vector width is non-zero (the pass is off elsewhere, so
 there is nothing to compare); the skip says which.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,18 +21,41 @@ from uopgrad.config import Context
 
 cpu = pytest.importorskip("uopgrad_cpu", reason="the CPU backend (packages/backend-cpu) is not installed")
 if Device["CPU"].capabilities.vector_width == 0:
-    pytest.skip("this CPU has no vector width the renderer knows: the opt pass is off",
-                allow_module_level=True)
+    pytest.skip(
+        "this CPU has no vector width the renderer knows: the opt pass is off", allow_module_level=True
+    )
 
 DIMS = st.sampled_from([16, 3, 32, 17, 48, 1, 64])  # multiples of the lane counts, and odd sizes
 DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64])
 # a reduce along axis 0 (output stride-1: vector lanes) or 1 (the reduce stride-1: a vector accumulator);
 # matmuls with the epilogues of training kernels (relu, a WHERE gate, elementwise MAX, NEG, casts), reduces
 # of masked and MAXed values, and MAX reduces over matmuls
-PROGRAMS = ["matmul", "matmul_t", "sum0", "sum1", "max0", "max1", "prod1", "chain_sum0", "chain_sum1",
-            "relu_mm", "relu_mm_t", "where_mm", "maxe_mm", "neg_cast_mm", "relu_sum0", "relu_sum1",
-            "where_sum1", "maxe_sum0", "max_mm0", "max_mm1", "lanewise_mm", "lanewise_sum0", "lanewise_sum1",
-            "wide_mm"]
+PROGRAMS = [
+    "matmul",
+    "matmul_t",
+    "sum0",
+    "sum1",
+    "max0",
+    "max1",
+    "prod1",
+    "chain_sum0",
+    "chain_sum1",
+    "relu_mm",
+    "relu_mm_t",
+    "where_mm",
+    "maxe_mm",
+    "neg_cast_mm",
+    "relu_sum0",
+    "relu_sum1",
+    "where_sum1",
+    "maxe_sum0",
+    "max_mm0",
+    "max_mm1",
+    "lanewise_mm",
+    "lanewise_sum0",
+    "lanewise_sum1",
+    "wide_mm",
+]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
 SELECTS = {"max0", "max1"}
@@ -42,9 +66,9 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndar
         return rng.integers(-1000, 1000, size=shape).astype(dt)
     x = rng.standard_normal(shape).astype(dt)
     x.flat[:: max(1, x.size // 5)] = -0.0  # signed zeros: a reordered MAX would show them
-    x[rng.random(shape[0]) < 0.15] = 0.0   # zero rows: exact ±0 matmul results, ties of relu and MAX
+    x[rng.random(shape[0]) < 0.15] = 0.0  # zero rows: exact ±0 matmul results, ties of relu and MAX
     _ties_and_nans(rng, x)
-    _ties_and_nans(rng, x.T)               # the same for columns
+    _ties_and_nans(rng, x.T)  # the same for columns
     return x
 
 
@@ -104,8 +128,9 @@ _EPILOGUES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "maxe_mm": lambda mm, b: mm.maximum(b[:1]).maximum(-0.0),  # ties with ±0 either way round
     "neg_cast_mm": lambda mm, b: -((mm != 0).cast(mm.dtype) * mm),
     # ops without a vector form, computed lane by lane among vector ops: POW, SQRT, integer // and %
-    "lanewise_mm": lambda mm, b: (mm * mm).sqrt() + (mm - b[:1]).pow(2.0) if dtypes.is_float(mm.dtype)
-    else mm // 7 + mm % 5,
+    "lanewise_mm": lambda mm, b: (
+        (mm * mm).sqrt() + (mm - b[:1]).pow(2.0) if dtypes.is_float(mm.dtype) else mm // 7 + mm % 5
+    ),
 }
 _MASKED: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": lambda a: a.relu(),
@@ -148,8 +173,11 @@ def test_opt_is_exact_where_the_policy_says(name: str, m: int, k: int, n: int, d
 def _may_reorder(name: str, k: int, n: int) -> bool:
     """The policy's condition: the reduce axis is stride-1 in every load that uses it."""
     sums0 = ("sum0", "chain_sum0", "relu_sum0", "maxe_sum0", "lanewise_sum0")
-    return name in ("sum1", "chain_sum1", "relu_sum1", "where_sum1", "lanewise_sum1", "matmul_t",
-                    "relu_mm_t") or (name == "matmul" and n == 1) or (name in sums0 and k == 1)
+    return (
+        name in ("sum1", "chain_sum1", "relu_sum1", "where_sum1", "lanewise_sum1", "matmul_t", "relu_mm_t")
+        or (name == "matmul" and n == 1)
+        or (name in sums0 and k == 1)
+    )
 
 
 def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -170,12 +198,19 @@ def test_opt_runs_on_the_programs_of_the_property() -> None:
     with an op that has no vector form (computed lane by lane); the wide matmul packs its panel."""
     from uopgrad.pipeline import lower
     from uopgrad.schedule import schedule
+
     a = Tensor(np.ones((32, 32), np.float32), device="CPU").realize()
     ones = Tensor(np.ones(WIDE, np.float32), device="CPU")
-    wide = ones[:WIDE_ROWS, :WIDE[0]] @ ones
+    wide = ones[:WIDE_ROWS, : WIDE[0]] @ ones
     # (program, whether its panel goes through scratch: the wide matmul's, and a transposed operand's gather)
-    cases = [(a @ a, False), (a.sum(1), False), ((a @ a).sqrt(), False), ((a * 0.01).exp().sum(1), False),
-             (wide, True), (a @ a.T.contiguous().T, True)]
+    cases = [
+        (a @ a, False),
+        (a.sum(1), False),
+        ((a @ a).sqrt(), False),
+        ((a * 0.01).exp().sum(1), False),
+        (wide, True),
+        (a @ a.T.contiguous().T, True),
+    ]
     be = Device["CPU"]
     for out, packs in cases:
         kernel = schedule(out.uop.sink()).kernels[-1]

@@ -5,6 +5,7 @@
 matching (an interpreter); the last section holds the compiled matcher that rule tables run to it, over
 random patterns and graphs.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,6 +30,7 @@ def hit(pat: UPat, u: UOp) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- basics
+
 
 def test_dtype_filter():
     pat = UPat(Ops.CONST, dtype=dtypes.float)
@@ -96,12 +98,14 @@ def test_max_matches():
 
 # ---------------------------------------------------------------------------------------------- source forms
 
+
 def test_permutation_list_source():
     def one_or_minus_one(c: UOp) -> str | None:
         return HIT if c.arg in (1, -1) else None
 
-    pm_perm = PatternMatcher([(UPat(Ops.MUL, src=[UPat(Ops.CONST, name="c"), UPat(Ops.CONST, arg=2)]),
-                               one_or_minus_one)])
+    pm_perm = PatternMatcher(
+        [(UPat(Ops.MUL, src=[UPat(Ops.CONST, name="c"), UPat(Ops.CONST, arg=2)]), one_or_minus_one)]
+    )
     for u in (k(1) * k(2), k(2) * k(1), k(-1) * k(2), k(2) * k(-1)):
         assert pm_perm.rewrite(u) == HIT
     assert pm_perm.rewrite(k(2) * k(2)) is None
@@ -187,6 +191,7 @@ def test_src_none_does_not_inspect_sources():
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+
 def test_cvar_matches_const_and_vconst():
     assert hit(UPat.cvar("c"), k(1))
     assert hit(UPat.cvar("c"), UOp(Ops.VCONST, dtypes.int.vec(2), (), (1, 2)))
@@ -216,6 +221,7 @@ def test_ctx_is_not_a_pattern_name():
 
 # ---------------------------------------------------------------------------------------------- rule choice
 
+
 def test_earlier_rules_win_and_add_concatenates():
     pm_first = PatternMatcher([(UPat(Ops.CONST), lambda: "first")])
     pm_second = PatternMatcher([(UPat(Ops.CONST), lambda: "second")])
@@ -231,10 +237,12 @@ def test_none_tries_the_next_binding_then_the_next_rule():
         calls.append((p, q))
         return "rule1" if p is b else None
 
-    pm_two = PatternMatcher([
-        (UPat(Ops.ADD, src=[UPat.var("p"), UPat.var("q")]), second_order_only),
-        (UPat(Ops.ADD), lambda: "rule2"),
-    ])
+    pm_two = PatternMatcher(
+        [
+            (UPat(Ops.ADD, src=[UPat.var("p"), UPat.var("q")]), second_order_only),
+            (UPat(Ops.ADD), lambda: "rule2"),
+        ]
+    )
     assert pm_two.rewrite(a + b) == "rule1"
     assert calls == [(a, b), (b, a)]
     assert pm_two.rewrite(a + a) == "rule2"
@@ -248,10 +256,12 @@ def test_returning_the_input_is_no_rewrite_and_the_next_rule_runs():
         calls.append(p)
         return u
 
-    pm_self = PatternMatcher([
-        (UPat(Ops.ADD, src=[UPat.var("p"), UPat.var("q")]), give_back),
-        (UPat(Ops.ADD), lambda: "next"),
-    ])
+    pm_self = PatternMatcher(
+        [
+            (UPat(Ops.ADD, src=[UPat.var("p"), UPat.var("q")]), give_back),
+            (UPat(Ops.ADD), lambda: "next"),
+        ]
+    )
     assert pm_self.rewrite(u) == "next"
     assert calls == [a]  # the rule was decided by its first binding: the second order is not tried
     assert PatternMatcher(pm_self.patterns[:1]).rewrite(u) is None
@@ -324,9 +334,16 @@ def _node(op: Ops, dtype: Any, src: tuple[UOp, ...]) -> UOp:
     return UOp(op, dtype, src)
 
 
-graphs = st.recursive(_leaf, lambda kids: st.builds(
-    _node, st.sampled_from([Ops.ADD, Ops.MUL, Ops.WHERE, Ops.CAST, Ops.SINK]), st.sampled_from(_DTYPES),
-    st.lists(kids, max_size=3).map(tuple)), max_leaves=8)
+graphs = st.recursive(
+    _leaf,
+    lambda kids: st.builds(
+        _node,
+        st.sampled_from([Ops.ADD, Ops.MUL, Ops.WHERE, Ops.CAST, Ops.SINK]),
+        st.sampled_from(_DTYPES),
+        st.lists(kids, max_size=3).map(tuple),
+    ),
+    max_leaves=8,
+)
 
 
 @st.composite
@@ -337,7 +354,7 @@ def patterns(draw: st.DrawFn, u: UOp | None = None, depth: int = 0) -> UPat:
     kinds = ["var", "node", "node", "list", "any", "rep"] if depth < 3 else ["var", "node"]
     kind = draw(st.sampled_from(kinds))
     fit = u is not None and draw(st.integers(0, 5)) > 0
-    op = (u.op if fit else draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.CONST, Ops.SINK, Ops.DEFINE_VAR])))
+    op = u.op if fit else draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.CONST, Ops.SINK, Ops.DEFINE_VAR]))
     ops = draw(st.sampled_from([None, op, (op, Ops.CAST)]))
     dtype = draw(st.none() | st.just(u.dtype.scalar() if fit else dtypes.int) | st.sampled_from(_DTYPES))
     arg = u.arg if fit and u.op is Ops.CONST and draw(st.booleans()) else None
@@ -348,8 +365,11 @@ def patterns(draw: st.DrawFn, u: UOp | None = None, depth: int = 0) -> UPat:
     if kind == "list":
         return UPat(ops, dtype, list(kids), arg, name)
     if kind == "any":
-        return UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1))).named(name) if name else \
-            UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1)))
+        return (
+            UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1))).named(name)
+            if name
+            else UPat.any(UPat(ops, dtype, kids, arg), draw(patterns(u, depth + 1)))
+        )
     if kind == "rep":  # one way and no names: what the compiled matcher takes
         rep = UPat(draw(st.sampled_from([None, Ops.CONST, (Ops.CONST, Ops.ADD)])))
         return UPat(ops, dtype, rep, arg, name)
@@ -360,8 +380,9 @@ def patterns(draw: st.DrawFn, u: UOp | None = None, depth: int = 0) -> UPat:
 def _quirk(pat: UPat, u: UOp) -> bool:
     """The early reject of a repeated source pattern of one op on a node without sources (spec §2)."""
     rep = pat.src
-    return isinstance(rep, UPat) and rep.op is not None and len(rep.op) == 1 and not u.src and \
-        pat.any_of is None
+    return (
+        isinstance(rep, UPat) and rep.op is not None and len(rep.op) == 1 and not u.src and pat.any_of is None
+    )
 
 
 @st.composite

@@ -3,6 +3,7 @@
 Re-expresses docs/semantics.md §4.5 (the engine, substitute and bottom-up gate checks) together with §1.8-1.9.
 The constant-folding check of §4.5 needs the symbolic table and lives with it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,10 +19,12 @@ one, two = UOp.const(dtypes.int, 1), UOp.const(dtypes.int, 2)
 three, four = UOp.const(dtypes.int, 3), UOp.const(dtypes.int, 4)
 
 pm_map = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])  # x -> ctx[x] (catch-all lookup)
-pm_bounce = PatternMatcher([
-    (UPat(Ops.CONST, arg=3, name="x"), lambda x: x.const_like(4)),  # 3 -> 4
-    (UPat(Ops.CONST, arg=4, name="x"), lambda x: x.const_like(3)),  # 4 -> 3
-])
+pm_bounce = PatternMatcher(
+    [
+        (UPat(Ops.CONST, arg=3, name="x"), lambda x: x.const_like(4)),  # 3 -> 4
+        (UPat(Ops.CONST, arg=4, name="x"), lambda x: x.const_like(3)),  # 4 -> 3
+    ]
+)
 pm_keep_const = PatternMatcher([(UPat(Ops.CONST, name="x"), lambda x: x)])  # x -> x: "no rewrite"
 
 
@@ -32,6 +35,7 @@ def label(u: UOp) -> Any:
 
 def recorder(log: list[Any], tag: str | None = None) -> PatternMatcher:
     """A catch-all rule that appends each node it is offered to `log` and never rewrites."""
+
     def note(x: UOp) -> None:
         log.append(label(x) if tag is None else (label(x), tag))
 
@@ -47,8 +51,11 @@ SUBSTITUTE_CASES = {
     "sin": (lambda: a.sin().sin(), lambda: {a.sin(): b}, lambda: b.sin()),
     "sin_to_sqrt": (lambda: a.sin().sin(), lambda: {a.sin(): a.sqrt()}, lambda: a.sqrt().sin()),
     # the fixpoint goes on into the replacement: sqrt(sin(a)) has sin(a) inside, which becomes sqrt(a)
-    "double_sin_to_sqrt": (lambda: a.sin().sin(), lambda: {a.sin(): a.sqrt(), a.sin().sin(): a.sin().sqrt()},
-                           lambda: a.sqrt().sqrt()),
+    "double_sin_to_sqrt": (
+        lambda: a.sin().sin(),
+        lambda: {a.sin(): a.sqrt(), a.sin().sin(): a.sin().sqrt()},
+        lambda: a.sqrt().sqrt(),
+    ),
     "tagged_replace": (lambda: (a + 4).rtag(1), lambda: {a: b}, lambda: (b + 4).rtag(1)),
 }
 
@@ -93,6 +100,7 @@ def test_substitute_fixpoint_rejects_a_renaming_cycle():
 
 # ---------------------------------------------------------------------------------------------- recursion
 
+
 @pytest.mark.parametrize("bottom_up", [False, True])
 @pytest.mark.parametrize("walk", [False, True])
 def test_rule_returning_its_input_is_no_rewrite(bottom_up, walk):
@@ -130,6 +138,7 @@ def test_stack_guard_raises_past_the_limit():
 
 
 # ---------------------------------------------------------------------------------------------- visit orders
+
 
 def test_bidirectional_visit_order():
     log: list[Any] = []
@@ -192,6 +201,7 @@ def test_substitute_stops_at_a_replaced_node_and_tries_extra_pm_first():
 
 
 # ---------------------------------------------------------------------------------------------- walk engine
+
 
 class TestWalkTopDown:
     def rw(self, u: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -273,6 +283,7 @@ class TestWalkBidirectional:
 
 
 # ---------------------------------------------------------------------------------------------- ctx
+
 
 @pytest.mark.parametrize("walk", [False, True])
 def test_ctx_reaches_both_matchers(walk):
@@ -371,6 +382,7 @@ def test_walk_pins_late_too():
 
 # ---------------------------------------------------------------------------------------------- gate
 
+
 def test_gate_on_a_parent_keeps_the_rule_below_from_running():
     k = UOp.variable("k", 0, 9)
     ran: list[UOp] = []
@@ -378,10 +390,12 @@ def test_gate_on_a_parent_keeps_the_rule_below_from_running():
     def gate() -> None:
         raise BottomUpGate
 
-    pm_gated = PatternMatcher([
-        (UPat(Ops.ADD), gate),
-        (UPat(Ops.MUL, name="m"), lambda m: ran.append(m)),
-    ])
+    pm_gated = PatternMatcher(
+        [
+            (UPat(Ops.ADD), gate),
+            (UPat(Ops.MUL, name="m"), lambda m: ran.append(m)),
+        ]
+    )
     u = (k * 2) + 1
     assert graph_rewrite(u, pm_gated, bottom_up=True) is u
     assert ran == []
@@ -394,11 +408,13 @@ def test_gate_fires_on_the_rewritten_node():
     def gate(m: UOp) -> None:
         raise BottomUpGate
 
-    pm_gated = PatternMatcher([
-        (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2),  # x+x -> x*2
-        (UPat(Ops.MUL, name="m"), gate),
-        (UPat(Ops.CONST, name="n"), lambda n: ran.append(n)),
-    ])
+    pm_gated = PatternMatcher(
+        [
+            (UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2),  # x+x -> x*2
+            (UPat(Ops.MUL, name="m"), gate),
+            (UPat(Ops.CONST, name="n"), lambda n: ran.append(n)),
+        ]
+    )
     assert graph_rewrite(k + k, pm_gated, bottom_up=True) is k * 2
     assert ran == []
 
@@ -409,8 +425,10 @@ def test_gate_below_the_root_still_rebuilds_the_parents():
     def gate(m: UOp) -> None:
         raise BottomUpGate
 
-    pm_gated = PatternMatcher([
-        (UPat(Ops.MUL, name="m"), gate),
-        (UPat(Ops.CONST, arg=1), lambda: UOp.const(dtypes.index, 5)),  # 1 -> 5
-    ])
+    pm_gated = PatternMatcher(
+        [
+            (UPat(Ops.MUL, name="m"), gate),
+            (UPat(Ops.CONST, arg=1), lambda: UOp.const(dtypes.index, 5)),  # 1 -> 5
+        ]
+    )
     assert graph_rewrite((k * 1) + 1, pm_gated, bottom_up=True) is (k * 1) + 5

@@ -5,6 +5,7 @@ expressions, checked by an evaluator written here; vmin/vmax bound every sampled
 IEEE and wrapping semantics. Golden examples pin one input -> output pair per rule, and the last test
 asserts that every row of `sym` matched at least once during the run (docs/style.md P5).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,22 @@ from uopgrad.symbolic import exec_alu, sym
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 NP_FLOAT = {dtypes.float32: np.float32, dtypes.float64: np.float64}
-SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -7.25, 3.0, math.inf, -math.inf, math.nan, 1e30, -1e-30,
-                  3.4e38]
+SPECIAL_FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    2.0,
+    0.5,
+    -7.25,
+    3.0,
+    math.inf,
+    -math.inf,
+    math.nan,
+    1e30,
+    -1e-30,
+    3.4e38,
+]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -65,18 +80,35 @@ def _int_op(op: Ops, a: Any, b: Any) -> int:
     if op in (Ops.FLOORDIV, Ops.FLOORMOD) and b == 0:
         raise DivisionByZero
     ops: dict[Ops, Callable[[Any, Any], int]] = {
-        Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y, Ops.MAX: max,
-        Ops.FLOORDIV: lambda x, y: x // y, Ops.FLOORMOD: lambda x, y: x % y, Ops.AND: lambda x, y: x & y,
-        Ops.OR: lambda x, y: x | y, Ops.XOR: lambda x, y: x ^ y}
+        Ops.ADD: lambda x, y: x + y,
+        Ops.SUB: lambda x, y: x - y,
+        Ops.MUL: lambda x, y: x * y,
+        Ops.MAX: max,
+        Ops.FLOORDIV: lambda x, y: x // y,
+        Ops.FLOORMOD: lambda x, y: x % y,
+        Ops.AND: lambda x, y: x & y,
+        Ops.OR: lambda x, y: x | y,
+        Ops.XOR: lambda x, y: x ^ y,
+    }
     return ops[op](int(a), int(b))
 
 
 def _float_op(op: Ops, vals: list[Any]) -> Any:
     ufuncs: dict[Ops, Callable[..., Any]] = {
-        Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.MAX: np.maximum,
-        Ops.NEG: np.negative, Ops.FDIV: np.divide, Ops.RECIPROCAL: np.reciprocal, Ops.SQRT: np.sqrt,
-        Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.TRUNC: np.trunc,
-        Ops.FLOORMOD: np.remainder}
+        Ops.ADD: np.add,
+        Ops.SUB: np.subtract,
+        Ops.MUL: np.multiply,
+        Ops.MAX: np.maximum,
+        Ops.NEG: np.negative,
+        Ops.FDIV: np.divide,
+        Ops.RECIPROCAL: np.reciprocal,
+        Ops.SQRT: np.sqrt,
+        Ops.EXP2: np.exp2,
+        Ops.LOG2: np.log2,
+        Ops.SIN: np.sin,
+        Ops.TRUNC: np.trunc,
+        Ops.FLOORMOD: np.remainder,
+    }
     with np.errstate(all="ignore"):
         return ufuncs[op](*vals)
 
@@ -145,8 +177,9 @@ def sample_env(vs: list[UOp], rnd: random.Random) -> dict[UOp, Any]:
             pick = [*SPECIAL_FLOATS, rnd.uniform(-10, 10), rnd.uniform(-1e6, 1e6)]
             env[v] = const_value(dt, rnd.choice(pick))
         else:
-            env[v] = const_value(dt, rnd.choice([lo, hi, rnd.randint(lo, hi), rnd.randint(lo, hi),
-                                                 min(max(0, lo), hi)]))
+            env[v] = const_value(
+                dt, rnd.choice([lo, hi, rnd.randint(lo, hi), rnd.randint(lo, hi), min(max(0, lo), hi)])
+            )
     return env
 
 
@@ -162,8 +195,9 @@ def check_same_values(before: UOp, after: UOp, rnd: random.Random, n: int = 12) 
             continue
         got = evaluate(after, env)[after]
         at = [(v.arg[0], env[v]) for v in vs]
-        assert same_value(want, got) and same_zero_sign(want, got), \
+        assert same_value(want, got) and same_zero_sign(want, got), (
             f"at {at}: {want!r} became {got!r}\n{before}\n---simplified---\n{after}"
+        )
 
 
 def simplified(expr: UOp, rnd: random.Random) -> UOp | None:
@@ -206,8 +240,26 @@ def int_const(draw: st.DrawFn, dt: DType, nonzero: bool = False) -> int:
 
 
 INT_PLAIN = ["+", "-", "*", "*c", "//", "%", "//e", "%e", "max", "min", "neg", "where"]
-INT_LAWS = ["x+0", "x*1", "x*0", "x//1", "x%1", "max(x,x)", "x+x", "(x+c)+c2", "(x*c)*c2", "x*c+y*c2",
-            "x*c+x", "(x%c)%c", "x%c+x//c*c", "(x//c)//c2", "(x*c)//c", "(x*c)%c", "(x*c+y)//c", "(x*c+y)%c"]
+INT_LAWS = [
+    "x+0",
+    "x*1",
+    "x*0",
+    "x//1",
+    "x%1",
+    "max(x,x)",
+    "x+x",
+    "(x+c)+c2",
+    "(x*c)*c2",
+    "x*c+y*c2",
+    "x*c+x",
+    "(x%c)%c",
+    "x%c+x//c*c",
+    "(x//c)//c2",
+    "(x*c)//c",
+    "(x*c)%c",
+    "(x*c+y)//c",
+    "(x*c+y)%c",
+]
 
 
 def int_expr(draw: st.DrawFn, dt: DType, vs: list[UOp], depth: int, kinds: list[str] | None = None) -> UOp:
@@ -219,18 +271,36 @@ def int_expr(draw: st.DrawFn, dt: DType, vs: list[UOp], depth: int, kinds: list[
     c, c2 = int_const(draw, dt, nonzero=True), int_const(draw, dt, nonzero=True)
     kind = draw(st.sampled_from(kinds or (INT_PLAIN if draw(st.booleans()) else INT_LAWS)))
     build: dict[str, Callable[[], UOp]] = {
-        "+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y, "*c": lambda: x * c, "//": lambda: x // c,
-        "%": lambda: x % c, "//e": lambda: x // y, "%e": lambda: x % y, "max": lambda: x.maximum(y),
-        "min": lambda: x.minimum(y), "neg": lambda: -x,
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "*c": lambda: x * c,
+        "//": lambda: x // c,
+        "%": lambda: x % c,
+        "//e": lambda: x // y,
+        "%e": lambda: x % y,
+        "max": lambda: x.maximum(y),
+        "min": lambda: x.minimum(y),
+        "neg": lambda: -x,
         "where": lambda: bool_expr(draw, dt, vs, depth - 1).where(x, y),
-        "x+0": lambda: x + 0, "x*1": lambda: x * 1, "x*0": lambda: x * 0, "x//1": lambda: x // 1,
+        "x+0": lambda: x + 0,
+        "x*1": lambda: x * 1,
+        "x*0": lambda: x * 0,
+        "x//1": lambda: x // 1,
         "x%1": lambda: x % 1,
-        "max(x,x)": lambda: x.maximum(x), "x+x": lambda: x + x, "(x+c)+c2": lambda: (x + c) + c2,
-        "(x*c)*c2": lambda: (x * c) * c2, "x*c+y*c2": lambda: x * c + y * c2, "x*c+x": lambda: x * c + x,
-        "(x%c)%c": lambda: (x % c) % c, "x%c+x//c*c": lambda: x % c + (x // c) * c,
-        "(x//c)//c2": lambda: (x // c) // c2, "(x*c)//c": lambda: (x * c) // c,
+        "max(x,x)": lambda: x.maximum(x),
+        "x+x": lambda: x + x,
+        "(x+c)+c2": lambda: (x + c) + c2,
+        "(x*c)*c2": lambda: (x * c) * c2,
+        "x*c+y*c2": lambda: x * c + y * c2,
+        "x*c+x": lambda: x * c + x,
+        "(x%c)%c": lambda: (x % c) % c,
+        "x%c+x//c*c": lambda: x % c + (x // c) * c,
+        "(x//c)//c2": lambda: (x // c) // c2,
+        "(x*c)//c": lambda: (x * c) // c,
         "(x*c)%c": lambda: (x * c) % c,
-        "(x*c+y)//c": lambda: (x * c + y) // c, "(x*c+y)%c": lambda: (x * c + y) % c,
+        "(x*c+y)//c": lambda: (x * c + y) // c,
+        "(x*c+y)%c": lambda: (x * c + y) % c,
     }
     return build[kind]()
 
@@ -245,8 +315,14 @@ def bool_expr(draw: st.DrawFn, dt: DType, vs: list[UOp], depth: int) -> UOp:
         p = bool_expr(draw, dt, vs, depth - 1)
         q = bool_expr(draw, dt, vs, depth - 1) if draw(st.booleans()) else UOp.const(dtypes.bool, True)
         q = q if draw(st.booleans()) else q.logical_not()
-        ops = {"and": lambda: p & q, "or": lambda: p | q, "not": p.logical_not, "==": lambda: p.eq(q),
-               "not not": lambda: p.logical_not().logical_not(), "!=False": lambda: p.ne(False)}
+        ops = {
+            "and": lambda: p & q,
+            "or": lambda: p | q,
+            "not": p.logical_not,
+            "==": lambda: p.eq(q),
+            "not not": lambda: p.logical_not().logical_not(),
+            "!=False": lambda: p.ne(False),
+        }
         return ops[kind]()
     a, b = int_expr(draw, dt, vs, max(depth - 1, 0)), int_expr(draw, dt, vs, max(depth - 1, 0))
     return {"<": a < b, "ne": a.ne(b), "eq": a.eq(b), ">=": a >= b, "x<x": a < a, "x!=x": a.ne(a)}[kind]
@@ -293,14 +369,26 @@ def float_expr(draw: st.DrawFn, dt: DType, vs: list[UOp], depth: int, kinds: lis
     c = float_const(draw, dt)
     kind = draw(st.sampled_from(kinds or (FLOAT_PLAIN if draw(st.booleans()) else FLOAT_LAWS)))
     build: dict[str, Callable[[], UOp]] = {
-        "+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y, "/": lambda: x / y, "%": lambda: x % c,
-        "max": lambda: x.maximum(y), "neg": lambda: -x, "recip": lambda: x.reciprocal(),
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "/": lambda: x / y,
+        "%": lambda: x % c,
+        "max": lambda: x.maximum(y),
+        "neg": lambda: -x,
+        "recip": lambda: x.reciprocal(),
         "sqrt": lambda: x.sqrt(),
         "where": lambda: float_cond(draw, dt, vs, depth - 1).where(x, y),
         "cwhere": lambda: float_cond(draw, dt, vs, depth - 1).where(c, float_const(draw, dt)),
-        "x+0": lambda: x + 0.0, "x-0": lambda: x - 0.0, "x*1": lambda: x * 1.0, "x*0": lambda: x * 0.0,
-        "x+x": lambda: x + x, "cmax": lambda: c.maximum(x), "max(x,x)": lambda: x.maximum(x),
-        "(x%c)%c": lambda: (x % c) % c, "where(x<x)": lambda: (x < x).where(x, y),
+        "x+0": lambda: x + 0.0,
+        "x-0": lambda: x - 0.0,
+        "x*1": lambda: x * 1.0,
+        "x*0": lambda: x * 0.0,
+        "x+x": lambda: x + x,
+        "cmax": lambda: c.maximum(x),
+        "max(x,x)": lambda: x.maximum(x),
+        "(x%c)%c": lambda: (x % c) % c,
+        "where(x<x)": lambda: (x < x).where(x, y),
         "where(x!=x)": lambda: x.ne(x).where(x, y),
     }
     return build[kind]()
@@ -371,37 +459,70 @@ def test_constant_folding_is_the_same_top_down_and_bottom_up() -> None:
 F32, F64, I32 = dtypes.float32, dtypes.float64, dtypes.int32
 
 
-@pytest.mark.parametrize("op, dt, operands, want", [
-    (Ops.RECIPROCAL, F32, [0.0], math.inf), (Ops.RECIPROCAL, F32, [-0.0], -math.inf),
-    (Ops.FDIV, F64, [1.0, 0.0], math.inf), (Ops.FDIV, F64, [0.0, 0.0], math.nan),
-    (Ops.LOG2, F32, [0.0], -math.inf), (Ops.LOG2, F32, [-1.0], math.nan), (Ops.SQRT, F64, [-1.0], math.nan),
-    (Ops.EXP2, F32, [200.0], math.inf), (Ops.SIN, F64, [math.inf], math.nan),
-    (Ops.MAX, F32, [math.nan, 1.0], math.nan), (Ops.MAX, F32, [1.0, math.nan], math.nan),
-    (Ops.MUL, F32, [math.inf, 0.0], math.nan), (Ops.ADD, F32, [3e38, 3e38], math.inf),
-    (Ops.ADD, F32, [1.0, 1e-8], 1.0), (Ops.POW, F64, [-8.0, 1 / 3], math.nan), (Ops.TRUNC, F32, [-2.5], -2.0),
-    (Ops.FLOORDIV, F64, [-7.0, 2.0], -4.0), (Ops.FLOORMOD, F64, [-7.0, 2.0], 1.0),
-    (Ops.CMOD, F64, [-7.0, 2.0], -1.0), (Ops.FLOORMOD, F64, [1.0, 0.0], math.nan),
-    (Ops.ADD, I32, [INT_MAX, 1], INT_MIN), (Ops.MUL, I32, [65536, 65536], 0),
-    (Ops.NEG, I32, [INT_MIN], INT_MIN),
-    (Ops.ADD, dtypes.index, [INT_MAX, 1], INT_MAX + 1), (Ops.SUB, dtypes.uint8, [0, 1], 255),
-    (Ops.FLOORDIV, I32, [-7, 2], -4), (Ops.FLOORMOD, I32, [-7, 2], 1), (Ops.FLOORMOD, I32, [7, -2], -1),
-    (Ops.CDIV, I32, [-7, 2], -3), (Ops.CMOD, I32, [-7, 2], -1), (Ops.CMOD, I32, [7, -2], 1),
-    (Ops.FLOORDIV, I32, [INT_MIN, -1], INT_MIN), (Ops.SHL, I32, [1, 31], INT_MIN),
-    (Ops.SHR, I32, [-8, 1], -4),
-    (Ops.POW, I32, [3, 21], 3**21 - 2**32 * 2), (Ops.MAX, dtypes.bool, [False, True], True),
-    (Ops.NEG, dtypes.bool, [True], False), (Ops.XOR, I32, [5, 3], 6),
-    (Ops.CMPLT, dtypes.bool, [math.nan, 1.0], False), (Ops.CMPNE, dtypes.bool, [math.nan, math.nan], True),
-    (Ops.CMPEQ, dtypes.bool, [0.0, -0.0], True), (Ops.WHERE, F32, [True, 0.1, 2.0], float(np.float32(0.1))),
-])
+@pytest.mark.parametrize(
+    "op, dt, operands, want",
+    [
+        (Ops.RECIPROCAL, F32, [0.0], math.inf),
+        (Ops.RECIPROCAL, F32, [-0.0], -math.inf),
+        (Ops.FDIV, F64, [1.0, 0.0], math.inf),
+        (Ops.FDIV, F64, [0.0, 0.0], math.nan),
+        (Ops.LOG2, F32, [0.0], -math.inf),
+        (Ops.LOG2, F32, [-1.0], math.nan),
+        (Ops.SQRT, F64, [-1.0], math.nan),
+        (Ops.EXP2, F32, [200.0], math.inf),
+        (Ops.SIN, F64, [math.inf], math.nan),
+        (Ops.MAX, F32, [math.nan, 1.0], math.nan),
+        (Ops.MAX, F32, [1.0, math.nan], math.nan),
+        (Ops.MUL, F32, [math.inf, 0.0], math.nan),
+        (Ops.ADD, F32, [3e38, 3e38], math.inf),
+        (Ops.ADD, F32, [1.0, 1e-8], 1.0),
+        (Ops.POW, F64, [-8.0, 1 / 3], math.nan),
+        (Ops.TRUNC, F32, [-2.5], -2.0),
+        (Ops.FLOORDIV, F64, [-7.0, 2.0], -4.0),
+        (Ops.FLOORMOD, F64, [-7.0, 2.0], 1.0),
+        (Ops.CMOD, F64, [-7.0, 2.0], -1.0),
+        (Ops.FLOORMOD, F64, [1.0, 0.0], math.nan),
+        (Ops.ADD, I32, [INT_MAX, 1], INT_MIN),
+        (Ops.MUL, I32, [65536, 65536], 0),
+        (Ops.NEG, I32, [INT_MIN], INT_MIN),
+        (Ops.ADD, dtypes.index, [INT_MAX, 1], INT_MAX + 1),
+        (Ops.SUB, dtypes.uint8, [0, 1], 255),
+        (Ops.FLOORDIV, I32, [-7, 2], -4),
+        (Ops.FLOORMOD, I32, [-7, 2], 1),
+        (Ops.FLOORMOD, I32, [7, -2], -1),
+        (Ops.CDIV, I32, [-7, 2], -3),
+        (Ops.CMOD, I32, [-7, 2], -1),
+        (Ops.CMOD, I32, [7, -2], 1),
+        (Ops.FLOORDIV, I32, [INT_MIN, -1], INT_MIN),
+        (Ops.SHL, I32, [1, 31], INT_MIN),
+        (Ops.SHR, I32, [-8, 1], -4),
+        (Ops.POW, I32, [3, 21], 3**21 - 2**32 * 2),
+        (Ops.MAX, dtypes.bool, [False, True], True),
+        (Ops.NEG, dtypes.bool, [True], False),
+        (Ops.XOR, I32, [5, 3], 6),
+        (Ops.CMPLT, dtypes.bool, [math.nan, 1.0], False),
+        (Ops.CMPNE, dtypes.bool, [math.nan, math.nan], True),
+        (Ops.CMPEQ, dtypes.bool, [0.0, -0.0], True),
+        (Ops.WHERE, F32, [True, 0.1, 2.0], float(np.float32(0.1))),
+    ],
+)
 def test_exec_alu(op: Ops, dt: DType, operands: list[Any], want: Any) -> None:
     got = exec_alu(op, dt, operands)
     assert (math.isnan(want) and math.isnan(got)) or (got == want and type(got) is type(want)), got
 
 
-@pytest.mark.parametrize("op, dt, operands", [
-    (Ops.FLOORDIV, I32, [1, 0]), (Ops.FLOORMOD, dtypes.index, [1, 0]), (Ops.CDIV, I32, [0, 0]),
-    (Ops.CMOD, I32, [5, 0]), (Ops.SHL, I32, [1, 32]), (Ops.SHR, I32, [1, -1]), (Ops.POW, I32, [2, -1]),
-])
+@pytest.mark.parametrize(
+    "op, dt, operands",
+    [
+        (Ops.FLOORDIV, I32, [1, 0]),
+        (Ops.FLOORMOD, dtypes.index, [1, 0]),
+        (Ops.CDIV, I32, [0, 0]),
+        (Ops.CMOD, I32, [5, 0]),
+        (Ops.SHL, I32, [1, 32]),
+        (Ops.SHR, I32, [1, -1]),
+        (Ops.POW, I32, [2, -1]),
+    ],
+)
 def test_exec_alu_leaves_undefined_integer_results(op: Ops, dt: DType, operands: list[int]) -> None:
     with pytest.raises(ArithmeticError):
         exec_alu(op, dt, operands)
@@ -413,15 +534,41 @@ def test_exec_alu_leaves_undefined_integer_results(op: Ops, dt: DType, operands:
         assert node.simplify() is node  # never constant-folded
 
 
-@given(st.sampled_from([Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.AND, Ops.OR, Ops.XOR, Ops.FLOORDIV,
-                        Ops.FLOORMOD, Ops.CDIV, Ops.CMOD]),
-       st.integers(INT_MIN, INT_MAX), st.integers(INT_MIN, INT_MAX).filter(bool))
+@given(
+    st.sampled_from(
+        [
+            Ops.ADD,
+            Ops.SUB,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.AND,
+            Ops.OR,
+            Ops.XOR,
+            Ops.FLOORDIV,
+            Ops.FLOORMOD,
+            Ops.CDIV,
+            Ops.CMOD,
+        ]
+    ),
+    st.integers(INT_MIN, INT_MAX),
+    st.integers(INT_MIN, INT_MAX).filter(bool),
+)
 def test_exec_alu_int32_matches_numpy(op: Ops, a: int, b: int) -> None:
     x, y = np.array([a], np.int32), np.array([b], np.int32)
     with np.errstate(all="ignore"):
-        want = {Ops.ADD: x + y, Ops.SUB: x - y, Ops.MUL: x * y, Ops.MAX: np.maximum(x, y), Ops.AND: x & y,
-                Ops.OR: x | y, Ops.XOR: x ^ y, Ops.FLOORDIV: x // y, Ops.FLOORMOD: x % y,
-                Ops.CDIV: (x - np.fmod(x, y)) // y, Ops.CMOD: np.fmod(x, y)}[op]
+        want = {
+            Ops.ADD: x + y,
+            Ops.SUB: x - y,
+            Ops.MUL: x * y,
+            Ops.MAX: np.maximum(x, y),
+            Ops.AND: x & y,
+            Ops.OR: x | y,
+            Ops.XOR: x ^ y,
+            Ops.FLOORDIV: x // y,
+            Ops.FLOORMOD: x % y,
+            Ops.CDIV: (x - np.fmod(x, y)) // y,
+            Ops.CMOD: np.fmod(x, y),
+        }[op]
     assert exec_alu(op, I32, [a, b]) == int(want[0])
 
 
@@ -439,9 +586,11 @@ def golden() -> list[tuple[str, UOp, UOp]]:
     """(law, input, expected output of simplify), in the order of the rows of `sym`."""
     return [
         ("alu(c1, c2) -> c", i5 * 3, UOp.const(dtypes.int32, 15)),
-        ("alu(v1, v2) -> v by lane",
-         UOp.const(dtypes.int32.vec(2), (1, 2)) + UOp.const(dtypes.int32.vec(2), (3, 4)),
-         UOp.const(dtypes.int32.vec(2), (4, 6))),
+        (
+            "alu(v1, v2) -> v by lane",
+            UOp.const(dtypes.int32.vec(2), (1, 2)) + UOp.const(dtypes.int32.vec(2), (3, 4)),
+            UOp.const(dtypes.int32.vec(2), (4, 6)),
+        ),
         ("alu(c) -> c (float)", UOp.const(F32, 0.0).log2(), UOp.const(F32, -math.inf)),
         ("cast(c) -> c'", UOp.const(F64, -2.75).cast(dtypes.int32), UOp.const(dtypes.int32, -2)),
         ("c op x -> x op c", 3 + xv, xv + 3),
@@ -484,15 +633,27 @@ def golden() -> list[tuple[str, UOp, UOp]]:
         ("x*0 stays for floats", fv * 0.0, fv * 0.0),
         ("x+0.0 stays for floats", fv + 0.0, fv + 0.0),
         ("max(c, x) stays for floats", UOp.const(F32, 0.0).maximum(fv), UOp.const(F32, 0.0).maximum(fv)),
-        ("(x*c)//c stays if x*c can wrap", (UOp.variable("w", 0, 2**30, I32) * 4) // 4,
-         (UOp.variable("w", 0, 2**30, I32) * 4) // 4),
+        (
+            "(x*c)//c stays if x*c can wrap",
+            (UOp.variable("w", 0, 2**30, I32) * 4) // 4,
+            (UOp.variable("w", 0, 2**30, I32) * 4) // 4,
+        ),
         ("(x*c+y)//c with 0 <= y < c -> x", (xv * 8 + small % 8) // 8, xv),
-        ("NaN hidden in float bounds: stays", (one_or_nan < 2.0).logical_not(),
-         (one_or_nan < 2.0).logical_not()),
-        ("an unbounded index bound: stays", small.maximum((xv // yv) // 3) < 10,
-         small.maximum((xv // yv) // 3) < 10),
-        ("(x//a)//b stays if a*b wraps", (UOp.variable("w", INT_MIN, INT_MAX, I32) // 65536) // 65536,
-         (UOp.variable("w", INT_MIN, INT_MAX, I32) // 65536) // 65536),
+        (
+            "NaN hidden in float bounds: stays",
+            (one_or_nan < 2.0).logical_not(),
+            (one_or_nan < 2.0).logical_not(),
+        ),
+        (
+            "an unbounded index bound: stays",
+            small.maximum((xv // yv) // 3) < 10,
+            small.maximum((xv // yv) // 3) < 10,
+        ),
+        (
+            "(x//a)//b stays if a*b wraps",
+            (UOp.variable("w", INT_MIN, INT_MAX, I32) // 65536) // 65536,
+            (UOp.variable("w", INT_MIN, INT_MAX, I32) // 65536) // 65536,
+        ),
     ]
 
 
@@ -517,12 +678,19 @@ def laws_of_sym() -> list[str]:
     path = inspect.getsourcefile(symbolic)
     assert path is not None
     source = Path(path).read_text()
-    table = next(node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "pm_laws" for t in node.targets))
+    table = next(
+        node.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pm_laws" for t in node.targets)
+    )
     assert isinstance(table, ast.Call) and isinstance(table.args[0], ast.List)
     lines = source.splitlines()
-    return [lines[row.end_lineno - 1].partition("#")[2].strip() for row in table.args[0].elts
-            if row.end_lineno is not None]
+    return [
+        lines[row.end_lineno - 1].partition("#")[2].strip()
+        for row in table.args[0].elts
+        if row.end_lineno is not None
+    ]
 
 
 def test_every_rule_of_sym_fires() -> None:
@@ -534,7 +702,7 @@ def test_every_rule_of_sym_fires() -> None:
     assert len(laws) == len(symbolic.pm_laws.patterns)
     # `simplify` runs the composed table `symbolic`: the rows of `laws` follow those of `pm_propagate_invalid`
     start = len(symbolic.pm_propagate_invalid)
-    hits = symbolic.pm_symbolic.stats.hits[start:start + len(laws)]
+    hits = symbolic.pm_symbolic.stats.hits[start : start + len(laws)]
     print("\n".join(f"{h:6d} hits  row {i}: {law}" for i, (h, law) in enumerate(zip(hits, laws))))
     dead = [f"row {i}: {law}" for i, (h, law) in enumerate(zip(hits, laws)) if h == 0]
     assert not dead, "rows of pm_laws that never matched:\n" + "\n".join(dead)

@@ -6,6 +6,7 @@ the variables in their ranges (under the gates of gated indices). Sampling (test
 this file checks each rule for all values. The last test asserts that every row was proved at least once.
 Needs z3-solver (`pip install z3-solver`); the module is skipped without it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,17 +27,22 @@ z3 = pytest.importorskip("z3", reason="z3-solver is not installed (pip install z
 from uopgrad.z3check import uops_to_z3  # noqa: E402  (after the skip: it needs z3)
 
 TABLES: dict[str, PatternMatcher] = {
-    "pm_propagate_invalid": pm_propagate_invalid, "pm_symbolic_simple": pm_symbolic_simple,
-    "pm_commutative": pm_commutative, "pm_symbolic_index": pm_symbolic_index, "pm_div_mod": pm_div_mod,
+    "pm_propagate_invalid": pm_propagate_invalid,
+    "pm_symbolic_simple": pm_symbolic_simple,
+    "pm_commutative": pm_commutative,
+    "pm_symbolic_index": pm_symbolic_index,
+    "pm_div_mod": pm_div_mod,
     "pm_simplify_valid": pm_simplify_valid,
 }
 IDX = dtypes.index
 V = UOp.variable
 FOLD = PatternMatcher(pm_laws.patterns[:1])  # constant folding: alu(c1, ..., cn) -> c
 # rows whose rewrites z3's integers can't express: a bit pattern (BITCAST) or a mask of high bits
-Z3_UNMODELLED = {("pm_propagate_invalid", 11): "bitcast of Invalid",
-                 ("pm_propagate_invalid", 12): "bitcast of a gate",
-                 ("pm_symbolic_simple", 13): "(x & high-bit mask) >> k"}
+Z3_UNMODELLED = {
+    ("pm_propagate_invalid", 11): "bitcast of Invalid",
+    ("pm_propagate_invalid", 12): "bitcast of a gate",
+    ("pm_symbolic_simple", 13): "(x & high-bit mask) >> k",
+}
 
 
 # ---------------------------------------------------------------------- the corpus
@@ -48,49 +54,149 @@ def hand_written() -> list[UOp]:
     r, g = UOp.range(16, 0), UOp.range(V("s", 1, 9), 1)
     gate = (r < 10).where(r, UOp.invalid())
     ret = [
-        a * 4 + b < 32, (a * 4 + b) // 4, (a * 4 + b) % 4, (a * 6 + 3) // 4, (a * 6 + 3) % 4, (a + 5) // 3,
-        (a * 160 + b * 5 + c * 4 + 1) // 60, (a * 160 + b * 5 + c * 4) % 60, ((a % 6) // 3) + b * 0,
-        (a % 12) % 4, ((a + b) % 8 + c) % 4, (n * 3 + 7) // 3, (n // 2) // 3, (n // 2 + 1) // 5, n // -1,
-        n % n, n // n, (n ^ 5) ^ 5, n ^ 0, n ^ n, n & 0, (n * -1) < (a * -1), 3 * (n + 2), -1 * (n + b),
-        (a + 2) + a * 3, (a * 3 + b) + a, (b + a) + a, a + a * 2, (a * 2 + b) + a * 5, a * 2 + a * 5,
-        (a + 3) + b, (a * 3) * b, a * 3 < 10, a * -3 < -4, a // 4 < 2, 3 + a < 7, a + b + c < 1,
-        ((a + b + c) < 1).logical_not(), a.maximum(b + 20), (a + 9).maximum(a), a % 8 + (a // 8) * 8,
-        (a % 4) * 2 + (a // 4) * 8, ((a // 2) % 3) * 2 + (a // 6) * 6, ((a // 2) % 4) * 2 + (a % 2),
-        r % 16, r // 16, g % V("s", 1, 9), g // V("s", 1, 9), (a * m) // m, (a * m + m * 3) % m,
-        (a * m * 2 + m * 4) // (m * 2), (a * 4 + 8) // (b * 0 + 4), n % m, (a + 4) // m,
-        gate * 2, gate + 3, gate < 3, (gate * 0), UOp.invalid() * 2, (r < 3).where(UOp.invalid(), r),
+        a * 4 + b < 32,
+        (a * 4 + b) // 4,
+        (a * 4 + b) % 4,
+        (a * 6 + 3) // 4,
+        (a * 6 + 3) % 4,
+        (a + 5) // 3,
+        (a * 160 + b * 5 + c * 4 + 1) // 60,
+        (a * 160 + b * 5 + c * 4) % 60,
+        ((a % 6) // 3) + b * 0,
+        (a % 12) % 4,
+        ((a + b) % 8 + c) % 4,
+        (n * 3 + 7) // 3,
+        (n // 2) // 3,
+        (n // 2 + 1) // 5,
+        n // -1,
+        n % n,
+        n // n,
+        (n ^ 5) ^ 5,
+        n ^ 0,
+        n ^ n,
+        n & 0,
+        (n * -1) < (a * -1),
+        3 * (n + 2),
+        -1 * (n + b),
+        (a + 2) + a * 3,
+        (a * 3 + b) + a,
+        (b + a) + a,
+        a + a * 2,
+        (a * 2 + b) + a * 5,
+        a * 2 + a * 5,
+        (a + 3) + b,
+        (a * 3) * b,
+        a * 3 < 10,
+        a * -3 < -4,
+        a // 4 < 2,
+        3 + a < 7,
+        a + b + c < 1,
+        ((a + b + c) < 1).logical_not(),
+        a.maximum(b + 20),
+        (a + 9).maximum(a),
+        a % 8 + (a // 8) * 8,
+        (a % 4) * 2 + (a // 4) * 8,
+        ((a // 2) % 3) * 2 + (a // 6) * 6,
+        ((a // 2) % 4) * 2 + (a % 2),
+        r % 16,
+        r // 16,
+        g % V("s", 1, 9),
+        g // V("s", 1, 9),
+        (a * m) // m,
+        (a * m + m * 3) % m,
+        (a * m * 2 + m * 4) // (m * 2),
+        (a * 4 + 8) // (b * 0 + 4),
+        n % m,
+        (a + 4) // m,
+        gate * 2,
+        gate + 3,
+        gate < 3,
+        (gate * 0),
+        UOp.invalid() * 2,
+        (r < 3).where(UOp.invalid(), r),
         (a < 5).where((r < 10).where(r, UOp.invalid()), b),
         (a < 5).where(b, (r < 10).where(r, UOp.invalid())),
-        (r < 10).where(r, UOp.invalid()).cast(IDX), (r < 8).where(r // 2 + (r < 5).cast(IDX), UOp.invalid()),
-        ((r < 10) & (r < 12)), ((r < 10) & ((r < 3).logical_not())).where(r % 16, UOp.invalid()),
-        (a < 3).where(b, b), (a < 3).logical_not().where(b, c),
+        (r < 10).where(r, UOp.invalid()).cast(IDX),
+        (r < 8).where(r // 2 + (r < 5).cast(IDX), UOp.invalid()),
+        ((r < 10) & (r < 12)),
+        ((r < 10) & ((r < 3).logical_not())).where(r % 16, UOp.invalid()),
+        (a < 3).where(b, b),
+        (a < 3).logical_not().where(b, c),
         (a < 3).where(b, c) + (a < 3).where(b * 0 + 1, 2),
-        (n + (a < 3).where(b, 1)) + (a < 3).where(c, 2), (a < 3).where((b < 2).where(a, c), c),
-        (a < 3) | (a < 3).logical_not(), (a < 3).where(UOp.const(dtypes.bool, True), False),
+        (n + (a < 3).where(b, 1)) + (a < 3).where(c, 2),
+        (a < 3).where((b < 2).where(a, c), c),
+        (a < 3) | (a < 3).logical_not(),
+        (a < 3).where(UOp.const(dtypes.bool, True), False),
         (a < 3).where(UOp.const(dtypes.bool, False), True),
-        (a < 3).cast(IDX).ne(0), (a < 3).cast(IDX).ne(1), (a < 3).cast(IDX).ne(2), (a < 3) * (b < 2),
-        (a < 3) + (b < 2), (a < 3).maximum(b < 2), a.cast(dtypes.bool), (a + 3).cast(dtypes.int32),
-        n.cast(dtypes.int32).cast(IDX), (n & -4) >> 2, V("z", 0, 0) + a, (a * 0 + 4) // (b + 1),
-        ((a * 4 + 3) // 4) * 4 + ((a * 4 + 3) % 4), (a // 3 + 2) // 4, (a * 12 + b * 4 + c) // 16,
-        (a * 12 + b * 4 + c) % 16, ((a * 4 + b) // 2) % 2, (a * 2 + 1) % 2, (n * 4 - 3) % 4,
+        (a < 3).cast(IDX).ne(0),
+        (a < 3).cast(IDX).ne(1),
+        (a < 3).cast(IDX).ne(2),
+        (a < 3) * (b < 2),
+        (a < 3) + (b < 2),
+        (a < 3).maximum(b < 2),
+        a.cast(dtypes.bool),
+        (a + 3).cast(dtypes.int32),
+        n.cast(dtypes.int32).cast(IDX),
+        (n & -4) >> 2,
+        V("z", 0, 0) + a,
+        (a * 0 + 4) // (b + 1),
+        ((a * 4 + 3) // 4) * 4 + ((a * 4 + 3) % 4),
+        (a // 3 + 2) // 4,
+        (a * 12 + b * 4 + c) // 16,
+        (a * 12 + b * 4 + c) % 16,
+        ((a * 4 + b) // 2) % 2,
+        (a * 2 + 1) % 2,
+        (n * 4 - 3) % 4,
     ]
     # fixed-width ints and bools, in ranges that never wrap
     i, j, u = V("i", -10, 10, dtypes.int32), V("j", 1, 7, dtypes.int32), V("u", 0, 255, dtypes.uint32)
     p, q = i < 3, j < 5
     ret += [
-        i ^ 0, (i ^ j) ^ j, (i % j) % j, i ^ i, i & 0, (u & 0xFFFFFFFC) >> 2, i // -1, j // j, i % i,
-        p * q, p + q, p.maximum(q), i.cast(dtypes.int32), i.cast(dtypes.int64).cast(dtypes.int32),
-        i.cast(dtypes.bool), p.where(UOp.const(dtypes.bool, True), False), p.cast(dtypes.int32).ne(0),
-        p.where(q.where(i, j), j), UOp(Ops.TRUNC, dtypes.int32, (i,)), (p & q) & True, (p | q) | False,
-        (i.maximum(3)).maximum(5), i.cast(dtypes.int64) + j.cast(dtypes.int64), (a + 3).cast(dtypes.int32),
-        UOp.range(UOp.const(IDX, 1), 2), (i + 3).cast(IDX).cast(dtypes.int64), ((a < 3) & (b < 2)) & (c < 1),
-        ((a * 2 + 1) < 1).ne(True), (r < 10).where(r, UOp.invalid()).cast(dtypes.int32),
-        (r < 10).where(r, UOp.invalid()) * V("t", 0, 5), V("t", 0, 5) + (r < 10).where(r, UOp.invalid()),
-        V("t", 0, 5) < (r < 10).where(r, UOp.invalid()), -((r < 10).where(r, UOp.invalid())),
-        (a < 4).where(b, (a < 4).where(c, b)), (j & 7) & 3, (p | False) | True, (p & True) & True,
-        ((a * 2 + b * 3) < 1).ne(True), (p ^ q) ^ q, p ^ p, UOp(Ops.CAST, dtypes.int32, (i,)),
-        UOp(Ops.NEG, IDX, ((r < 10).where(r, UOp.invalid()),)), UOp(Ops.NEG, IDX, (UOp.invalid(),)),
-        j.cast(dtypes.bool), (a < 2).where(r, UOp.invalid()) + (a < 2).where(b, UOp.invalid()),
+        i ^ 0,
+        (i ^ j) ^ j,
+        (i % j) % j,
+        i ^ i,
+        i & 0,
+        (u & 0xFFFFFFFC) >> 2,
+        i // -1,
+        j // j,
+        i % i,
+        p * q,
+        p + q,
+        p.maximum(q),
+        i.cast(dtypes.int32),
+        i.cast(dtypes.int64).cast(dtypes.int32),
+        i.cast(dtypes.bool),
+        p.where(UOp.const(dtypes.bool, True), False),
+        p.cast(dtypes.int32).ne(0),
+        p.where(q.where(i, j), j),
+        UOp(Ops.TRUNC, dtypes.int32, (i,)),
+        (p & q) & True,
+        (p | q) | False,
+        (i.maximum(3)).maximum(5),
+        i.cast(dtypes.int64) + j.cast(dtypes.int64),
+        (a + 3).cast(dtypes.int32),
+        UOp.range(UOp.const(IDX, 1), 2),
+        (i + 3).cast(IDX).cast(dtypes.int64),
+        ((a < 3) & (b < 2)) & (c < 1),
+        ((a * 2 + 1) < 1).ne(True),
+        (r < 10).where(r, UOp.invalid()).cast(dtypes.int32),
+        (r < 10).where(r, UOp.invalid()) * V("t", 0, 5),
+        V("t", 0, 5) + (r < 10).where(r, UOp.invalid()),
+        V("t", 0, 5) < (r < 10).where(r, UOp.invalid()),
+        -((r < 10).where(r, UOp.invalid())),
+        (a < 4).where(b, (a < 4).where(c, b)),
+        (j & 7) & 3,
+        (p | False) | True,
+        (p & True) & True,
+        ((a * 2 + b * 3) < 1).ne(True),
+        (p ^ q) ^ q,
+        p ^ p,
+        UOp(Ops.CAST, dtypes.int32, (i,)),
+        UOp(Ops.NEG, IDX, ((r < 10).where(r, UOp.invalid()),)),
+        UOp(Ops.NEG, IDX, (UOp.invalid(),)),
+        j.cast(dtypes.bool),
+        (a < 2).where(r, UOp.invalid()) + (a < 2).where(b, UOp.invalid()),
     ]
     return ret
 
@@ -105,11 +211,22 @@ def generated(count: int = 300, seed: int = 0) -> list[UOp]:
             return rnd.choice(vs) if rnd.random() < 0.7 else UOp.const(IDX, rnd.randint(-6, 16))
         x, y, k = expr(depth - 1), expr(depth - 1), rnd.choice([2, 3, 4, 6, 8, 12, -2, -3])
         build: list[Callable[[], UOp]] = [
-            lambda: x + y, lambda: x * y, lambda: x * k, lambda: x - y, lambda: x + k, lambda: x.maximum(y),
-            lambda: x // abs(k), lambda: x % abs(k), lambda: x // k, lambda: x % k,
-            lambda: (x < y).where(x, y), lambda: (x * k + y) // abs(k),
-            lambda: (x < k).where(x, UOp.invalid())]
+            lambda: x + y,
+            lambda: x * y,
+            lambda: x * k,
+            lambda: x - y,
+            lambda: x + k,
+            lambda: x.maximum(y),
+            lambda: x // abs(k),
+            lambda: x % abs(k),
+            lambda: x // k,
+            lambda: x % k,
+            lambda: (x < y).where(x, y),
+            lambda: (x * k + y) // abs(k),
+            lambda: (x < k).where(x, UOp.invalid()),
+        ]
         return rnd.choice(build)()
+
     out = []
     for _ in range(count):
         e = expr(rnd.randint(1, 4))
@@ -156,8 +273,10 @@ def prove_equal(before: UOp, after: UOp) -> None:
     divisors = [u.src[1] for u in before.toposort() if u.op in (Ops.FLOORDIV, Ops.FLOORMOD)]
     lhs, rhs, *zdiv = uops_to_z3(solver, before, after, *divisors)
     solver.add(*[d != 0 for d in zdiv])
-    assert solver.check(lhs != rhs) == z3.unsat, f"not equal:\n{before.render(simplify=False)}\n" \
+    assert solver.check(lhs != rhs) == z3.unsat, (
+        f"not equal:\n{before.render(simplify=False)}\n"
         f"{after.render(simplify=False)}\ncounterexample: {solver.model()}"
+    )
 
 
 @functools.cache
@@ -204,7 +323,10 @@ def test_simplify_of_the_corpus_is_proved_by_z3() -> None:
 
 def test_every_row_was_proved() -> None:
     """Each row of the index tables rewrote some node of the corpus, and z3 proved the rewrite."""
-    dead = [f"{t} row {i}: {TABLES[t].patterns[i][0]!r}"[:200] for t in TABLES
-            for i in range(len(TABLES[t].patterns))
-            if i not in proved_rows(t) and (t, i) not in Z3_UNMODELLED]
+    dead = [
+        f"{t} row {i}: {TABLES[t].patterns[i][0]!r}"[:200]
+        for t in TABLES
+        for i in range(len(TABLES[t].patterns))
+        if i not in proved_rows(t) and (t, i) not in Z3_UNMODELLED
+    ]
     assert not dead, f"{len(dead)} rows never proved:\n" + "\n".join(dead)

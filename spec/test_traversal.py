@@ -4,6 +4,7 @@ A graph is drawn as a *recipe*: a list of steps, each an op applied to earlier e
 with leaves, so nodes are shared freely. Small graphs are checked against naive recursive references;
 a 100 000-node chain checks that nothing recurses.
 """
+
 from __future__ import annotations
 
 import sys
@@ -73,6 +74,7 @@ int_graph = int_recipe.map(lambda r: r.build(int_leaves(), INT_OPS))
 
 # ---------------------------------------------------------------------------------------------- references
 
+
 def ref_postorder(u: UOp, gate: Callable[[UOp], bool] | None = None) -> list[UOp]:
     """Recursive DFS post-order, sources left to right: the order toposort must reproduce."""
     out: dict[UOp, None] = {}
@@ -136,20 +138,27 @@ def ref_walk(pm: PatternMatcher | None, bpm: PatternMatcher | None) -> Callable[
 
 # a terminating, confluent table over small ints
 def fold(op: Ops) -> Callable[[UOp, UOp], UOp]:
-    py: dict[Ops, Callable[[Any, Any], Any]] = {Ops.ADD: lambda p, q: p + q, Ops.MUL: lambda p, q: p * q,
-                                                 Ops.MAX: max}
+    py: dict[Ops, Callable[[Any, Any], Any]] = {
+        Ops.ADD: lambda p, q: p + q,
+        Ops.MUL: lambda p, q: p * q,
+        Ops.MAX: max,
+    }
     return lambda x, y: x.const_like(py[op](x.arg, y.arg))
 
 
-pm_fold_consts = PatternMatcher([
-    (UPat(Ops.ADD, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.ADD)),  # c1+c2 -> c
-    (UPat(Ops.MUL, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.MUL)),  # c1*c2 -> c
-    (UPat(Ops.MAX, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.MAX)),  # max(c1,c2) -> c
-])
-pm_identities = PatternMatcher([
-    (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
-    (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
-])
+pm_fold_consts = PatternMatcher(
+    [
+        (UPat(Ops.ADD, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.ADD)),  # c1+c2 -> c
+        (UPat(Ops.MUL, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.MUL)),  # c1*c2 -> c
+        (UPat(Ops.MAX, src=(UPat.cvar("x"), UPat.cvar("y"))), fold(Ops.MAX)),  # max(c1,c2) -> c
+    ]
+)
+pm_identities = PatternMatcher(
+    [
+        (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
+        (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
+    ]
+)
 pm_fold = pm_fold_consts + pm_identities
 
 
@@ -158,6 +167,7 @@ def is_normal(u: UOp, pm: PatternMatcher) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- toposort
+
 
 @given(any_graph)
 def test_toposort_puts_sources_first_and_lists_each_node_once(u):
@@ -196,6 +206,7 @@ def test_topovisit_fills_the_cache_in_toposort_order(u):
 
 # ---------------------------------------------------------------------------------------------- interning
 
+
 @given(int_recipe)
 def test_rebuilding_a_graph_gives_the_same_objects(recipe):
     first, second = recipe.build(int_leaves(), INT_OPS), recipe.build(int_leaves(), INT_OPS)
@@ -207,6 +218,7 @@ def test_rebuilding_a_graph_gives_the_same_objects(recipe):
 
 
 # ---------------------------------------------------------------------------------------------- graph_rewrite
+
 
 @given(int_graph)
 def test_fixpoint_rewrite_is_a_fixpoint_and_matches_the_references(u):
@@ -240,8 +252,11 @@ def test_fixpoint_rewrite_preserves_the_value(u):
 
 
 def evaluate(u: UOp, env: dict[str, int]) -> int:
-    py: dict[Ops, Callable[..., int]] = {Ops.ADD: lambda p, q: p + q, Ops.MUL: lambda p, q: p * q,
-                                         Ops.MAX: max}
+    py: dict[Ops, Callable[..., int]] = {
+        Ops.ADD: lambda p, q: p + q,
+        Ops.MUL: lambda p, q: p * q,
+        Ops.MAX: max,
+    }
     vals: dict[UOp, int] = {}
     for n in u.toposort():
         if n.op is Ops.CONST:

@@ -3,6 +3,7 @@
 Valid graphs come from random tensor-level programs built with the operator sugar (which only builds valid
 nodes); malformed ones come from a table of examples and from mutating one node of a random program.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,11 @@ from uopgrad.verify import VerifyError, pm_spec_tensor, verify
 
 DEV = "CPU"
 VALUE_DTYPES = (dtypes.float32, dtypes.float16, dtypes.int32, dtypes.int8, dtypes.bool)
-SAME_WIDTH = {4: (dtypes.float32, dtypes.int32, dtypes.uint32), 2: (dtypes.float16, dtypes.int16),
-              1: (dtypes.int8, dtypes.uint8, dtypes.bool)}
+SAME_WIDTH = {
+    4: (dtypes.float32, dtypes.int32, dtypes.uint32),
+    2: (dtypes.float16, dtypes.int16),
+    1: (dtypes.int8, dtypes.uint8, dtypes.bool),
+}
 
 
 def buffer(*shape: int, dtype: DType = dtypes.float, device: str = DEV) -> UOp:
@@ -80,9 +84,18 @@ def binary(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
     both_int = dtypes.is_int(x.dtype) and dtypes.is_int(ydt)
     no_float = not dtypes.is_float(x.dtype) and not dtypes.is_float(ydt)
     ops: dict[str, Callable[[], UOp]] = {
-        "+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y, "/": lambda: x / y,
-        "max": lambda: x.maximum(y), "min": lambda: x.minimum(y), "<": lambda: x < y, ">": lambda: x > y,
-        "ne": lambda: x.ne(y), "eq": lambda: x.eq(y), "pow": lambda: x.pow(y), "radd": lambda: y + x,
+        "+": lambda: x + y,
+        "-": lambda: x - y,
+        "*": lambda: x * y,
+        "/": lambda: x / y,
+        "max": lambda: x.maximum(y),
+        "min": lambda: x.minimum(y),
+        "<": lambda: x < y,
+        ">": lambda: x > y,
+        "ne": lambda: x.ne(y),
+        "eq": lambda: x.eq(y),
+        "pow": lambda: x.pow(y),
+        "radd": lambda: y + x,
     }
     if no_float:
         ops.update({"&": lambda: x & y, "|": lambda: x | y, "^": lambda: x ^ y})
@@ -93,9 +106,17 @@ def binary(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
 
 def unary(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
     ops: dict[str, Callable[[], UOp]] = {
-        "sin": x.sin, "sqrt": x.sqrt, "exp2": x.exp2, "log2": x.log2, "reciprocal": x.reciprocal,
-        "neg": x.neg, "trunc": x.trunc, "detach": x.detach, "contiguous": x.contiguous,
-        "contiguous_backward": x.contiguous_backward, "copy": lambda: x.copy_to_device("CPU:1"),
+        "sin": x.sin,
+        "sqrt": x.sqrt,
+        "exp2": x.exp2,
+        "log2": x.log2,
+        "reciprocal": x.reciprocal,
+        "neg": x.neg,
+        "trunc": x.trunc,
+        "detach": x.detach,
+        "contiguous": x.contiguous,
+        "contiguous_backward": x.contiguous_backward,
+        "copy": lambda: x.copy_to_device("CPU:1"),
         "cast": lambda: x.cast(draw(st.sampled_from(VALUE_DTYPES))),
         "bitcast": lambda: x.bitcast(draw(st.sampled_from(SAME_WIDTH[x.dtype.itemsize]))),
     }
@@ -142,7 +163,7 @@ def function_call(draw: st.DrawFn, x: UOp, pool: list[UOp]) -> UOp:
     body_pool = list(params)
     for _ in range(draw(st.integers(1, 3))):
         body_pool.append(step(draw, body_pool, calls=False))
-    outs = draw(st.lists(st.sampled_from(body_pool[len(params):]), min_size=1, max_size=2))
+    outs = draw(st.lists(st.sampled_from(body_pool[len(params) :]), min_size=1, max_size=2))
     f = UOp.maketuple(*outs).call(*args, name="f")
     return f.gettuple(draw(st.integers(0, len(outs) - 1)))
 
@@ -185,8 +206,21 @@ def test_random_programs_verify(root):
 
 # ---------------------------------------------------------------------- mutating one node of a random program
 
-FIXED_ARITY = GroupOp.ALU | GroupOp.Movement | {Ops.CAST, Ops.BITCAST, Ops.REDUCE, Ops.CONTIGUOUS, Ops.DETACH,
-                                                Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.GETTUPLE, Ops.STORE}
+FIXED_ARITY = (
+    GroupOp.ALU
+    | GroupOp.Movement
+    | {
+        Ops.CAST,
+        Ops.BITCAST,
+        Ops.REDUCE,
+        Ops.CONTIGUOUS,
+        Ops.DETACH,
+        Ops.CONTIGUOUS_BACKWARD,
+        Ops.COPY,
+        Ops.GETTUPLE,
+        Ops.STORE,
+    }
+)
 
 
 def mutate(draw: st.DrawFn, root: UOp, ops: frozenset[Ops], how: Callable[[UOp], UOp]) -> tuple[UOp, UOp]:
@@ -279,8 +313,14 @@ def valid_examples() -> dict[str, UOp]:
         "gradient-style tuple": UOp.maketuple(x, UOp(Ops.NOOP)).gettuple(0),
         "named noop": UOp(Ops.NOOP, arg="name"),
         "noop of a value": UOp(Ops.NOOP, dtypes.float, (x,)),
-        "every movement op": x.reshape(3, 2).permute(1, 0).pad(((1, 0), (0, 2))).shrink(((0, 2), (1, 3)))
-        .flip(0).reshape(2, 1, 2).expand(2, 5, 2)._rop(Ops.MAX, (1,)),
+        "every movement op": x.reshape(3, 2)
+        .permute(1, 0)
+        .pad(((1, 0), (0, 2)))
+        .shrink(((0, 2), (1, 3)))
+        .flip(0)
+        .reshape(2, 1, 2)
+        .expand(2, 5, 2)
+        ._rop(Ops.MAX, (1,)),
         "copy": x.copy_to_device("CPU:1").contiguous().detach().contiguous_backward(),
         "where": (x < 1).where(x, 0.0).bitcast(dtypes.int32).cast(dtypes.bool),
         "ints": (buffer(4, dtype=dtypes.int) // 3 % 2 << 1 & 7) ^ 1,
@@ -326,8 +366,11 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "WHERE with two sources": (UOp(Ops.WHERE, f32, (x < 1, x)), Ops.WHERE, "3 sources"),
         "RESHAPE without its shape": (UOp(Ops.RESHAPE, f32, (x,)), Ops.RESHAPE, "shape vector"),
         "PAD with one vector": (UOp(Ops.PAD, f32, (x, sv((0, 0)))), Ops.PAD, "begins vector"),
-        "PERMUTE with a source vector":
-            (UOp(Ops.PERMUTE, f32, (x, sv((1, 0))), (1, 0)), Ops.PERMUTE, "1 source"),
+        "PERMUTE with a source vector": (
+            UOp(Ops.PERMUTE, f32, (x, sv((1, 0))), (1, 0)),
+            Ops.PERMUTE,
+            "1 source",
+        ),
         "CAST without a source": (UOp(Ops.CAST, f32), Ops.CAST, "1 source"),
         # dtypes
         "ADD of float and int": (UOp(Ops.ADD, f32, (x, i)), Ops.ADD, "one dtype"),
@@ -343,25 +386,40 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "CAST to void": (UOp(Ops.CAST, dtypes.void, (x,)), Ops.CAST, "void"),
         "BITCAST changing width": (UOp(Ops.BITCAST, dtypes.int8, (x,)), Ops.BITCAST, "itemsize"),
         "DETACH changing dtype": (UOp(Ops.DETACH, dtypes.int, (x,)), Ops.DETACH, "source dtype"),
-        "REDUCE changing dtype":
-            (UOp(Ops.REDUCE, dtypes.int, (x,), (Ops.ADD, (0,))), Ops.REDUCE, "source dtype"),
+        "REDUCE changing dtype": (
+            UOp(Ops.REDUCE, dtypes.int, (x,), (Ops.ADD, (0,))),
+            Ops.REDUCE,
+            "source dtype",
+        ),
         "vector ALU": (UOp(Ops.ADD, f32.vec(2), (x.cast(f32.vec(2)),) * 2), Ops.CAST, "rejected"),
         "STORE of another dtype": (x.store(i), Ops.STORE, "element dtype"),
         "STORE with a dtype": (UOp(Ops.STORE, f32, (x, x)), Ops.STORE, "dtype void"),
         # shapes of elementwise ops
         "ADD of mismatched shapes": (UOp(Ops.ADD, f32, (x, y)), Ops.ADD, "shape mismatch"),
         "WHERE of mismatched shapes": (UOp(Ops.WHERE, f32, (y < 1, x, x)), Ops.WHERE, "shape mismatch"),
-        "MUL with a source of unknown shape":
-            (UOp(Ops.MUL, f32, (x, UOp.param(0, f32))), Ops.MUL, "unknown shape"),
+        "MUL with a source of unknown shape": (
+            UOp(Ops.MUL, f32, (x, UOp.param(0, f32))),
+            Ops.MUL,
+            "unknown shape",
+        ),
         # movement arguments
-        "RESHAPE changing the size":
-            (UOp(Ops.RESHAPE, f32, (x, sv((4,)))), Ops.RESHAPE, "number of elements"),
+        "RESHAPE changing the size": (
+            UOp(Ops.RESHAPE, f32, (x, sv((4,)))),
+            Ops.RESHAPE,
+            "number of elements",
+        ),
         "RESHAPE to a negative size": (UOp(Ops.RESHAPE, f32, (x, sv((-6,)))), Ops.RESHAPE, "rejected"),
-        "RESHAPE by a float vector":
-            (UOp(Ops.RESHAPE, f32, (x, UOp.const(f32, 6.0))), Ops.RESHAPE, "shape vector"),
+        "RESHAPE by a float vector": (
+            UOp(Ops.RESHAPE, f32, (x, UOp.const(f32, 6.0))),
+            Ops.RESHAPE,
+            "shape vector",
+        ),
         "EXPAND of a non-1 dim": (UOp(Ops.EXPAND, f32, (x, sv((4, 3)))), Ops.EXPAND, "size 1"),
-        "EXPAND to a negative size": (UOp(Ops.EXPAND, f32, (x.reshape(2, 3, 1), sv((2, 3, -1)))), Ops.EXPAND,
-                                      "shape vector"),
+        "EXPAND to a negative size": (
+            UOp(Ops.EXPAND, f32, (x.reshape(2, 3, 1), sv((2, 3, -1)))),
+            Ops.EXPAND,
+            "shape vector",
+        ),
         "PERMUTE repeating an axis": (UOp(Ops.PERMUTE, f32, (x,), (0, 0)), Ops.PERMUTE, "permutation"),
         "PERMUTE of the wrong rank": (UOp(Ops.PERMUTE, f32, (x,), (0,)), Ops.PERMUTE, "permutes exactly"),
         "PERMUTE without an order": (UOp(Ops.PERMUTE, f32, (y,)), Ops.PERMUTE, "tuple"),
@@ -370,61 +428,109 @@ def invalid_examples() -> dict[str, tuple[UOp, Ops, str]]:
         "PAD negative": (UOp(Ops.PAD, f32, (x, sv((0, -1)), sv((0, 0)))), Ops.PAD, "rejected"),
         "PAD of the wrong rank": (UOp(Ops.PAD, f32, (x, sv((1,)), sv((1,)))), Ops.PAD, "pair per dimension"),
         "PAD vectors of two lengths": (UOp(Ops.PAD, f32, (x, sv((1,)), sv((1, 1)))), Ops.PAD, "rejected"),
-        "SHRINK out of bounds":
-            (UOp(Ops.SHRINK, f32, (x, sv((0, 0)), sv((2, 4)))), Ops.SHRINK, "start <= end"),
+        "SHRINK out of bounds": (
+            UOp(Ops.SHRINK, f32, (x, sv((0, 0)), sv((2, 4)))),
+            Ops.SHRINK,
+            "start <= end",
+        ),
         "SHRINK backwards": (UOp(Ops.SHRINK, f32, (x, sv((1, 0)), sv((0, 3)))), Ops.SHRINK, "out of bounds"),
         "REDUCE by SUB": (UOp(Ops.REDUCE, f32, (x,), (Ops.SUB, (0,))), Ops.REDUCE, "ADD|MUL|MAX"),
-        "REDUCE with an int axis":
-            (UOp(Ops.REDUCE, f32, (x,), (Ops.ADD, 0)), Ops.REDUCE, "tuple of distinct"),
+        "REDUCE with an int axis": (
+            UOp(Ops.REDUCE, f32, (x,), (Ops.ADD, 0)),
+            Ops.REDUCE,
+            "tuple of distinct",
+        ),
         "REDUCE axis out of range": (UOp(Ops.REDUCE, f32, (x,), (Ops.ADD, (2,))), Ops.REDUCE, "out of range"),
-        "movement of an unknown shape":
-            (UOp(Ops.PERMUTE, f32, (UOp.param(0, f32),), ()), Ops.PERMUTE, "shape"),
+        "movement of an unknown shape": (
+            UOp(Ops.PERMUTE, f32, (UOp.param(0, f32),), ()),
+            Ops.PERMUTE,
+            "shape",
+        ),
         # leaves
         "CONST with an int for a float": (UOp(Ops.CONST, f32, (), 1), Ops.CONST, "a value of the dtype"),
         "CONST with a float for an int": (UOp(Ops.CONST, dtypes.int, (), 1.5), Ops.CONST, "rejected"),
         "CONST out of its dtype's range": (UOp(Ops.CONST, dtypes.int8, (), 300), Ops.CONST, "rejected"),
         "CONST with a void dtype": (UOp(Ops.CONST, dtypes.void, (), 1), Ops.CONST, "rejected"),
-        "CONST on (DEVICE, UNIQUE)": (UOp(Ops.CONST, f32, (dev, UOp(Ops.UNIQUE, arg=1)), 1.0), Ops.CONST,
-                                      "(UNIQUE, DEVICE)"),
+        "CONST on (DEVICE, UNIQUE)": (
+            UOp(Ops.CONST, f32, (dev, UOp(Ops.UNIQUE, arg=1)), 1.0),
+            Ops.CONST,
+            "(UNIQUE, DEVICE)",
+        ),
         "CONST on a BUFFER": (UOp(Ops.CONST, f32, (y,), 1.0), Ops.CONST, "no rule"),
-        "VCONST of the wrong length":
-            (UOp(Ops.VCONST, dtypes.index.vec(2), (), (1, 2, 3)), Ops.VCONST, "count"),
+        "VCONST of the wrong length": (
+            UOp(Ops.VCONST, dtypes.index.vec(2), (), (1, 2, 3)),
+            Ops.VCONST,
+            "count",
+        ),
         "STACK of the wrong dtype": (UOp(Ops.STACK, dtypes.index.vec(2), (v,)), Ops.STACK, "scalar.vec(n)"),
         "DEVICE named by an int": (UOp(Ops.DEVICE, arg=0), Ops.DEVICE, "device name"),
         "UNIQUE named by a str": (UOp(Ops.UNIQUE, arg="u"), Ops.UNIQUE, "non-negative int"),
         "BUFFER without a device": (UOp(Ops.BUFFER, f32, (UOp(Ops.UNIQUE, arg=5),), 6), Ops.BUFFER, "DEVICE"),
         "BUFFER of negative size": (UOp(Ops.BUFFER, f32, y.src, -1), Ops.BUFFER, "element count"),
-        "DEFINE_VAR with min > max":
-            (UOp(Ops.DEFINE_VAR, dtypes.index, (), ("n", 5, 1)), Ops.DEFINE_VAR, "min <="),
-        "DEFINE_VAR of bool":
-            (UOp(Ops.DEFINE_VAR, dtypes.bool, (), ("n", False, True)), Ops.DEFINE_VAR, "int"),
-        "BIND out of range":
-            (UOp(Ops.BIND, dtypes.index, (v, UOp.const(dtypes.index, 9))), Ops.BIND, "range"),
-        "BIND of a CONST":
-            (UOp(Ops.BIND, dtypes.index, (UOp.const(dtypes.index, 1),) * 2), Ops.BIND, "DEFINE_VAR"),
+        "DEFINE_VAR with min > max": (
+            UOp(Ops.DEFINE_VAR, dtypes.index, (), ("n", 5, 1)),
+            Ops.DEFINE_VAR,
+            "min <=",
+        ),
+        "DEFINE_VAR of bool": (
+            UOp(Ops.DEFINE_VAR, dtypes.bool, (), ("n", False, True)),
+            Ops.DEFINE_VAR,
+            "int",
+        ),
+        "BIND out of range": (
+            UOp(Ops.BIND, dtypes.index, (v, UOp.const(dtypes.index, 9))),
+            Ops.BIND,
+            "range",
+        ),
+        "BIND of a CONST": (
+            UOp(Ops.BIND, dtypes.index, (UOp.const(dtypes.index, 1),) * 2),
+            Ops.BIND,
+            "DEFINE_VAR",
+        ),
         "NOOP with a dtype": (UOp(Ops.NOOP, f32), Ops.NOOP, "dtype void"),
         # PARAM layout
         "PARAM with a negative slot": (UOp(Ops.PARAM, f32, p.src, -1), Ops.PARAM, "slot"),
         "PARAM with one source": (UOp(Ops.PARAM, f32, p.src[:1], 0), Ops.PARAM, "DEVICE|NOOP"),
-        "PARAM shaped by a float":
-            (UOp(Ops.PARAM, f32, (UOp.const(f32, 2.0), dev), 0), Ops.PARAM, "shape vector"),
-        "PARAM on a CONST device":
-            (UOp(Ops.PARAM, f32, (sv((2,)), UOp.const(f32, 2.0)), 0), Ops.PARAM, "DEVICE"),
+        "PARAM shaped by a float": (
+            UOp(Ops.PARAM, f32, (UOp.const(f32, 2.0), dev), 0),
+            Ops.PARAM,
+            "shape vector",
+        ),
+        "PARAM on a CONST device": (
+            UOp(Ops.PARAM, f32, (sv((2,)), UOp.const(f32, 2.0)), 0),
+            Ops.PARAM,
+            "DEVICE",
+        ),
         "PARAM with only vmin": (UOp(Ops.PARAM, f32, (*p.src, UOp.const(f32, 0.0)), 0), Ops.PARAM, "vmax"),
-        "PARAM with an int name":
-            (UOp(Ops.PARAM, f32, (*p.src, UOp(Ops.NOOP, arg=3)), 0), Ops.NOOP, "a name"),
+        "PARAM with an int name": (
+            UOp(Ops.PARAM, f32, (*p.src, UOp(Ops.NOOP, arg=3)), 0),
+            Ops.NOOP,
+            "a name",
+        ),
         "PARAM with a trailing value": (UOp(Ops.PARAM, f32, (*p.src, x), 0), Ops.PARAM, "MULTI(axis)"),
         # function machinery
         "GETTUPLE out of range": (UOp(Ops.GETTUPLE, f32, (T(x),), 1), Ops.GETTUPLE, "index into the TUPLE"),
-        "GETTUPLE of another dtype":
-            (UOp(Ops.GETTUPLE, dtypes.int, (T(x),), 0), Ops.GETTUPLE, "element's dtype"),
-        "GETTUPLE of a CALL":
-            (UOp(Ops.GETTUPLE, f32, (p.store(p).sink().call(x),), 0), Ops.GETTUPLE, "FUNCTION|TUPLE"),
+        "GETTUPLE of another dtype": (
+            UOp(Ops.GETTUPLE, dtypes.int, (T(x),), 0),
+            Ops.GETTUPLE,
+            "element's dtype",
+        ),
+        "GETTUPLE of a CALL": (
+            UOp(Ops.GETTUPLE, f32, (p.store(p).sink().call(x),), 0),
+            Ops.GETTUPLE,
+            "FUNCTION|TUPLE",
+        ),
         "GETTUPLE of a value": (UOp(Ops.GETTUPLE, f32, (x,), 0), Ops.GETTUPLE, "no rule"),
-        "FUNCTION with a value body":
-            (UOp(Ops.FUNCTION, dtypes.void, (p + 1, x), CallInfo()), Ops.FUNCTION, "TUPLE"),
-        "FUNCTION without CallInfo":
-            (UOp(Ops.FUNCTION, dtypes.void, (T(p), x), "f"), Ops.FUNCTION, "CallInfo"),
+        "FUNCTION with a value body": (
+            UOp(Ops.FUNCTION, dtypes.void, (p + 1, x), CallInfo()),
+            Ops.FUNCTION,
+            "TUPLE",
+        ),
+        "FUNCTION without CallInfo": (
+            UOp(Ops.FUNCTION, dtypes.void, (T(p), x), "f"),
+            Ops.FUNCTION,
+            "CallInfo",
+        ),
         "FUNCTION missing an argument": ((p + 1).call(), Ops.FUNCTION, "slot i < #args"),
         "FUNCTION argument of another dtype": ((p + 1).call(i), Ops.FUNCTION, "args[i]'s dtype"),
         "FUNCTION with a dtype": (UOp(Ops.FUNCTION, f32, (T(p), x), CallInfo()), Ops.FUNCTION, "dtype void"),

@@ -1,4 +1,5 @@
 """The mutation score: how many of the planted bugs the suite caught, printed at the end of the meta run."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,9 +22,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tr = terminalreporter
     ran = {k: v for k, v in _caught.items() if v is not None}
     tr.section("conformance mutation score")
-    tr.write_line(f"mutation score: {sum(ran.values())} of {len(ran)} planted bugs caught"
-                  + (f" ({len(_caught) - len(ran)} not run, see the skip reasons)" if len(ran) < len(_caught)
-                     else ""))
+    tr.write_line(
+        f"mutation score: {sum(ran.values())} of {len(ran)} planted bugs caught"
+        + (f" ({len(_caught) - len(ran)} not run, see the skip reasons)" if len(ran) < len(_caught) else "")
+    )
     for name, ok in sorted(_caught.items()):
         if ok is not True:
             tr.write_line(f"  {'missed' if ok is False else 'not run'}: {name}")

@@ -7,6 +7,7 @@ on) installed: `nox -s conformance_meta` installs them. The run ends with the mu
 catch it, with a runnable repro snippet in the output; REFERENCE and NUMPYVEC must pass; the report, the
 xfails file and the skip reasons must behave as documented (docs/conformance.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,15 +22,41 @@ import pytest
 
 from uopgrad import Device, GroupOp
 
-C_MUTANTS = ["BROKEN_C_TAIL", "BROKEN_C_RACE", "BROKEN_C_WHERE", "BROKEN_C_INTDIV", "BROKEN_C_F2I",
-             "BROKEN_C_NOZERO", "BROKEN_C_VARS", "BROKEN_C_F16", "BROKEN_C_LITERAL", "BROKEN_C_MANYBUF",
-             "BROKEN_C_INDEX16", "BROKEN_C_MATH", "BROKEN_C_REALIZE", "BROKEN_C_SETITEM", "BROKEN_C_REUPLOAD",
-             "BROKEN_C_SIGMOID", "BROKEN_C_EMPTY", "BROKEN_C_LEAVES"]
-NEEDED = ["BROKEN_FLIP", "BROKEN_PAD", "BROKEN_FLOORDIV", "BROKEN_MAXID", "BROKEN_SUB", "NUMPYVEC",
-          "ONE_DEVICE", *C_MUTANTS]
+C_MUTANTS = [
+    "BROKEN_C_TAIL",
+    "BROKEN_C_RACE",
+    "BROKEN_C_WHERE",
+    "BROKEN_C_INTDIV",
+    "BROKEN_C_F2I",
+    "BROKEN_C_NOZERO",
+    "BROKEN_C_VARS",
+    "BROKEN_C_F16",
+    "BROKEN_C_LITERAL",
+    "BROKEN_C_MANYBUF",
+    "BROKEN_C_INDEX16",
+    "BROKEN_C_MATH",
+    "BROKEN_C_REALIZE",
+    "BROKEN_C_SETITEM",
+    "BROKEN_C_REUPLOAD",
+    "BROKEN_C_SIGMOID",
+    "BROKEN_C_EMPTY",
+    "BROKEN_C_LEAVES",
+]
+NEEDED = [
+    "BROKEN_FLIP",
+    "BROKEN_PAD",
+    "BROKEN_FLOORDIV",
+    "BROKEN_MAXID",
+    "BROKEN_SUB",
+    "NUMPYVEC",
+    "ONE_DEVICE",
+    *C_MUTANTS,
+]
 missing = [n for n in NEEDED if n not in Device]
-pytestmark = pytest.mark.skipif(bool(missing), reason=f"meta tests need the backends {missing} installed "
-                                "(nox -s conformance_meta installs them)")
+pytestmark = pytest.mark.skipif(
+    bool(missing),
+    reason=f"meta tests need the backends {missing} installed (nox -s conformance_meta installs them)",
+)
 
 
 @dataclass
@@ -51,8 +78,21 @@ class Run:
 def run_suite(tmp_path: Path, backend: str, *args: str) -> Run:
     """The suite in a fresh process, on `backend`, with extra pytest arguments; its JSON report."""
     report = tmp_path / f"{backend}.json"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "--backend", backend,
-           "-p", "no:cacheprovider", "--conformance-report", str(report), "-q", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "uopgrad_conformance",
+        "--backend",
+        backend,
+        "-p",
+        "no:cacheprovider",
+        "--conformance-report",
+        str(report),
+        "-q",
+        *args,
+    ]
     env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path / "kernels")}
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1800)
     data = json.loads(report.read_text()) if report.exists() else {"cases": []}
@@ -77,19 +117,35 @@ def snippets(out: str) -> list[str]:
 
 # (device, -k selection, cases that must fail, cases that must pass: they show which check catches it)
 PLANTED = [
-    ("BROKEN_FLIP", "FLIP", ["test_gradient[FLIP-float32-grad]", "test_gradient[FLIP-float64-grad]"],
-     ["test_movement[FLIP-float32-forward]"]),
-    ("BROKEN_PAD", "PAD or programs-float32", ["test_movement[PAD-float32-forward]",
-                                               "test_gradient[PAD-float32-grad]",
-                                               "test_programs[programs-float32-random]"], []),
-    ("BROKEN_FLOORDIV", "FLOORDIV", ["test_alu[FLOORDIV-int32-forward]",
-                                     "test_alu[FLOORDIV-float32-forward]"],
-     ["test_alu[FLOORDIV-uint32-forward]"]),
-    ("BROKEN_MAXID", "REDUCE_MAX", ["test_reduce[REDUCE_MAX-float32-forward]",
-                                    "test_reduce[REDUCE_MAX-int32-forward]"],
-     ["test_reduce[REDUCE_MAX-uint32-forward]"]),
-    ("BROKEN_SUB", "test_alu and SUB", ["test_alu[SUB-int32-forward]", "test_alu[SUB-float32-forward]"],
-     []),
+    (
+        "BROKEN_FLIP",
+        "FLIP",
+        ["test_gradient[FLIP-float32-grad]", "test_gradient[FLIP-float64-grad]"],
+        ["test_movement[FLIP-float32-forward]"],
+    ),
+    (
+        "BROKEN_PAD",
+        "PAD or programs-float32",
+        [
+            "test_movement[PAD-float32-forward]",
+            "test_gradient[PAD-float32-grad]",
+            "test_programs[programs-float32-random]",
+        ],
+        [],
+    ),
+    (
+        "BROKEN_FLOORDIV",
+        "FLOORDIV",
+        ["test_alu[FLOORDIV-int32-forward]", "test_alu[FLOORDIV-float32-forward]"],
+        ["test_alu[FLOORDIV-uint32-forward]"],
+    ),
+    (
+        "BROKEN_MAXID",
+        "REDUCE_MAX",
+        ["test_reduce[REDUCE_MAX-float32-forward]", "test_reduce[REDUCE_MAX-int32-forward]"],
+        ["test_reduce[REDUCE_MAX-uint32-forward]"],
+    ),
+    ("BROKEN_SUB", "test_alu and SUB", ["test_alu[SUB-int32-forward]", "test_alu[SUB-float32-forward]"], []),
 ]
 
 
@@ -101,38 +157,77 @@ C_PLANTED = [
     ("BROKEN_C_RACE", "sizes_above_1024-int32", [f"{E}[sizes_above_1024-int32-forward]"], ""),
     ("BROKEN_C_WHERE", "WHERE_broadcast-float32", [f"{E}[WHERE_broadcast-float32-forward]"], "differs"),
     ("BROKEN_C_INTDIV", "integer_edges-int32", [f"{E}[integer_edges-int32-forward]"], "SIGFPE"),
-    ("BROKEN_C_F2I", "CAST_from_float32 and int32", ["test_cast[CAST_from_float32-int32-forward]"],
-     "differs"),
-    ("BROKEN_C_NOZERO", "in_place_into_a_fresh_buffer-float32",
-     [f"{E}[in_place_into_a_fresh_buffer-float32-forward]"], "differs"),
+    (
+        "BROKEN_C_F2I",
+        "CAST_from_float32 and int32",
+        ["test_cast[CAST_from_float32-int32-forward]"],
+        "differs",
+    ),
+    (
+        "BROKEN_C_NOZERO",
+        "in_place_into_a_fresh_buffer-float32",
+        [f"{E}[in_place_into_a_fresh_buffer-float32-forward]"],
+        "differs",
+    ),
     ("BROKEN_C_VARS", "bound_variables-int32", [f"{E}[bound_variables-int32-forward]"], "differs"),
-    ("BROKEN_C_F16", "CAST_from_float32 and float16", ["test_cast[CAST_from_float32-float16-forward]"],
-     "differs"),
+    (
+        "BROKEN_C_F16",
+        "CAST_from_float32 and float16",
+        ["test_cast[CAST_from_float32-float16-forward]"],
+        "differs",
+    ),
     ("BROKEN_C_LITERAL", "test_alu and MUL-float32", ["test_alu[MUL-float32-forward]"], "differs"),
     ("BROKEN_C_MANYBUF", "many_buffers-int32", [f"{E}[many_buffers-int32-forward]"], "differs"),
     ("BROKEN_C_INDEX16", "strided_views-int32", [f"{E}[strided_views-int32-forward]"], "differs"),
-    ("BROKEN_C_MATH", "LOG2-float64", ["test_alu[LOG2-float64-forward]", "test_gradient[LOG2-float64-grad]"],
-     "FORWARD: the program's float64 forward pass differs"),
+    (
+        "BROKEN_C_MATH",
+        "LOG2-float64",
+        ["test_alu[LOG2-float64-forward]", "test_gradient[LOG2-float64-grad]"],
+        "FORWARD: the program's float64 forward pass differs",
+    ),
     # the classes of state and limits (broken_backend/src/uopgrad_broken/semantics.py)
-    ("BROKEN_C_SETITEM", "setitem_duplicates", ["test_setitem[setitem_duplicates-float32-random]"],
-     "after the writes differs from numpy"),
-    ("BROKEN_C_REUPLOAD", "jit_random", ["test_jit[jit_random-float32-random]"],
-     "(it returned the previous call's values again)"),
-    ("BROKEN_C_SIGMOID", "unary_edges_sigmoids", ["test_unary_edges[unary_edges_sigmoids-float32-edges]"],
-     "[sigmoid] gradient of x.sigmoid() differs from the closed form"),
-    ("BROKEN_C_EMPTY", "empty_reductions", ["test_empty_reductions[empty_reductions-int32-random]",
-                                            "test_empty_reductions[empty_reductions-float32-random]"],
-     "differs from numpy's identity"),
-    ("BROKEN_C_LEAVES", "equal_leaves", ["test_equal_leaves[equal_leaves-float32-random]",
-                                         "test_equal_leaves[equal_leaves-float64-random]"],
-     "differs from the closed form of its own term"),
+    (
+        "BROKEN_C_SETITEM",
+        "setitem_duplicates",
+        ["test_setitem[setitem_duplicates-float32-random]"],
+        "after the writes differs from numpy",
+    ),
+    (
+        "BROKEN_C_REUPLOAD",
+        "jit_random",
+        ["test_jit[jit_random-float32-random]"],
+        "(it returned the previous call's values again)",
+    ),
+    (
+        "BROKEN_C_SIGMOID",
+        "unary_edges_sigmoids",
+        ["test_unary_edges[unary_edges_sigmoids-float32-edges]"],
+        "[sigmoid] gradient of x.sigmoid() differs from the closed form",
+    ),
+    (
+        "BROKEN_C_EMPTY",
+        "empty_reductions",
+        [
+            "test_empty_reductions[empty_reductions-int32-random]",
+            "test_empty_reductions[empty_reductions-float32-random]",
+        ],
+        "differs from numpy's identity",
+    ),
+    (
+        "BROKEN_C_LEAVES",
+        "equal_leaves",
+        ["test_equal_leaves[equal_leaves-float32-random]", "test_equal_leaves[equal_leaves-float64-random]"],
+        "differs from the closed form of its own term",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("backend", "select", "must_fail", "phrase"), C_PLANTED,
-                         ids=[p[0] for p in C_PLANTED])
-def test_planted_c_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
-                                 phrase: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "select", "must_fail", "phrase"), C_PLANTED, ids=[p[0] for p in C_PLANTED]
+)
+def test_planted_c_bug_is_caught(
+    tmp_path: Path, backend: str, select: str, must_fail: list[str], phrase: str
+) -> None:
     """Caught by the check of its class under the `ci` profile, with a repro that runs on its own."""
     run = run_suite(tmp_path, backend, "-k", select)
     assert run.rc == 1, run.out[-3000:]
@@ -162,10 +257,12 @@ def test_planted_c_bug_is_caught_realize_drops_the_graph(tmp_path: Path) -> None
     assert res.returncode == 0, res.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("backend", "select", "must_fail", "must_pass"), PLANTED,
-                         ids=[p[0] for p in PLANTED])
-def test_planted_bug_is_caught(tmp_path: Path, backend: str, select: str, must_fail: list[str],
-                               must_pass: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("backend", "select", "must_fail", "must_pass"), PLANTED, ids=[p[0] for p in PLANTED]
+)
+def test_planted_bug_is_caught(
+    tmp_path: Path, backend: str, select: str, must_fail: list[str], must_pass: list[str]
+) -> None:
     run = run_suite(tmp_path, backend, "-k", select)
     assert run.rc == 1, run.out[-3000:]
     for t in must_fail:
@@ -216,19 +313,37 @@ def test_reference_passes_and_the_report_lists_every_row(tmp_path: Path) -> None
     assert {op.name for op in GroupOp.ALU} <= rows
     assert {"RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"} <= rows
     assert {"REDUCE ADD", "REDUCE MAX", "REDUCE MUL", "COPY", "CONTIGUOUS"} <= rows
-    assert {r for r in rows if r.startswith("FUNCTION")} >= {"FUNCTION plain", "FUNCTION precompile",
-                                                             "FUNCTION grad_fxn", "FUNCTION nested"}
+    assert {r for r in rows if r.startswith("FUNCTION")} >= {
+        "FUNCTION plain",
+        "FUNCTION precompile",
+        "FUNCTION grad_fxn",
+        "FUNCTION nested",
+    }
     assert "MULTI" in rows  # sharded programs against the unsharded ones
-    assert {"setitem duplicates", "setitem views", "setitem detach", "setitem sharded", "jit random",
-            "jit empty_like", "jit variable offset", "empty reductions", "equal leaves"} <= rows
+    assert {
+        "setitem duplicates",
+        "setitem views",
+        "setitem detach",
+        "setitem sharded",
+        "jit random",
+        "jit empty_like",
+        "jit variable offset",
+        "empty reductions",
+        "equal leaves",
+    } <= rows
     assert {r for r in rows if r.startswith("unary edges")} >= {"unary edges sigmoids", "unary edges exp log"}
     assert "uopgrad conformance summary for REFERENCE" in run.out
     assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"])
 
 
 def test_out_of_tree_backend_passes(tmp_path: Path) -> None:
-    run = run_suite(tmp_path, "NUMPYVEC", "-k", "test_alu or test_movement or test_reduce or FUNCTION or "
-                    "test_setitem or test_jit or test_identities or test_unary_edges")
+    run = run_suite(
+        tmp_path,
+        "NUMPYVEC",
+        "-k",
+        "test_alu or test_movement or test_reduce or FUNCTION or "
+        "test_setitem or test_jit or test_identities or test_unary_edges",
+    )
     assert run.rc == 0, run.out[-3000:]
     claimed = [c for c in run.report["cases"] if c["outcome"] == "not claimed"]
     assert claimed and all("NUMPYVEC does not declare bfloat16" in c["reason"] for c in claimed)
@@ -240,9 +355,13 @@ def test_a_backend_with_one_device_does_not_claim_a_second_one(tmp_path: Path) -
     run = run_suite(tmp_path, "ONE_DEVICE", "-k", "setitem or MULTI or COPY")
     assert run.rc == 0, run.out[-3000:]
     assert run.outcome("test_setitem[setitem_duplicates-float32-random]") == "passed"
-    for t in ("test_setitem[setitem_sharded-float32-random]", "test_multi_fixed[MULTI-float32-matmul]",
-              "test_multi_random[MULTI-float32-random]", "test_gradient[MULTI-float32-grad]",
-              "test_copy[COPY-int32-forward]"):
+    for t in (
+        "test_setitem[setitem_sharded-float32-random]",
+        "test_multi_fixed[MULTI-float32-matmul]",
+        "test_multi_random[MULTI-float32-random]",
+        "test_gradient[MULTI-float32-grad]",
+        "test_copy[COPY-int32-forward]",
+    ):
         assert run.outcome(t) == "not claimed", t
     second = "not claimed: ONE_DEVICE exposes no second device ONE_DEVICE:1 (RuntimeError: ONE_DEVICE:1: "
     reasons = {c["reason"] for c in run.report["cases"] if c["outcome"] == "not claimed"}
@@ -251,8 +370,10 @@ def test_a_backend_with_one_device_does_not_claim_a_second_one(tmp_path: Path) -
 
 def test_xfails_file_and_strict_mode(tmp_path: Path) -> None:
     xf = tmp_path / "xfails.txt"
-    xf.write_text("# known bugs of BROKEN_SUB\ntest_alu[SUB-int32-forward]  # operands swapped\n"
-                  "test_alu[NO_SUCH_OP-*]\n")
+    xf.write_text(
+        "# known bugs of BROKEN_SUB\ntest_alu[SUB-int32-forward]  # operands swapped\n"
+        "test_alu[NO_SUCH_OP-*]\n"
+    )
     run = run_suite(tmp_path, "BROKEN_SUB", "-k", "SUB-int32", "--xfails", str(xf))
     assert run.rc == 0, run.out[-3000:]
     assert run.outcome("test_alu[SUB-int32-forward]") == "xfailed"
@@ -264,8 +385,12 @@ def test_xfails_file_and_strict_mode(tmp_path: Path) -> None:
 
 
 def test_backend_option_is_required_and_checked(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "-q",
-                          "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode != 0 and "needs --backend NAME" in res.stdout + res.stderr
     unknown = run_suite(tmp_path, "NO_SUCH_DEVICE")
     assert unknown.rc != 0 and "installed backends are" in unknown.out

@@ -2,6 +2,7 @@
 case a serial run reports, with the same table; `--skips FILE` keeps cases from running; a missing
 `--backend` is a usage error before anything runs; the worst relative error is a JUnit property. Runs on
 REFERENCE only (a `-k` selection keeps each run short)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,8 +20,19 @@ SELECT = "test_alu and (ADD or CMPLT) or test_movement"
 
 def suite(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     report = tmp_path / f"{name}.json"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "-p", "no:cacheprovider",
-           "--conformance-report", str(report), "-q", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "uopgrad_conformance",
+        "-p",
+        "no:cacheprovider",
+        "--conformance-report",
+        str(report),
+        "-q",
+        *args,
+    ]
     env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path / "kernels")}
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     return res, (json.loads(report.read_text()) if report.exists() else {"cases": []})
@@ -30,7 +42,7 @@ def table(out: str) -> str:
     lines = out.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("uopgrad conformance summary"))
     end = next(i for i, ln in enumerate(lines) if ln.startswith("cases:"))
-    return "\n".join(lines[start:end + 1])
+    return "\n".join(lines[start : end + 1])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="needs pytest-xdist installed")
@@ -39,18 +51,23 @@ def test_xdist_reports_every_case_of_a_serial_run(tmp_path):
     par, p = suite(tmp_path, "parallel", "--backend", "REFERENCE", "-k", SELECT, "-n", "2")
     assert serial.returncode == 0 and par.returncode == 0, par.stdout[-3000:]
     assert len(s["cases"]) > 100
+
     def cases(rep):
         return [(c["nodeid"], c["outcome"]) for c in rep["cases"]]
+
     assert cases(p) == cases(s)
     assert p["counts"] == s["counts"] and table(par.stdout) == table(serial.stdout)
 
 
 def test_skips_file_keeps_cases_from_running(tmp_path):
     skips = tmp_path / "hangs.txt"
-    skips.write_text("# cases that hang on this device\ntest_alu[ADD-float32-forward]  # hangs the driver\n"
-                     "test_alu[NOSUCHOP-*]  # stale line\n")
-    res, rep = suite(tmp_path, "skips", "--backend", "REFERENCE", "-k", "test_alu and ADD and float",
-                     "--skips", str(skips))
+    skips.write_text(
+        "# cases that hang on this device\ntest_alu[ADD-float32-forward]  # hangs the driver\n"
+        "test_alu[NOSUCHOP-*]  # stale line\n"
+    )
+    res, rep = suite(
+        tmp_path, "skips", "--backend", "REFERENCE", "-k", "test_alu and ADD and float", "--skips", str(skips)
+    )
     assert res.returncode == 0, res.stdout[-3000:]
     case = next(c for c in rep["cases"] if c["nodeid"].endswith("test_alu[ADD-float32-forward]"))
     assert case["outcome"] == "skipped" and case["reason"] == "--skips: hangs the driver"
@@ -67,8 +84,9 @@ def test_missing_backend_is_a_usage_error_at_start_up(tmp_path):
 
 def test_worst_relative_error_is_a_junit_property(tmp_path):
     xml = tmp_path / "junit.xml"
-    res, rep = suite(tmp_path, "junit", "--backend", "REFERENCE", "-k", "test_alu and EXP2",
-                     f"--junitxml={xml}")
+    res, rep = suite(
+        tmp_path, "junit", "--backend", "REFERENCE", "-k", "test_alu and EXP2", f"--junitxml={xml}"
+    )
     assert res.returncode == 0, res.stdout[-2000:]
     props = {}
     for tc in ET.parse(xml).getroot().iter("testcase"):

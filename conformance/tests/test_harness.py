@@ -1,6 +1,7 @@
 """Unit tests of the conformance harness's parts, on REFERENCE (no --backend, no broken backend needed):
 the case tables cover what they claim, comparisons and tolerances behave, kinks are detected, snippets run,
 the xfails format parses, the report summarises."""
+
 from __future__ import annotations
 
 import math
@@ -45,6 +46,7 @@ def test_case_table_agrees_with_reference(spec):
         ins = alu_inputs(spec, dt, np.random.default_rng(0), n_random=4)
         ns = namespace("REFERENCE", dt)
         from uopgrad_conformance.target import tensor
+
         for n, a, d in zip(ins.names, ins.arrays, ins.dtypes):
             ns[n] = tensor(a, d, target.name)
         for expr in spec.expressions(dt):
@@ -67,9 +69,9 @@ def test_cast_inputs_reach_the_ends_of_the_range_and_beyond():
     x = cast_inputs(dtypes.float32, dtypes.uint8, np.random.default_rng(0))
     assert np.isnan(x).any() and np.isinf(x).any()
     assert {255.0, 256.0, -1.0, 0.0} <= set(x[np.isfinite(x)].tolist())
-    assert (x[np.isfinite(x)] > 2.0 ** 63).any()
+    assert (x[np.isfinite(x)] > 2.0**63).any()
     y = cast_inputs(dtypes.float64, dtypes.int64, np.random.default_rng(0))
-    assert {2.0 ** 63, -(2.0 ** 63), 2.0 ** 53} <= set(y[np.isfinite(y)].tolist())
+    assert {2.0**63, -(2.0**63), 2.0**53} <= set(y[np.isfinite(y)].tolist())
 
 
 # ---------------------------------------------------------------------- comparisons
@@ -83,16 +85,20 @@ def test_compare_semantics():
     one_ulp = np.nextafter(np.float32(1), np.float32(2))
     assert not compare(np.array([one_ulp]), np.array([1.0], np.float32), f).ok
     assert compare(np.array([one_ulp]), np.array([1.0], np.float32), f, ulps=1).ok
-    bad = compare(np.array([1, 2, 3], np.int32), np.array([1, 5, 3], np.int32), dtypes.int32,
-                  inputs=[np.array([7, 8, 9])])
+    bad = compare(
+        np.array([1, 2, 3], np.int32),
+        np.array([1, 5, 3], np.int32),
+        dtypes.int32,
+        inputs=[np.array([7, 8, 9])],
+    )
     assert not bad.ok and bad.bad == [(1,)] and "inputs 8" in bad.detail
 
 
 def test_ulp_and_bfloat16_rounding():
-    assert ulp(np.array([1.0]), dtypes.float32)[0] == 2.0 ** -23
-    assert ulp(np.array([0.0]), dtypes.float16)[0] == 2.0 ** -24
-    assert representable([1.0 + 2.0 ** -9], dtypes.bfloat16)[0] == 1.0  # ties to even
-    assert representable([1.0 + 3 * 2.0 ** -9], dtypes.bfloat16)[0] == 1.0 + 2.0 ** -7
+    assert ulp(np.array([1.0]), dtypes.float32)[0] == 2.0**-23
+    assert ulp(np.array([0.0]), dtypes.float16)[0] == 2.0**-24
+    assert representable([1.0 + 2.0**-9], dtypes.bfloat16)[0] == 1.0  # ties to even
+    assert representable([1.0 + 3 * 2.0**-9], dtypes.bfloat16)[0] == 1.0 + 2.0**-7
 
 
 # ---------------------------------------------------------------------- gradients
@@ -108,8 +114,10 @@ def test_kinks_are_detected():
 
 def test_max_ties_are_detected():
     prog = GradProgram((GradInput("x", (2,)), GradInput("y", (2,))), "out = x.maximum(y)")
-    ins = [Input("x", np.array([1.0, 2.0]), dtypes.float64, True), Input("y", np.array([1.0, 0.0]),
-                                                                        dtypes.float64, True)]
+    ins = [
+        Input("x", np.array([1.0, 2.0]), dtypes.float64, True),
+        Input("y", np.array([1.0, 0.0]), dtypes.float64, True),
+    ]
     pts = [[np.array([1.0, 2.0]), np.array([1.0, 0.0])], [np.array([1.0 + 1e-6, 2.0]), np.array([1.0, 0.0])]]
     assert decisions_differ(prog, ins, pts) is not None
 
@@ -129,8 +137,13 @@ def test_known_core_issues_name_core():
 
 # ---------------------------------------------------------------------- snippets, programs, xfails, report
 def test_snippet_runs():
-    src = snippet("REFERENCE", dtypes.float32, [Input("a", np.array([1.5, -0.0, np.nan], np.float32),
-                                                      dtypes.float32)], "out = a * 2", ["print(out.numpy())"])
+    src = snippet(
+        "REFERENCE",
+        dtypes.float32,
+        [Input("a", np.array([1.5, -0.0, np.nan], np.float32), dtypes.float32)],
+        "out = a * 2",
+        ["print(out.numpy())"],
+    )
     ns: dict[str, object] = {}
     exec(compile(src, "<snippet>", "exec"), ns)
     out = ns["out"].numpy()  # type: ignore[attr-defined]
@@ -144,6 +157,7 @@ def test_generated_programs_run_on_reference(data):
     prog = data.draw(programs(dt, cast_to=[dtypes.float16] if dt == dtypes.float32 else [dtypes.int64]))
     ns = namespace("REFERENCE", dt)
     from uopgrad_conformance.target import tensor
+
     for i in prog.inputs():
         ns[i.name] = tensor(i.value, i.dtype, "REFERENCE")
     out = execute(prog.body(), ns)
@@ -155,7 +169,9 @@ def test_generated_programs_run_on_reference(data):
 def test_xfails_parse_and_match():
     entries = parse_xfails("# comment\n\ntest_alu[SUB-*]  # swapped\ntest_x[a-b]\n")
     assert [(e.pattern, e.reason, e.line) for e in entries] == [
-        ("test_alu[SUB-*]", "swapped", 3), ("test_x[a-b]", "listed in the xfails file", 4)]
+        ("test_alu[SUB-*]", "swapped", 3),
+        ("test_x[a-b]", "listed in the xfails file", 4),
+    ]
     rx = entries[0].regex()
     assert rx.match("pkg/suite/test_forward.py::test_alu[SUB-int32-forward]")
     assert not rx.match("pkg/suite/test_forward.py::test_alu[ADD-int32-forward]")
@@ -180,6 +196,7 @@ def test_plugin_is_inert_until_a_backend_is_named():
     # uopgrad then (core's own tests control when and how uopgrad is imported)
     import subprocess
     import sys
+
     code = "import sys, uopgrad_conformance.plugin; print(sorted(m for m in sys.modules if 'uopgrad' in m))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "['uopgrad_conformance', 'uopgrad_conformance.plugin']"

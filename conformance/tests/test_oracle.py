@@ -6,6 +6,7 @@ Where the spec is not what numpy does, the oracle computes the spec's rule itsel
 and a test below pins the difference: integer division by zero and `INT_MIN // -1`, integer POW with a
 negative exponent, float -> int out of range and NaN, and float64 -> bfloat16 (via float32: two
 roundings, where ml_dtypes rounds once)."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,9 @@ from uopgrad import DType, Ops, Tensor, dtypes
 from uopgrad_conformance.cases import ALU_SPECS, AluSpec, alu_inputs, cast_inputs
 from uopgrad_conformance.numerics import ALL_DTYPES, compare, host_dtype, name
 
-ml_dtypes = pytest.importorskip("ml_dtypes", reason="the bfloat16 oracle needs ml_dtypes (nox -s tests "
-                                "installs it)")
+ml_dtypes = pytest.importorskip(
+    "ml_dtypes", reason="the bfloat16 oracle needs ml_dtypes (nox -s tests installs it)"
+)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
@@ -52,33 +54,65 @@ def _shr(a: int, b: int, dt: DType) -> int:
 
 
 _INT: dict[Ops, Callable[..., int]] = {
-    Ops.ADD: lambda dt, a, b: a + b, Ops.SUB: lambda dt, a, b: a - b, Ops.MUL: lambda dt, a, b: a * b,
-    Ops.NEG: lambda dt, a: -a, Ops.MAX: lambda dt, a, b: max(a, b), Ops.TRUNC: lambda dt, a: a,
-    Ops.CDIV: lambda dt, a, b: _cdiv(a, b), Ops.FDIV: lambda dt, a, b: _cdiv(a, b),
+    Ops.ADD: lambda dt, a, b: a + b,
+    Ops.SUB: lambda dt, a, b: a - b,
+    Ops.MUL: lambda dt, a, b: a * b,
+    Ops.NEG: lambda dt, a: -a,
+    Ops.MAX: lambda dt, a, b: max(a, b),
+    Ops.TRUNC: lambda dt, a: a,
+    Ops.CDIV: lambda dt, a, b: _cdiv(a, b),
+    Ops.FDIV: lambda dt, a, b: _cdiv(a, b),
     Ops.CMOD: lambda dt, a, b: 0 if b == 0 else a - b * _cdiv(a, b),
     Ops.FLOORDIV: lambda dt, a, b: 0 if b == 0 else a // b,
     Ops.FLOORMOD: lambda dt, a, b: 0 if b == 0 else a % b,
-    Ops.POW: lambda dt, a, b: _ipow(a, b, dt), Ops.AND: lambda dt, a, b: a & b,
+    Ops.POW: lambda dt, a, b: _ipow(a, b, dt),
+    Ops.AND: lambda dt, a, b: a & b,
     Ops.OR: lambda dt, a, b: a | b,
-    Ops.XOR: lambda dt, a, b: a ^ b, Ops.SHL: lambda dt, a, b: _shl(a, b, dt),
-    Ops.SHR: lambda dt, a, b: _shr(a, b, dt), Ops.MULACC: lambda dt, a, b, c: a * b + c,
-    Ops.CMPLT: lambda dt, a, b: a < b, Ops.CMPNE: lambda dt, a, b: a != b, Ops.CMPEQ: lambda dt, a, b: a == b,
+    Ops.XOR: lambda dt, a, b: a ^ b,
+    Ops.SHL: lambda dt, a, b: _shl(a, b, dt),
+    Ops.SHR: lambda dt, a, b: _shr(a, b, dt),
+    Ops.MULACC: lambda dt, a, b, c: a * b + c,
+    Ops.CMPLT: lambda dt, a, b: a < b,
+    Ops.CMPNE: lambda dt, a, b: a != b,
+    Ops.CMPEQ: lambda dt, a, b: a == b,
     Ops.WHERE: lambda dt, c, a, b: a if c else b,
 }
 _BOOL: dict[Ops, Callable[..., bool]] = {
-    Ops.ADD: lambda a, b: a or b, Ops.SUB: lambda a, b: a != b, Ops.MUL: lambda a, b: a and b,
-    Ops.NEG: lambda a: not a, Ops.MAX: lambda a, b: a or b, Ops.POW: lambda a, b: bool(int(a) ** int(b)),
-    Ops.AND: lambda a, b: a and b, Ops.OR: lambda a, b: a or b, Ops.XOR: lambda a, b: a != b,
+    Ops.ADD: lambda a, b: a or b,
+    Ops.SUB: lambda a, b: a != b,
+    Ops.MUL: lambda a, b: a and b,
+    Ops.NEG: lambda a: not a,
+    Ops.MAX: lambda a, b: a or b,
+    Ops.POW: lambda a, b: bool(int(a) ** int(b)),
+    Ops.AND: lambda a, b: a and b,
+    Ops.OR: lambda a, b: a or b,
+    Ops.XOR: lambda a, b: a != b,
     Ops.TRUNC: lambda a: a,
 }
 
 # ---------------------------------------------------------------------- floats by numpy / ml_dtypes
 _FLOAT: dict[Ops, Callable[..., np.ndarray]] = {
-    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
-    Ops.FDIV: np.true_divide, Ops.CDIV: lambda a, b: np.trunc(np.true_divide(a, b)), Ops.CMOD: np.fmod,
-    Ops.FLOORDIV: np.floor_divide, Ops.FLOORMOD: np.remainder, Ops.POW: np.power, Ops.EXP2: np.exp2,
-    Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.RECIPROCAL: np.reciprocal, Ops.TRUNC: np.trunc,
-    Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal, Ops.WHERE: np.where,
+    Ops.ADD: np.add,
+    Ops.SUB: np.subtract,
+    Ops.MUL: np.multiply,
+    Ops.NEG: np.negative,
+    Ops.MAX: np.maximum,
+    Ops.FDIV: np.true_divide,
+    Ops.CDIV: lambda a, b: np.trunc(np.true_divide(a, b)),
+    Ops.CMOD: np.fmod,
+    Ops.FLOORDIV: np.floor_divide,
+    Ops.FLOORMOD: np.remainder,
+    Ops.POW: np.power,
+    Ops.EXP2: np.exp2,
+    Ops.LOG2: np.log2,
+    Ops.SIN: np.sin,
+    Ops.SQRT: np.sqrt,
+    Ops.RECIPROCAL: np.reciprocal,
+    Ops.TRUNC: np.trunc,
+    Ops.CMPLT: np.less,
+    Ops.CMPNE: np.not_equal,
+    Ops.CMPEQ: np.equal,
+    Ops.WHERE: np.where,
     Ops.MULACC: lambda a, b, c: np.add(np.multiply(a, b), c),
 }
 
@@ -139,8 +173,10 @@ def cast_oracle(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     if dst == dtypes.bool:
         return np.asarray(x != 0)
     if dtypes.is_float(src) and dtypes.is_int(dst):
-        vals = [0 if not math.isfinite(v) else _wrap(int(math.trunc(v)), dst)
-                for v in x.astype(np.float64).tolist()]
+        vals = [
+            0 if not math.isfinite(v) else _wrap(int(math.trunc(v)), dst)
+            for v in x.astype(np.float64).tolist()
+        ]
         return np.array(vals, dtype=host_dtype(dst))
     with np.errstate(all="ignore"):
         if dst == dtypes.bfloat16:  # via float32, then round to nearest even
@@ -164,22 +200,24 @@ def test_spec_differences_from_numpy_are_pinned() -> None:
     i32 = dtypes.int32
     with np.errstate(all="ignore"):
         # float -> int: numpy gives INT_MIN for NaN and out of range; the spec gives 0 and the wrap
-        x = np.array([np.nan, np.inf, 2.0 ** 32 + 5, -1.0], dtype=np.float64)
-        assert np.asarray(x.astype(np.int32)).tolist()[0] == -(2 ** 31)
+        x = np.array([np.nan, np.inf, 2.0**32 + 5, -1.0], dtype=np.float64)
+        assert np.asarray(x.astype(np.int32)).tolist()[0] == -(2**31)
         assert Tensor(x, device="REFERENCE").cast(i32).numpy().tolist() == [0, 0, 5, -1]
     # an integer to a negative power: numpy raises, the spec truncates the real result
     with pytest.raises(ValueError):
         np.power(np.array([2], dtype=np.int32), np.array([-1], dtype=np.int32))
-    a, b = (Tensor(np.array(v, dtype=np.int32), device="REFERENCE")
-            for v in ([2, -1, 1, -1], [-1, -3, -5, -2]))
+    a, b = (
+        Tensor(np.array(v, dtype=np.int32), device="REFERENCE") for v in ([2, -1, 1, -1], [-1, -3, -5, -2])
+    )
     assert Tensor(a.uop.alu(Ops.POW, b.uop)).numpy().tolist() == [0, -1, 1, 1]
     # bfloat16 CDIV truncates the float32 quotient (one op, one rounding), float16 CDIV the float16 one
     one, tenth = np.array([1.0], dtype=np.float32), np.array([0.100097656], dtype=np.float32)
     bq = Tensor(one, device="REFERENCE", dtype=dtypes.bfloat16).uop.alu(
-        Ops.CDIV, Tensor(tenth, device="REFERENCE", dtype=dtypes.bfloat16).uop)
+        Ops.CDIV, Tensor(tenth, device="REFERENCE", dtype=dtypes.bfloat16).uop
+    )
     assert Tensor(bq).numpy().tolist() == [9.0]
     assert float(np.trunc(one.astype(BF16) / tenth.astype(BF16))[0]) == 10.0  # bf16 arithmetic: 10
     # float64 -> bfloat16 rounds twice (via float32): a tie after the first rounding goes to even
-    v = np.array([1 + 2.0 ** -8 + 2.0 ** -30])
-    assert float(v.astype(BF16)[0]) == 1 + 2.0 ** -7  # ml_dtypes rounds once
+    v = np.array([1 + 2.0**-8 + 2.0**-30])
+    assert float(v.astype(BF16)[0]) == 1 + 2.0**-7  # ml_dtypes rounds once
     assert float(Tensor(v, device="REFERENCE").cast(dtypes.bfloat16).numpy()[0]) == 1.0

@@ -2,6 +2,7 @@
 replays, unary ops at extreme inputs, zero-size reductions, equal leaves), on REFERENCE: the closed forms are
 right, every unary Tensor op is covered, the numpy oracles agree with numpy where numpy is defined, the
 generated programs run, and a backend with one device does not claim sharding."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,9 +28,24 @@ REF = Target.load("REFERENCE")
 PROFILE = settings(max_examples=6, derandomize=True, deadline=None, database=None)
 # methods that take a tensor alone and give one of its shape, with a gradient, but are not elementwise (or
 # are the identity): the introspection below finds them too
-NOT_UNARY = {"clone", "contiguous", "contiguous_backward", "cumprod", "cumsum", "detach", "empty_like",
-             "layernorm", "log_softmax", "logcumsumexp", "ones_like", "rand_like", "randn_like", "softmax",
-             "softmin", "zeros_like"}
+NOT_UNARY = {
+    "clone",
+    "contiguous",
+    "contiguous_backward",
+    "cumprod",
+    "cumsum",
+    "detach",
+    "empty_like",
+    "layernorm",
+    "log_softmax",
+    "logcumsumexp",
+    "ones_like",
+    "rand_like",
+    "randn_like",
+    "softmax",
+    "softmin",
+    "zeros_like",
+}
 
 
 # ---------------------------------------------------------------------- unary ops at extreme inputs
@@ -75,6 +91,7 @@ def test_closed_form_derivatives_agree_with_finite_differences(name):
 def test_closed_forms_at_the_edges_are_the_documented_values():
     def grad(name: str, x: np.ndarray | None = None) -> np.ndarray:
         return closed_form(UNARY_EDGE_OPS[name], np.array(EDGES) if x is None else x, dtypes.float32)[1]
+
     large = np.array([-300.0, -89.0, 89.0, 300.0])
     for name in ("sigmoid", "tanh", "gelu", "quick_gelu", "hardsigmoid", "erf", "silu"):  # 0 or 1, not NaN
         g = grad(name, large)
@@ -135,13 +152,15 @@ def test_jit_programs_pass_on_reference(row, data):
 def test_identity_programs_pass_on_reference(data):
     dt = data.draw(st.sampled_from([dtypes.int32, dtypes.float32]))
     check_empty(REF, data.draw(empty_reductions(dt)), Recorder())
-    check_leaves(REF, data.draw(equal_leaves(dtypes.float32 if dt == dtypes.int32 else dtypes.float64)),
-                 Recorder())
+    check_leaves(
+        REF, data.draw(equal_leaves(dtypes.float32 if dt == dtypes.int32 else dtypes.float64)), Recorder()
+    )
 
 
 def test_a_backend_with_one_device_does_not_claim_sharding(monkeypatch):
     def refuse(self: Tensor, device: object) -> Tensor:
         raise RuntimeError(f"{device}: one device only")
+
     monkeypatch.setattr(target_module, "_SECOND", {})
     monkeypatch.setattr(Tensor, "to", refuse)
     why = no_second_device(REF)

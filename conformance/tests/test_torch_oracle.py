@@ -4,6 +4,7 @@ where torch is installed (an optional extra: `pip install torch`; the test skips
 The random programs of `strategies.programs` are run twice from the same source text: by uopgrad on
 REFERENCE, and by PyTorch through `TorchT`, a thin wrapper that spells tinygrad's method names in torch.
 Both in float64; the gradients for one Gaussian cotangent must agree to 1e-9 of their size."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -30,30 +31,69 @@ class TorchT:
     def _w(self, x: object) -> Any:
         return x.t if isinstance(x, TorchT) else x
 
-    def __add__(self, o: object) -> TorchT: return TorchT(self.t + self._w(o))
-    def __radd__(self, o: object) -> TorchT: return TorchT(self._w(o) + self.t)
-    def __sub__(self, o: object) -> TorchT: return TorchT(self.t - self._w(o))
-    def __mul__(self, o: object) -> TorchT: return TorchT(self.t * self._w(o))
-    def __truediv__(self, o: object) -> TorchT: return TorchT(self.t / self._w(o))
-    def __neg__(self) -> TorchT: return TorchT(-self.t)
-    def __lt__(self, o: object) -> TorchT: return TorchT(self.t < self._w(o))
-    def __matmul__(self, o: TorchT) -> TorchT: return TorchT(self.t @ o.t)
+    def __add__(self, o: object) -> TorchT:
+        return TorchT(self.t + self._w(o))
+
+    def __radd__(self, o: object) -> TorchT:
+        return TorchT(self._w(o) + self.t)
+
+    def __sub__(self, o: object) -> TorchT:
+        return TorchT(self.t - self._w(o))
+
+    def __mul__(self, o: object) -> TorchT:
+        return TorchT(self.t * self._w(o))
+
+    def __truediv__(self, o: object) -> TorchT:
+        return TorchT(self.t / self._w(o))
+
+    def __neg__(self) -> TorchT:
+        return TorchT(-self.t)
+
+    def __lt__(self, o: object) -> TorchT:
+        return TorchT(self.t < self._w(o))
+
+    def __matmul__(self, o: TorchT) -> TorchT:
+        return TorchT(self.t @ o.t)
 
     def __getattr__(self, name: str) -> Callable[..., TorchT]:
-        simple = {"sin": torch.sin, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "sqrt": torch.sqrt,
-                  "log2": torch.log2, "exp2": torch.exp2, "relu": torch.relu, "abs": torch.abs,
-                  "reciprocal": torch.reciprocal, "contiguous": lambda t: t, "realize": lambda t: t}
+        simple = {
+            "sin": torch.sin,
+            "tanh": torch.tanh,
+            "sigmoid": torch.sigmoid,
+            "sqrt": torch.sqrt,
+            "log2": torch.log2,
+            "exp2": torch.exp2,
+            "relu": torch.relu,
+            "abs": torch.abs,
+            "reciprocal": torch.reciprocal,
+            "contiguous": lambda t: t,
+            "realize": lambda t: t,
+        }
         if name in simple:
             return lambda: TorchT(simple[name](self.t))
         raise AttributeError(name)
 
-    def numpy(self) -> np.ndarray: return self.t.detach().numpy()
-    def item(self) -> float: return float(self.t.item())
-    def maximum(self, o: TorchT) -> TorchT: return TorchT(torch.maximum(self.t, self._w(o)))
-    def where(self, a: TorchT, b: TorchT) -> TorchT: return TorchT(torch.where(self.t, a.t, b.t))
-    def reshape(self, *s: int) -> TorchT: return TorchT(self.t.reshape(*s))
-    def permute(self, *o: int) -> TorchT: return TorchT(self.t.permute(*o))
-    def expand(self, *s: int) -> TorchT: return TorchT(self.t.expand(*s))
+    def numpy(self) -> np.ndarray:
+        return self.t.detach().numpy()
+
+    def item(self) -> float:
+        return float(self.t.item())
+
+    def maximum(self, o: TorchT) -> TorchT:
+        return TorchT(torch.maximum(self.t, self._w(o)))
+
+    def where(self, a: TorchT, b: TorchT) -> TorchT:
+        return TorchT(torch.where(self.t, a.t, b.t))
+
+    def reshape(self, *s: int) -> TorchT:
+        return TorchT(self.t.reshape(*s))
+
+    def permute(self, *o: int) -> TorchT:
+        return TorchT(self.t.permute(*o))
+
+    def expand(self, *s: int) -> TorchT:
+        return TorchT(self.t.expand(*s))
+
     def flip(self, axes: int | Sequence[int]) -> TorchT:
         return TorchT(self.t.flip([axes] if isinstance(axes, int) else list(axes)))
 
@@ -128,15 +168,25 @@ def _check(prog: Any) -> None:
 _KINDS = ("unary", "binary", "movement", "reduce", "matmul", "function", "realize")
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(prog=programs(dtypes.float64, kinds=_KINDS[:-1]))
 def test_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(prog=programs(dtypes.float64, kinds=_KINDS, read_first=True))
 def test_realized_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)

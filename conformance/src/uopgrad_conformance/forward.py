@@ -7,6 +7,7 @@ A compiled backend runs each expression twice, the second time with another thre
 thread pool (threads.py): the two results must be the same bits (docs/conformance.md "Determinism"). A
 case that can trap (SIGFPE on integer division) runs on the backend in a subprocess, so a trap fails that
 case and not the whole run."""
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,9 @@ def format_exception(e: BaseException, limit: int = 3) -> str:
     return "\n".join("    " + s for s in lines)
 
 
-def _evaluate(device: str, dt: DType | None, inputs: Sequence[Input], expr: str,
-              extra: dict[str, object]) -> np.ndarray:
+def _evaluate(
+    device: str, dt: DType | None, inputs: Sequence[Input], expr: str, extra: dict[str, object]
+) -> np.ndarray:
     ns = namespace(device, dt, **extra)
     for inp in inputs:
         ns[inp.name] = tensor(inp.value, inp.dtype, device, inp.requires_grad or None)
@@ -71,8 +73,10 @@ def _cut(inputs: Sequence[Input], index: Sequence[tuple[int, ...]]) -> list[Inpu
     """Inputs of the original shape holding only the elements at `index` (1-d), repeated: a short repro
     (repro.py writes a repeating array as `np.resize`) that keeps the loop's trip count."""
     flat = [i[0] for i in index]
-    return [Input(i.name, np.resize(np.asarray(i.value)[flat], np.shape(i.value)), i.dtype, i.requires_grad)
-            for i in inputs]
+    return [
+        Input(i.name, np.resize(np.asarray(i.value)[flat], np.shape(i.value)), i.dtype, i.requires_grad)
+        for i in inputs
+    ]
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -91,14 +95,22 @@ def rerun_differs(got: np.ndarray, again: np.ndarray, how: str) -> str | None:
     if bool(np.all(same)):
         return None
     bad: list[np.ndarray] = list(np.argwhere(~same)[:4]) if same.shape == np.shape(got) else []
-    shown = ", ".join(f"at {tuple(int(i) for i in ix)}: {np.asarray(got)[tuple(ix)]!r} then "
-                      f"{np.asarray(again)[tuple(ix)]!r}" for ix in bad)
+    shown = ", ".join(
+        f"at {tuple(int(i) for i in ix)}: {np.asarray(got)[tuple(ix)]!r} then "
+        f"{np.asarray(again)[tuple(ix)]!r}"
+        for ix in bad
+    )
     n_bad = int(np.size(same) - np.sum(same))
     return f"is not deterministic: a second run ({how}) gave other bits in {n_bad} element(s) ({shown})"
 
 
-def _isolated(target: Target, dt: DType | None, inputs: Sequence[Input], checks: Sequence[ForwardCheck],
-              extra_src: dict[str, str]) -> tuple[list[np.ndarray | None], str | None]:
+def _isolated(
+    target: Target,
+    dt: DType | None,
+    inputs: Sequence[Input],
+    checks: Sequence[ForwardCheck],
+    extra_src: dict[str, str],
+) -> tuple[list[np.ndarray | None], str | None]:
     """Run the checks' expressions on the backend in a subprocess: (the results, None), or (the results
     of the checks that finished, what killed the process)."""
     with tempfile.TemporaryDirectory(prefix="uopgrad-conformance-") as tmp:
@@ -108,8 +120,9 @@ def _isolated(target: Target, dt: DType | None, inputs: Sequence[Input], checks:
             lines += [f"out = {chk.expr}", f"np.save({path!r}, out.numpy())"]
         script = snippet(target.name, dt, inputs, "\n".join(lines), (), extra_src)
         try:
-            res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                                 check=False)
+            res = subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=False
+            )
             died = None if res.returncode == 0 else _death(res.returncode, res.stderr)
         except subprocess.TimeoutExpired:
             died = "the subprocess ran past 600 s"
@@ -130,8 +143,13 @@ def _death(rc: int, stderr: str) -> str:
     return f"the subprocess exited with status {rc}:\n{tail}"
 
 
-def _prebuild(target: Target, dt: DType | None, inputs: Sequence[Input], checks: Sequence[ForwardCheck],
-              extra: dict[str, object]) -> None:
+def _prebuild(
+    target: Target,
+    dt: DType | None,
+    inputs: Sequence[Input],
+    checks: Sequence[ForwardCheck],
+    extra: dict[str, object],
+) -> None:
     """Realize every check's expression in one run first, so that a backend that builds the new kernels of
     a schedule together (OpenCL, the CUDA emulator) compiles them once for the lot; the checks then run one
     by one as always, finding their kernels built. Anything that goes wrong here happens again in its own
@@ -148,16 +166,29 @@ def _prebuild(target: Target, dt: DType | None, inputs: Sequence[Input], checks:
         return
 
 
-def _repro(target: Target, dt: DType | None, inputs: Sequence[Input], expr: str, expected: str | None,
-           extra: dict[str, str]) -> str:
+def _repro(
+    target: Target,
+    dt: DType | None,
+    inputs: Sequence[Input],
+    expr: str,
+    expected: str | None,
+    extra: dict[str, str],
+) -> str:
     tail = ["print(out.numpy())" + (f"  # REFERENCE gives {expected}" if expected else "")]
     return snippet(target.name, dt, inputs, f"out = {expr}", tail, extra)
 
 
-def run_forward(target: Target, dt: DType | None, inputs: Sequence[Input], checks: Sequence[ForwardCheck],
-                record: Recorder, extra: dict[str, object] | None = None,
-                extra_ref: dict[str, object] | None = None, extra_src: dict[str, str] | None = None,
-                isolate: bool = False) -> None:
+def run_forward(
+    target: Target,
+    dt: DType | None,
+    inputs: Sequence[Input],
+    checks: Sequence[ForwardCheck],
+    record: Recorder,
+    extra: dict[str, object] | None = None,
+    extra_ref: dict[str, object] | None = None,
+    extra_src: dict[str, str] | None = None,
+    isolate: bool = False,
+) -> None:
     """Run every check on the backend and on REFERENCE; raise `Failure` listing each one that differs.
     `extra` binds further names for the backend's run, `extra_ref` for REFERENCE's, `extra_src` in the
     snippet. `isolate`: the backend runs the checks in a subprocess (cases that can trap; `extra` must be
@@ -177,14 +208,17 @@ def run_forward(target: Target, dt: DType | None, inputs: Sequence[Input], check
         try:
             expected = _evaluate(REFERENCE, dt, inputs, chk.expr, extra_ref)
         except Exception as e:  # the case itself is wrong: say so, never blame the backend
-            problems.append(f"[{chk.expr}] REFERENCE failed to run the case (a harness bug):\n"
-                            f"{format_exception(e)}")
+            problems.append(
+                f"[{chk.expr}] REFERENCE failed to run the case (a harness bug):\n{format_exception(e)}"
+            )
             continue
         if isolate:
             result = isolated[k]
             if result is None:
-                problems.append(f"[{chk.expr}] did not finish on {target.name}: {died}\nrepro:\n"
-                                + _repro(target, dt, inputs, chk.expr, None, extra_src))
+                problems.append(
+                    f"[{chk.expr}] did not finish on {target.name}: {died}\nrepro:\n"
+                    + _repro(target, dt, inputs, chk.expr, None, extra_src)
+                )
                 break
             got = result
         else:
@@ -194,14 +228,18 @@ def run_forward(target: Target, dt: DType | None, inputs: Sequence[Input], check
                     with other_thread_count() as how:
                         again = _evaluate(target.name, dt, inputs, chk.expr, extra)
                     if (why := rerun_differs(got, again, how)) is not None:
-                        problems.append(f"[{chk.expr}] {why}\nrepro (run it twice):\n"
-                                        + _repro(target, dt, inputs, chk.expr, None, extra_src))
+                        problems.append(
+                            f"[{chk.expr}] {why}\nrepro (run it twice):\n"
+                            + _repro(target, dt, inputs, chk.expr, None, extra_src)
+                        )
                         continue
             except Exception as e:
                 n = int(np.shape(inputs[0].value)[0]) if inputs and np.ndim(inputs[0].value) else 0
                 small = _cut(inputs, [(i,) for i in range(min(4, n))]) if chk.elementwise and n else inputs
-                problems.append(f"[{chk.expr}] raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
-                                + _repro(target, dt, small, chk.expr, None, extra_src))
+                problems.append(
+                    f"[{chk.expr}] raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
+                    + _repro(target, dt, small, chk.expr, None, extra_src)
+                )
                 continue
         cmp = chk.comparer(got, expected, [i.value for i in inputs])
         record.error(cmp.worst_rel)
@@ -213,18 +251,27 @@ def run_forward(target: Target, dt: DType | None, inputs: Sequence[Input], check
         else:
             small, shown = list(inputs), None
         exp_text = None if shown is None else np.array2string(shown, separator=", ") + " over and over"
-        problems.append(cmp.message(f"[{chk.expr}] differs from REFERENCE") + "\nrepro:\n"
-                        + _repro(target, dt, small, chk.expr, exp_text, extra_src))
+        problems.append(
+            cmp.message(f"[{chk.expr}] differs from REFERENCE")
+            + "\nrepro:\n"
+            + _repro(target, dt, small, chk.expr, exp_text, extra_src)
+        )
     if problems:
         raise Failure("\n\n".join(problems))
 
 
-def check_equal(dt: DType, ulps: float = 0, signed_zero: bool = True,
-                atol: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None) -> Comparer:
+def check_equal(
+    dt: DType,
+    ulps: float = 0,
+    signed_zero: bool = True,
+    atol: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None,
+) -> Comparer:
     """A comparer: `compare` with these tolerances (`atol` computed from the inputs)."""
+
     def run(got: np.ndarray, expected: np.ndarray, ins: Sequence[np.ndarray]) -> Comparison:
         bound = atol(ins) if atol is not None else 0.0
         return compare(got, expected, dt, ulps, bound, signed_zero, ins if _flat(ins, expected) else ())
+
     return run
 
 

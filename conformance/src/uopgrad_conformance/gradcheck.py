@@ -7,6 +7,7 @@ differences run in float64 (on the backend when it claims float64, else on REFER
 gradient comes from the backend in the case's dtype. Points where the program is not differentiable are
 detected (its branch decisions at x−h, x and x+h differ) and redrawn; the case's report notes each redraw.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -22,8 +23,18 @@ from uopgrad_conformance.report import Recorder
 from uopgrad_conformance.repro import Input, array_literal, execute, namespace, snippet
 from uopgrad_conformance.target import REFERENCE, Target, tensor
 
-__all__ = ["JACOBIAN_LIMIT", "GradInput", "GradProgram", "check_gradients", "decisions_differ", "forward64",
-           "run_env", "sample", "second_order", "vjp"]
+__all__ = [
+    "JACOBIAN_LIMIT",
+    "GradInput",
+    "GradProgram",
+    "check_gradients",
+    "decisions_differ",
+    "forward64",
+    "run_env",
+    "sample",
+    "second_order",
+    "vjp",
+]
 
 JACOBIAN_LIMIT = 64
 _ATTEMPTS = 3  # draws of x before a case at a non-differentiable point fails
@@ -81,8 +92,16 @@ def sample(prog: GradProgram, dt: DType, rng: np.random.Generator) -> list[Input
     no two of their values tie."""
     sizes = {i.name: int(np.prod(i.shape)) for i in prog.inputs}
     distinct = [i for i in prog.inputs if i.domain == "distinct"]
-    pool = iter(np.split(_distinct(sum(sizes[i.name] for i in distinct), rng),
-                         np.cumsum([sizes[i.name] for i in distinct])[:-1])) if distinct else iter(())
+    pool = (
+        iter(
+            np.split(
+                _distinct(sum(sizes[i.name] for i in distinct), rng),
+                np.cumsum([sizes[i.name] for i in distinct])[:-1],
+            )
+        )
+        if distinct
+        else iter(())
+    )
     out = []
     for inp in prog.inputs:
         idt = inp.dtype or (dtypes.bool if inp.domain == "bool" else dt)
@@ -118,9 +137,14 @@ def _outputs(out: object) -> list[Tensor]:
     return outs  # type: ignore[return-value]
 
 
-def _build(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
-           values: Sequence[np.ndarray] | None = None, requires_grad: bool = False) -> tuple[list[Tensor],
-                                                                                            list[Tensor]]:
+def _build(
+    prog: GradProgram,
+    body: str,
+    inputs: Sequence[Input],
+    env: _Env,
+    values: Sequence[np.ndarray] | None = None,
+    requires_grad: bool = False,
+) -> tuple[list[Tensor], list[Tensor]]:
     """Run the body: (outputs, input tensors). `values` replace the inputs' values (float64 ones for
     finite differences are cast to each input's dtype in `env`)."""
     ns = namespace(env.device, env.dt, dev2=env.dev2, **env.extra)
@@ -134,17 +158,23 @@ def _build(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
     return _outputs(execute(body, ns)), ins
 
 
-def forward64(prog: GradProgram, inputs: Sequence[Input], env: _Env, values: Sequence[np.ndarray]) \
-        -> list[np.ndarray]:
+def forward64(
+    prog: GradProgram, inputs: Sequence[Input], env: _Env, values: Sequence[np.ndarray]
+) -> list[np.ndarray]:
     """The program's outputs at `values` (finite differences: `env` is float64), as float64 arrays."""
     outs, _ = _build(prog, prog.body, inputs, env, values)
     Tensor.realize(*outs) if len(outs) > 1 else None
     return [o.numpy().astype(np.float64) for o in outs]
 
 
-def vjp(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
-        cotangents: Sequence[np.ndarray], read_first: bool = False) \
-        -> tuple[list[np.ndarray], list[np.ndarray]]:
+def vjp(
+    prog: GradProgram,
+    body: str,
+    inputs: Sequence[Input],
+    env: _Env,
+    cotangents: Sequence[np.ndarray],
+    read_first: bool = False,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(outputs, gradients of every target input) for the given output cotangents, in float64.
     `read_first`: read every output (`.numpy()`) before differentiating, as a user prints a loss first."""
     outs, ins = _build(prog, body, inputs, env, requires_grad=True)
@@ -152,8 +182,10 @@ def vjp(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
         for o in outs:
             o.numpy()
     targets = [t for t, i in zip(ins, inputs) if i.requires_grad]
-    vs = [tensor(np.asarray(c, dtype=host_dtype(o.dtype)), o.dtype, str(o.device)) for c, o in
-          zip(cotangents, outs)]
+    vs = [
+        tensor(np.asarray(c, dtype=host_dtype(o.dtype)), o.dtype, str(o.device))
+        for c, o in zip(cotangents, outs)
+    ]
     if len(outs) == 1:
         grads = outs[0].gradient(*targets, gradient=vs[0])
     else:
@@ -200,8 +232,9 @@ def _decision(u: UOp) -> list[UOp]:
     return []
 
 
-def decisions_at(prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env,
-                 values: Sequence[np.ndarray]) -> list[np.ndarray]:
+def decisions_at(
+    prog: GradProgram, body: str, inputs: Sequence[Input], env: _Env, values: Sequence[np.ndarray]
+) -> list[np.ndarray]:
     """The values of every branch decision of the program at `values`."""
     outs, _ = _build(prog, body, inputs, env, values)
     nodes = _decision_nodes(outs)
@@ -212,8 +245,12 @@ def decisions_at(prog: GradProgram, body: str, inputs: Sequence[Input], env: _En
     return [t.numpy() for t in ts]
 
 
-def decisions_differ(prog: GradProgram, inputs: Sequence[Input], points: Sequence[Sequence[np.ndarray]],
-                     dev2: str = "REFERENCE:1") -> str | None:
+def decisions_differ(
+    prog: GradProgram,
+    inputs: Sequence[Input],
+    points: Sequence[Sequence[np.ndarray]],
+    dev2: str = "REFERENCE:1",
+) -> str | None:
     """None when the program's branch decisions are the same at every point (in float64 on REFERENCE),
     else a description of the first that differs."""
     body = prog.inline or prog.body
@@ -236,14 +273,17 @@ class _Draw:
     h: float
 
 
-def _draw(prog: GradProgram, dt: DType, rng: np.random.Generator, small: bool, record: Recorder,
-          dev2: str) -> _Draw:
+def _draw(
+    prog: GradProgram, dt: DType, rng: np.random.Generator, small: bool, record: Recorder, dev2: str
+) -> _Draw:
     why = ""
     for attempt in range(_ATTEMPTS):
         inputs = sample(prog, dt, rng)
         x64 = [np.asarray(i.value, dtype=np.float64) for i in inputs]
-        u = [rng.standard_normal(x.shape) if i.requires_grad else np.zeros(x.shape)
-             for x, i in zip(x64, inputs)]
+        u = [
+            rng.standard_normal(x.shape) if i.requires_grad else np.zeros(x.shape)
+            for x, i in zip(x64, inputs)
+        ]
         h = float(fd_step(np.array(max((float(np.max(np.abs(x))) for x in x64 if x.size), default=1.0))))
         points = [x64, [x + h * d for x, d in zip(x64, u)], [x - h * d for x, d in zip(x64, u)]]
         if small:
@@ -261,8 +301,10 @@ def _draw(prog: GradProgram, dt: DType, rng: np.random.Generator, small: bool, r
                 record.note(f"redrawn {attempt} time(s) away from a non-differentiable point ({why})")
             return _Draw(inputs, x64, u, h)
         why = why_now
-    raise Failure(f"every one of {_ATTEMPTS} draws of the inputs lies at a non-differentiable point of the "
-                  f"program ({why}); its input domains must avoid its kinks (a harness problem)")
+    raise Failure(
+        f"every one of {_ATTEMPTS} draws of the inputs lies at a non-differentiable point of the "
+        f"program ({why}); its input domains must avoid its kinks (a harness problem)"
+    )
 
 
 def _fd_jvp(prog: GradProgram, draw: _Draw, env: _Env, direction: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -271,14 +313,24 @@ def _fd_jvp(prog: GradProgram, draw: _Draw, env: _Env, direction: Sequence[np.nd
     return [(p - m) / (2 * draw.h) for p, m in zip(plus, minus)]
 
 
-def _cotangents(shapes: Sequence[tuple[int, ...]], dts: Sequence[DType],
-                rng: np.random.Generator) -> list[np.ndarray]:
-    return [np.asarray(representable(rng.standard_normal(s), d), dtype=np.float64).reshape(s)
-            for s, d in zip(shapes, dts)]
+def _cotangents(
+    shapes: Sequence[tuple[int, ...]], dts: Sequence[DType], rng: np.random.Generator
+) -> list[np.ndarray]:
+    return [
+        np.asarray(representable(rng.standard_normal(s), d), dtype=np.float64).reshape(s)
+        for s, d in zip(shapes, dts)
+    ]
 
 
-def _compare_all(what: str, names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.ndarray],
-                 labels: tuple[str, str], rtol: float, record: Recorder | None = None) -> list[str]:
+def _compare_all(
+    what: str,
+    names: Sequence[str],
+    got: Sequence[np.ndarray],
+    want: Sequence[np.ndarray],
+    labels: tuple[str, str],
+    rtol: float,
+    record: Recorder | None = None,
+) -> list[str]:
     """One message per array of `got` that differs from `want` by more than `rtol` (relative to its size)."""
     out = []
     for nm, g, w in zip(names, got, want):
@@ -286,16 +338,25 @@ def _compare_all(what: str, names: Sequence[str], got: Sequence[np.ndarray], wan
         if record is not None:
             record.error(rel)
         if rel > rtol:
-            out.append(f"{what} {nm} differs (relative {rel:.3g}):\n  {labels[0]}: {_short(g)}\n"
-                       f"  {labels[1]}: {_short(w)}")
+            out.append(
+                f"{what} {nm} differs (relative {rel:.3g}):\n  {labels[0]}: {_short(g)}\n"
+                f"  {labels[1]}: {_short(w)}"
+            )
     return out
 
 
 class _Check:
     """The state of one gradient check: the program, where it runs, its draw of inputs and cotangents."""
 
-    def __init__(self, target: Target, prog: GradProgram, dt: DType, rng: np.random.Generator,
-                 record: Recorder, tol_scale: float) -> None:
+    def __init__(
+        self,
+        target: Target,
+        prog: GradProgram,
+        dt: DType,
+        rng: np.random.Generator,
+        record: Recorder,
+        tol_scale: float,
+    ) -> None:
         self.target, self.prog, self.dt, self.record = target, prog, dt, record
         self.rtol = GRAD_TOL[dt].rtol * tol_scale
         self.env = _Env(target.name, dt, target.second)
@@ -305,21 +366,28 @@ class _Check:
         try:
             outs0, _ = _build(prog, prog.body, probe, _Env(REFERENCE, dt, "REFERENCE:1"))
         except Exception as e:
-            raise Failure(f"REFERENCE failed to build the case (a harness bug):\n"
-                          f"{format_exception(e)}") from e
+            raise Failure(
+                f"REFERENCE failed to build the case (a harness bug):\n{format_exception(e)}"
+            ) from e
         self.out_dts = [o.dtype for o in outs0]
         self.shapes = [_concrete(o.shape) for o in outs0]
         n_in = sum(int(np.prod(i.shape)) for i in prog.inputs if i.target)
         n_out = sum(int(np.prod(s)) for s in self.shapes)
         self.small = prog.jacobian and prog.expect == "fd" and max(n_in, n_out) <= JACOBIAN_LIMIT
-        self.draw = _draw(prog, dt, rng, self.small, record, "REFERENCE:1") if prog.expect == "fd" else \
-            _Draw(sample(prog, dt, rng), [], [], 0.0)
+        self.draw = (
+            _draw(prog, dt, rng, self.small, record, "REFERENCE:1")
+            if prog.expect == "fd"
+            else _Draw(sample(prog, dt, rng), [], [], 0.0)
+        )
         self.v = _cotangents(self.shapes, self.out_dts, rng)
         self.names = [i.name for i in _targets(self.draw.inputs)]
 
     def fail(self, problems: Sequence[str], expected: Sequence[np.ndarray] | None = None) -> Failure:
-        return Failure("\n".join(problems) + "\nrepro:\n"
-                       + _snippet(self.target, self.prog, self.dt, self.draw.inputs, self.v, expected))
+        return Failure(
+            "\n".join(problems)
+            + "\nrepro:\n"
+            + _snippet(self.target, self.prog, self.dt, self.draw.inputs, self.v, expected)
+        )
 
     def run(self) -> None:
         prog, draw = self.prog, self.draw
@@ -330,8 +398,9 @@ class _Check:
         if prog.expect == "zero":
             bad = [n for n, g in zip(self.names, grads) if np.any(g != 0)]
             if bad:
-                raise self.fail([f"the gradient of {', '.join(bad)} must be zero (no gradient flows through "
-                                 "this op)"])
+                raise self.fail(
+                    [f"the gradient of {', '.join(bad)} must be zero (no gradient flows through this op)"]
+                )
             return
         problems = self.against_reference(outs, grads)
         expected: list[np.ndarray] | None = None
@@ -340,8 +409,9 @@ class _Check:
         if prog.expect == "fd":
             problems += self.dot_product(grads)
             if self.small:
-                msg, expected = _jacobian(prog, draw, self.env, self.fd_env, self.v, self.shapes, self.rtol,
-                                          self.record)
+                msg, expected = _jacobian(
+                    prog, draw, self.env, self.fd_env, self.v, self.shapes, self.rtol, self.record
+                )
                 problems += [msg] if msg else []
             problems += self.against_inline(outs, grads)
         if problems:
@@ -354,19 +424,22 @@ class _Check:
         if self.fd_env.device == REFERENCE or self.target.is_reference:
             return None
         got = forward64(self.prog, self.draw.inputs, self.fd_env, self.draw.x64)
-        want = forward64(self.prog, self.draw.inputs, _Env(REFERENCE, dtypes.float64, "REFERENCE:1"),
-                         self.draw.x64)
+        want = forward64(
+            self.prog, self.draw.inputs, _Env(REFERENCE, dtypes.float64, "REFERENCE:1"), self.draw.x64
+        )
         # far tighter than a gradient's tolerance: the case programs are a few ops, each within a few ulp
         tol = 1e-11
         bad = [k for k, (g, w) in enumerate(zip(got, want)) if _rel_diff(g, w) > tol]
         if not bad:
             return None
         k = bad[0]
-        return (f"FORWARD: the program's float64 forward pass differs on {self.target.name} from REFERENCE "
-                f"(output {k}, relative {_rel_diff(got[k], want[k]):.3g}): a forward bug, not a gradient one "
-                f"(the forward rows of its ops show which), so finite differences on {self.target.name} "
-                f"cannot check its gradient\n  {self.target.name}: {_short(got[k])}\n  REFERENCE: "
-                f"{_short(want[k])}")
+        return (
+            f"FORWARD: the program's float64 forward pass differs on {self.target.name} from REFERENCE "
+            f"(output {k}, relative {_rel_diff(got[k], want[k]):.3g}): a forward bug, not a gradient one "
+            f"(the forward rows of its ops show which), so finite differences on {self.target.name} "
+            f"cannot check its gradient\n  {self.target.name}: {_short(got[k])}\n  REFERENCE: "
+            f"{_short(want[k])}"
+        )
 
     def dot_product(self, grads: Sequence[np.ndarray]) -> list[str]:
         """<v, J·u> by float64 central differences against <vjp(v), u>."""
@@ -374,29 +447,37 @@ class _Check:
         lhs = sum(float(np.sum(vi * ji)) for vi, ji in zip(self.v, jvp))
         tgt_u = [d for d, i in zip(self.draw.u, self.draw.inputs) if i.requires_grad]
         rhs = sum(float(np.sum(g * d)) for g, d in zip(grads, tgt_u))
-        scale = max(sum(float(np.sum(np.abs(g * d))) for g, d in zip(grads, tgt_u)),
-                    sum(float(np.sum(np.abs(vi * ji))) for vi, ji in zip(self.v, jvp)), 1e-30)
+        scale = max(
+            sum(float(np.sum(np.abs(g * d))) for g, d in zip(grads, tgt_u)),
+            sum(float(np.sum(np.abs(vi * ji))) for vi, ji in zip(self.v, jvp)),
+            1e-30,
+        )
         rel = abs(lhs - rhs) / scale
         self.record.error(rel)
         if np.isfinite(lhs) and np.isfinite(rhs) and rel <= self.rtol:
             return []
-        return [f"dot-product test: <v, J·u> by float64 finite differences is {lhs:.9g}, <vjp(v), u> from "
-                f"{self.target.name} in {self.dt.name} is {rhs:.9g} (relative difference {rel:.3g} > "
-                f"{self.rtol:g})"]
+        return [
+            f"dot-product test: <v, J·u> by float64 finite differences is {lhs:.9g}, <vjp(v), u> from "
+            f"{self.target.name} in {self.dt.name} is {rhs:.9g} (relative difference {rel:.3g} > "
+            f"{self.rtol:g})"
+        ]
 
     def against_reference(self, outs: Sequence[np.ndarray], grads: Sequence[np.ndarray]) -> list[str]:
         """Outputs and analytic gradients against REFERENCE's (same program, dtype and cotangents)."""
         if self.target.is_reference:
             return []
         try:
-            ref_outs, ref = vjp(self.prog, self.prog.body, self.draw.inputs,
-                                _Env(REFERENCE, self.dt, "REFERENCE:1"), self.v)
+            ref_outs, ref = vjp(
+                self.prog, self.prog.body, self.draw.inputs, _Env(REFERENCE, self.dt, "REFERENCE:1"), self.v
+            )
         except Exception as e:
-            raise Failure(f"REFERENCE failed to differentiate the case (a harness bug):\n"
-                          f"{format_exception(e)}") from e
+            raise Failure(
+                f"REFERENCE failed to differentiate the case (a harness bug):\n{format_exception(e)}"
+            ) from e
         labels = (self.target.name, "REFERENCE")
-        return (_compare_all("output", [str(k) for k in range(len(outs))], outs, ref_outs, labels, self.rtol)
-                + _compare_all("gradient of", self.names, grads, ref, labels, self.rtol, self.record))
+        return _compare_all(
+            "output", [str(k) for k in range(len(outs))], outs, ref_outs, labels, self.rtol
+        ) + _compare_all("gradient of", self.names, grads, ref, labels, self.rtol, self.record)
 
     def against_inline(self, outs: Sequence[np.ndarray], grads: Sequence[np.ndarray]) -> list[str]:
         """A FUNCTION's outputs and gradients against those of its inlined body."""
@@ -405,16 +486,23 @@ class _Check:
         try:
             inl_outs, inl = vjp(self.prog, self.prog.inline, self.draw.inputs, self.env, self.v)
         except Exception as e:
-            raise self.fail([f"the inlined body's gradient raised on {self.target.name}:\n"
-                             f"{format_exception(e)}"]) from e
+            raise self.fail(
+                [f"the inlined body's gradient raised on {self.target.name}:\n{format_exception(e)}"]
+            ) from e
         labels = ("call", "inline")
-        return (_compare_all("FUNCTION output", [str(k) for k in range(len(outs))], outs, inl_outs, labels,
-                             self.rtol)
-                + _compare_all("gradient through the FUNCTION of", self.names, grads, inl, labels, self.rtol))
+        return _compare_all(
+            "FUNCTION output", [str(k) for k in range(len(outs))], outs, inl_outs, labels, self.rtol
+        ) + _compare_all("gradient through the FUNCTION of", self.names, grads, inl, labels, self.rtol)
 
 
-def check_gradients(target: Target, prog: GradProgram, dt: DType, rng: np.random.Generator,
-                    record: Recorder, tol_scale: float = 1.0) -> None:
+def check_gradients(
+    target: Target,
+    prog: GradProgram,
+    dt: DType,
+    rng: np.random.Generator,
+    record: Recorder,
+    tol_scale: float = 1.0,
+) -> None:
     """Run every gradient check of `prog` in `dt` on the backend; raise `Failure` with a repro. `tol_scale`
     widens the dtype's tolerance (second-order programs are longer computations in the dtype).
 
@@ -443,8 +531,15 @@ def second_order(prog: GradProgram, dt: DType, rng: np.random.Generator) -> Grad
             loss = " + ".join(f"(out[{k}] * w{k}).sum().to(dev)" for k in range(len(outs)))
             lines.append(f"out = tuple(({loss}).gradient({names})){pick}")
         return "\n".join(lines)
-    return GradProgram(prog.inputs, grad_of(prog.body), "fd", None if prog.inline is None else
-                       grad_of(prog.inline), False, prog.jacobian)
+
+    return GradProgram(
+        prog.inputs,
+        grad_of(prog.body),
+        "fd",
+        None if prog.inline is None else grad_of(prog.inline),
+        False,
+        prog.jacobian,
+    )
 
 
 def _concrete(shape: Sequence[object]) -> tuple[int, ...]:
@@ -472,9 +567,16 @@ def _short(a: np.ndarray) -> str:
     return np.array2string(np.asarray(a), precision=6, separator=", ", threshold=24).replace("\n", " ")
 
 
-def _jacobian(prog: GradProgram, draw: _Draw, env: _Env, fd_env: _Env, v: Sequence[np.ndarray],
-              shapes: Sequence[tuple[int, ...]], rtol: float,
-              record: Recorder) -> tuple[str | None, list[np.ndarray]]:
+def _jacobian(
+    prog: GradProgram,
+    draw: _Draw,
+    env: _Env,
+    fd_env: _Env,
+    v: Sequence[np.ndarray],
+    shapes: Sequence[tuple[int, ...]],
+    rtol: float,
+    record: Recorder,
+) -> tuple[str | None, list[np.ndarray]]:
     """Compare the full Jacobian (one backward per output element, float64 differences per input
     element); returns (a message naming the entries that differ, or None; the gradients v·J_fd)."""
     targets = [k for k, i in enumerate(draw.inputs) if i.requires_grad]
@@ -509,8 +611,10 @@ def _jacobian(prog: GradProgram, draw: _Draw, env: _Env, fd_env: _Env, v: Sequen
         return None, expected_grads
     names = [(draw.inputs[k].name, idx) for k in targets for idx in np.ndindex(draw.x64[k].shape)]
     outs = [(o, idx) for o, s in enumerate(shapes) for idx in np.ndindex(s)]
-    lines = [f"Jacobian: {len(bad)} of {ja.size} entries differ (d out / d in: {env.device} in "
-             f"{env.dt.name} vs float64 finite differences):"]
+    lines = [
+        f"Jacobian: {len(bad)} of {ja.size} entries differ (d out / d in: {env.device} in "
+        f"{env.dt.name} vs float64 finite differences):"
+    ]
     for m, c in bad[:8]:
         (o, oi), (nm, ii) = outs[m], names[c]
         lines.append(f"  d out{o}{list(oi)} / d {nm}{list(ii)}: {ja[m, c]:.9g} vs {jn[m, c]:.9g}")
@@ -519,12 +623,20 @@ def _jacobian(prog: GradProgram, draw: _Draw, env: _Env, fd_env: _Env, v: Sequen
     return "\n".join(lines), expected_grads
 
 
-def _snippet(target: Target, prog: GradProgram, dt: DType, inputs: Sequence[Input], v: Sequence[np.ndarray],
-             expected: Sequence[np.ndarray] | None) -> str:
+def _snippet(
+    target: Target,
+    prog: GradProgram,
+    dt: DType,
+    inputs: Sequence[Input],
+    v: Sequence[np.ndarray],
+    expected: Sequence[np.ndarray] | None,
+) -> str:
     names = [i.name for i in inputs if i.requires_grad]
     outs = ["out"] if len(v) == 1 else [f"out[{k}]" for k in range(len(v))]
-    vs = [f"v{k} = Tensor({array_literal(x.astype(np.float32))}, device={o}.device, dtype={o}.dtype)"
-          for k, (x, o) in enumerate(zip(v, outs))]
+    vs = [
+        f"v{k} = Tensor({array_literal(x.astype(np.float32))}, device={o}.device, dtype={o}.dtype)"
+        for k, (x, o) in enumerate(zip(v, outs))
+    ]
     if len(v) == 1:
         grad = f"grads = out.gradient({', '.join(names)}, gradient=v0)"
     else:

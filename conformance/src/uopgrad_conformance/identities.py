@@ -13,6 +13,7 @@
 
 Each program is source text run on the backend; a failure prints it as a repro with numpy's (or the closed
 form's) values as comments."""
+
 from __future__ import annotations
 
 import warnings
@@ -30,12 +31,26 @@ from uopgrad_conformance.report import Recorder
 from uopgrad_conformance.repro import array_literal, execute, namespace, snippet
 from uopgrad_conformance.target import Target
 
-__all__ = ["EmptyReduction", "LeavesProgram", "check_empty", "check_leaves", "empty_reductions",
-           "equal_leaves"]
+__all__ = [
+    "EmptyReduction",
+    "LeavesProgram",
+    "check_empty",
+    "check_leaves",
+    "empty_reductions",
+    "equal_leaves",
+]
 
 # op -> numpy's result over the same axes (the identity where an axis is empty)
-NUMPY = {"sum": "np.sum", "prod": "np.prod", "all": "np.all", "any": "np.any", "mean": "np.mean",
-         "logsumexp": "_logsumexp", "max": "np.max", "min": "np.min"}
+NUMPY = {
+    "sum": "np.sum",
+    "prod": "np.prod",
+    "all": "np.all",
+    "any": "np.any",
+    "mean": "np.mean",
+    "logsumexp": "_logsumexp",
+    "max": "np.max",
+    "min": "np.min",
+}
 NO_IDENTITY = ("max", "min")
 
 
@@ -59,12 +74,15 @@ class EmptyReduction:
         np_dt = f"np.{host_dtype(self.dtype).name}"
         full = tuple(s if s else 3 for s in self.shape)
         cut = ", ".join("1:1" if s == 0 else ":" for s in self.shape)
-        return [f"x = Tensor(np.zeros({self.shape}, dtype={np_dt}), device=dev, dtype=dt)",
-                f"xs = Tensor(np.ones({full}, dtype={np_dt}), device=dev, dtype=dt)[{cut}]"]
+        return [
+            f"x = Tensor(np.zeros({self.shape}, dtype={np_dt}), device=dev, dtype=dt)",
+            f"xs = Tensor(np.ones({full}, dtype={np_dt}), device=dev, dtype=dt)[{cut}]",
+        ]
 
     def _y(self, k: int, shape: tuple[int, ...]) -> np.ndarray:
         return (np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) + k).astype(
-            np.float32 if dtypes.is_float(self.dtype) else np.int32)
+            np.float32 if dtypes.is_float(self.dtype) else np.int32
+        )
 
     def body(self) -> str:
         """The program; binds `out` to the tuple of results."""
@@ -104,8 +122,11 @@ class EmptyReduction:
 
     def raising(self) -> list[str]:
         """The max/min over an empty axis: each must raise EmptyReduceError."""
-        return [f"{src}.{op}({_args(axes, keep)})" for op, axes, keep, _, src in self.reductions
-                if op in NO_IDENTITY and _empty_axis(self.shape, axes)]
+        return [
+            f"{src}.{op}({_args(axes, keep)})"
+            for op, axes, keep, _, src in self.reductions
+            if op in NO_IDENTITY and _empty_axis(self.shape, axes)
+        ]
 
     def __repr__(self) -> str:
         return f"<empty reductions ({name(self.dtype)})>\n{self.body()}"
@@ -135,8 +156,11 @@ def empty_reductions(draw: st.DrawFn, dt: DType) -> EmptyReduction:
     for k in range(draw(st.integers(2, 5))):
         op = draw(st.sampled_from([o for o in ops if o not in NO_IDENTITY] if k == 0 else ops))
         if k == 0 or draw(st.booleans()):  # over the empty axis (and maybe others), or all of them
-            axes = None if draw(st.booleans()) else tuple(sorted({zero, *draw(st.lists(
-                st.integers(0, len(shape) - 1), max_size=2))}))
+            axes = (
+                None
+                if draw(st.booleans())
+                else tuple(sorted({zero, *draw(st.lists(st.integers(0, len(shape) - 1), max_size=2))}))
+            )
         else:
             axes = tuple(sorted(set(draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=2)))))
         keep = draw(st.booleans())
@@ -146,8 +170,9 @@ def empty_reductions(draw: st.DrawFn, dt: DType) -> EmptyReduction:
     return EmptyReduction(dt, tuple(shape), tuple(reds))
 
 
-def _differences(record: Recorder, oracle: str,
-                 results: list[tuple[str, np.ndarray, np.ndarray, float]]) -> list[str]:
+def _differences(
+    record: Recorder, oracle: str, results: list[tuple[str, np.ndarray, np.ndarray, float]]
+) -> list[str]:
     """A message per (what, got, want, atol) that differs from the oracle (each error is recorded)."""
     problems = []
     for what, g, w, atol in results:
@@ -172,11 +197,18 @@ def check_empty(target: Target, prog: EmptyReduction, record: Recorder) -> None:
             except EmptyReduceError:
                 pass
     except Exception as e:
-        raise Failure(f"the empty reductions raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
-                      + _repro_empty(target, prog, want)) from e
-    problems = raised + _differences(record, "numpy", [
-        (f"result {k} differs from numpy's identity", g, w.astype(np.float64), 0.0)
-        for k, (g, w) in enumerate(zip(got, want))])
+        raise Failure(
+            f"the empty reductions raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
+            + _repro_empty(target, prog, want)
+        ) from e
+    problems = raised + _differences(
+        record,
+        "numpy",
+        [
+            (f"result {k} differs from numpy's identity", g, w.astype(np.float64), 0.0)
+            for k, (g, w) in enumerate(zip(got, want))
+        ],
+    )
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro_empty(target, prog, want))
 
@@ -214,8 +246,10 @@ class LeavesProgram:
 
     def values(self, make: str, v: float) -> np.ndarray:
         """A leaf's value, as `make` builds it from `v`."""
-        return np.asarray({"list": [v, v + 1], "scalar": v, "numpy scalar": v, "ones": [1.0, 1.0],
-                           "full": [v, v]}[make], dtype=np.float64)
+        return np.asarray(
+            {"list": [v, v + 1], "scalar": v, "numpy scalar": v, "ones": [1.0, 1.0], "full": [v, v]}[make],
+            dtype=np.float64,
+        )
 
     def body(self) -> str:
         """The program; binds `out` to every leaf's gradient, a then b of each pair (then the assign's)."""
@@ -224,19 +258,27 @@ class LeavesProgram:
             for leaf in (f"a{k}", f"b{k}"):
                 lines.append(f"{leaf} = {self._make(make, v)}")
             if read != "none":
-                lines.append(f"_ = a{k}.numpy(), b{k}.numpy()" if read == "numpy" else f"a{k}.realize(); "
-                             f"b{k}.realize()")
+                lines.append(
+                    f"_ = a{k}.numpy(), b{k}.numpy()"
+                    if read == "numpy"
+                    else f"a{k}.realize(); b{k}.realize()"
+                )
             for leaf in (f"a{k}", f"b{k}"):
-                lines.append(f"{leaf}.requires_grad = True" if how == "attribute" else
-                             f"{leaf}.requires_grad_()")
+                lines.append(
+                    f"{leaf}.requires_grad = True" if how == "attribute" else f"{leaf}.requires_grad_()"
+                )
             for leaf, c, p in ((f"a{k}", coef[0], power[0]), (f"b{k}", coef[1], power[1])):
                 terms.append(f"({' * '.join([leaf] * p)} * {c}).sum()")
             outs += [f"a{k}.grad", f"b{k}.grad"]
         lines.append("loss = " + " + ".join(terms))
         lines.append("loss.backward()")
         if self.assign:
-            lines += ["c, e = Tensor(3.0, device=dev, dtype=dt), Tensor(3.0, device=dev, dtype=dt)",
-                      "c.realize(); e.realize()", "c.assign(Tensor(5.0, device=dev, dtype=dt))", "c += 1"]
+            lines += [
+                "c, e = Tensor(3.0, device=dev, dtype=dt), Tensor(3.0, device=dev, dtype=dt)",
+                "c.realize(); e.realize()",
+                "c.assign(Tensor(5.0, device=dev, dtype=dt))",
+                "c += 1",
+            ]
             outs += ["c", "e"]
         lines.append(f"out = ({', '.join(outs)},)")
         return "\n".join(lines)
@@ -270,8 +312,16 @@ def equal_leaves(draw: st.DrawFn, dt: DType) -> LeavesProgram:
         v = float(draw(st.integers(-4, 4))) + draw(st.sampled_from([0.0, 0.5]))
         c = draw(st.lists(st.integers(1, 9), min_size=2, max_size=2, unique=True))
         p = draw(st.lists(st.integers(1, 2), min_size=2, max_size=2))
-        pairs.append((make, v, draw(st.sampled_from(READS)), (c[0], c[1]), (p[0], p[1]),
-                      draw(st.sampled_from(["attribute", "requires_grad_()"]))))
+        pairs.append(
+            (
+                make,
+                v,
+                draw(st.sampled_from(READS)),
+                (c[0], c[1]),
+                (p[0], p[1]),
+                draw(st.sampled_from(["attribute", "requires_grad_()"])),
+            )
+        )
     return LeavesProgram(dt, tuple(pairs), draw(st.booleans()))
 
 
@@ -282,14 +332,26 @@ def check_leaves(target: Target, prog: LeavesProgram, record: Recorder) -> None:
         out = execute(prog.body(), namespace(target.name, prog.dtype))
         got = [None if t is None else np.asarray(Tensor.numpy(t), dtype=np.float64) for t in out]
     except Exception as e:
-        raise Failure(f"the equal-leaves program raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
-                      + _repro_leaves(target, prog, want)) from e
+        raise Failure(
+            f"the equal-leaves program raised on {target.name}:\n{format_exception(e)}\nrepro:\n"
+            + _repro_leaves(target, prog, want)
+        ) from e
     names = prog.names()
     problems = [f"{n} is None: the leaf got no gradient of its own" for n, g in zip(names, got) if g is None]
-    problems += _differences(record, "closed form", [
-        (f"{n} differs from the closed form of its own term", g, w,
-         1e-6 * float(np.max(np.abs(w), initial=1.0)))
-        for n, g, w in zip(names, got, want) if g is not None])
+    problems += _differences(
+        record,
+        "closed form",
+        [
+            (
+                f"{n} differs from the closed form of its own term",
+                g,
+                w,
+                1e-6 * float(np.max(np.abs(w), initial=1.0)),
+            )
+            for n, g, w in zip(names, got, want)
+            if g is not None
+        ],
+    )
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro_leaves(target, prog, want))
 

@@ -12,6 +12,7 @@ each call's result read before the next, as a training loop does.
   tensor must hold what numpy's writes give.
 
 A failure prints the whole program (the step on one line, the calls, the values expected as comments)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,22 +69,31 @@ class JitProgram:
                 return f"def step(x):\n    with Tensor.train(): return ({draw} + x).realize()"
             return f"def step(x): return ({draw} + x).realize()"
         if self.row == "empty_like":
-            make = "Tensor.empty_like(x)" if self.empty == "empty_like" else \
-                f"Tensor.empty({shape}, device=dev, dtype=dt)"
+            make = (
+                "Tensor.empty_like(x)"
+                if self.empty == "empty_like"
+                else f"Tensor.empty({shape}, device=dev, dtype=dt)"
+            )
             return f"def step(x): out = {make}; out.assign({self.kind}); return out.realize()"
         return f"def step(t, a, v): {WRITES[self.kind]}; return t.realize()"
 
     def body(self, jit: bool = True) -> str:
         """The program: the step, wrapped in TinyJit (or not), called once per argument; binds `out` to the
         list of what each call returned (read right after it)."""
-        lines = ["from uopgrad import TinyJit", self.step(), "f = TinyJit(step)" if jit else "f = step",
-                 "outs = []"]
+        lines = [
+            "from uopgrad import TinyJit",
+            self.step(),
+            "f = TinyJit(step)" if jit else "f = step",
+            "outs = []",
+        ]
         if self.row == "random":
             lines.insert(1, f"Tensor.manual_seed({self.seed})")
         if self.row == "variable offset":
             shape = ", ".join(map(str, self.shape))
-            lines += [f"vi = UOp.variable('i', 0, {self.shape[0] - 1})",
-                      f"t = Tensor.zeros({shape}, device=dev, dtype=dt).contiguous().realize()"]
+            lines += [
+                f"vi = UOp.variable('i', 0, {self.shape[0] - 1})",
+                f"t = Tensor.zeros({shape}, device=dev, dtype=dt).contiguous().realize()",
+            ]
         for k, a in enumerate(self.args):
             arg = f"Tensor({array_literal(a)}, device=dev, dtype=dt)"
             call = f"f(t, {arg}, vi.bind({self.rows[k]}))" if self.row == "variable offset" else f"f({arg})"
@@ -96,14 +106,15 @@ class JitProgram:
         if self.row == "random":
             return None
         if self.row == "empty_like":
-            return [np.asarray(eval(FILLS[self.kind], {"np": np, "x": a}), dtype=np.float32)
-                    for a in self.args]
+            return [
+                np.asarray(eval(FILLS[self.kind], {"np": np, "x": a}), dtype=np.float32) for a in self.args
+            ]
         t, out = np.zeros(self.shape, np.float32), []
         for i, a in zip(self.rows, self.args):
             if self.kind == "iadd":
-                t[i:i + 1] += a
+                t[i : i + 1] += a
             else:
-                t[i:i + 1] = a
+                t[i : i + 1] = a
             out.append(t.copy())
         return out
 
@@ -115,8 +126,10 @@ class JitProgram:
 
 
 def _ints(draw: st.DrawFn, shape: tuple[int, ...]) -> np.ndarray:
-    return np.asarray(draw(st.lists(st.integers(-50, 50), min_size=int(np.prod(shape)),
-                                    max_size=int(np.prod(shape)))), dtype=np.float32).reshape(shape)
+    return np.asarray(
+        draw(st.lists(st.integers(-50, 50), min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))),
+        dtype=np.float32,
+    ).reshape(shape)
 
 
 @st.composite
@@ -135,8 +148,13 @@ def jit_programs(draw: st.DrawFn, row: str) -> JitProgram:
         kind = draw(st.sampled_from(list(DRAWS)))
         return JitProgram(row, shape, kind, (x,) * calls, seed=draw(st.integers(0, 2**16)))
     args = tuple(_ints(draw, shape) for _ in range(calls))
-    return JitProgram(row, shape, draw(st.sampled_from(list(FILLS))), args,
-                      empty=draw(st.sampled_from(["empty_like", "empty"])))
+    return JitProgram(
+        row,
+        shape,
+        draw(st.sampled_from(list(FILLS))),
+        args,
+        empty=draw(st.sampled_from(["empty_like", "empty"])),
+    )
 
 
 def _run(prog: JitProgram, device: str, jit: bool) -> list[np.ndarray]:
@@ -153,8 +171,10 @@ def check_jit(target: Target, prog: JitProgram, record: Recorder) -> None:
     try:
         got = _run(prog, target.name, jit=True)
     except Exception as e:
-        raise Failure(f"the TinyJit program ({prog.row}) raised on {target.name}:\n{format_exception(e)}\n"
-                      "repro:\n" + _repro(target, prog, want, oracle)) from e
+        raise Failure(
+            f"the TinyJit program ({prog.row}) raised on {target.name}:\n{format_exception(e)}\n"
+            "repro:\n" + _repro(target, prog, want, oracle)
+        ) from e
     problems = []
     for k, (g, w) in enumerate(zip(got, want)):
         cmp = compare(g, w, DT, 0.5, 0.0, False, label=oracle)
@@ -162,8 +182,10 @@ def check_jit(target: Target, prog: JitProgram, record: Recorder) -> None:
         if not cmp.ok:
             when = "the first call" if k == 0 else "the capture" if k == 1 else f"replay {k - 1}"
             same = k and np.array_equal(g, got[k - 1]) and not np.array_equal(w, want[k - 1])
-            problems.append(cmp.message(f"call {k} ({when}) differs from {oracle}")
-                            + ("\n  (it returned the previous call's values again)" if same else ""))
+            problems.append(
+                cmp.message(f"call {k} ({when}) differs from {oracle}")
+                + ("\n  (it returned the previous call's values again)" if same else "")
+            )
     if problems:
         raise Failure("\n".join(problems) + "\nrepro:\n" + _repro(target, prog, want, oracle))
 

@@ -4,6 +4,7 @@ and the comparison of a backend's result with REFERENCE's (docs/conformance.md).
 Every float tolerance is written in units in the last place (ulp) of the dtype, in one table per use:
 `FORWARD_ULPS` for single ops, `GRAD_TOL` (step and relative tolerance) for finite-difference checks.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,31 +15,82 @@ import numpy as np
 
 from uopgrad import DType, dtypes
 
-__all__ = ["ALL_DTYPES", "FLOATS", "FORWARD_ULPS", "GRAD_TOL", "SHORT", "Comparison", "GradTol", "bits",
-           "compare", "dtype_by_name", "fd_step", "host_dtype", "name", "random_values", "representable",
-           "special_values", "ulp"]
+__all__ = [
+    "ALL_DTYPES",
+    "FLOATS",
+    "FORWARD_ULPS",
+    "GRAD_TOL",
+    "SHORT",
+    "Comparison",
+    "GradTol",
+    "bits",
+    "compare",
+    "dtype_by_name",
+    "fd_step",
+    "host_dtype",
+    "name",
+    "random_values",
+    "representable",
+    "special_values",
+    "ulp",
+]
 
 # every value dtype, in the column order of the summary table
-ALL_DTYPES: tuple[DType, ...] = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
-                                 dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16,
-                                 dtypes.bfloat16, dtypes.float32, dtypes.float64)
+ALL_DTYPES: tuple[DType, ...] = (
+    dtypes.bool,
+    dtypes.int8,
+    dtypes.uint8,
+    dtypes.int16,
+    dtypes.uint16,
+    dtypes.int32,
+    dtypes.uint32,
+    dtypes.int64,
+    dtypes.uint64,
+    dtypes.float16,
+    dtypes.bfloat16,
+    dtypes.float32,
+    dtypes.float64,
+)
 FLOATS: tuple[DType, ...] = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 # column headers of the summary table
 SHORT: dict[DType, str] = {
-    dtypes.bool: "bool", dtypes.int8: "i8", dtypes.uint8: "u8", dtypes.int16: "i16", dtypes.uint16: "u16",
-    dtypes.int32: "i32", dtypes.uint32: "u32", dtypes.int64: "i64", dtypes.uint64: "u64",
-    dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "f32", dtypes.float64: "f64",
+    dtypes.bool: "bool",
+    dtypes.int8: "i8",
+    dtypes.uint8: "u8",
+    dtypes.int16: "i16",
+    dtypes.uint16: "u16",
+    dtypes.int32: "i32",
+    dtypes.uint32: "u32",
+    dtypes.int64: "i64",
+    dtypes.uint64: "u64",
+    dtypes.float16: "f16",
+    dtypes.bfloat16: "bf16",
+    dtypes.float32: "f32",
+    dtypes.float64: "f64",
 }
 # the name a case id uses for each dtype (numpy's spelling; bfloat16 has none there)
 _NAMES: dict[DType, str] = {
-    dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16",
-    dtypes.uint16: "uint16", dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64",
-    dtypes.uint64: "uint64", dtypes.float16: "float16", dtypes.bfloat16: "bfloat16",
-    dtypes.float32: "float32", dtypes.float64: "float64",
+    dtypes.bool: "bool",
+    dtypes.int8: "int8",
+    dtypes.uint8: "uint8",
+    dtypes.int16: "int16",
+    dtypes.uint16: "uint16",
+    dtypes.int32: "int32",
+    dtypes.uint32: "uint32",
+    dtypes.int64: "int64",
+    dtypes.uint64: "uint64",
+    dtypes.float16: "float16",
+    dtypes.bfloat16: "bfloat16",
+    dtypes.float32: "float32",
+    dtypes.float64: "float64",
 }
 # mantissa bits (without the implicit one) and the exponent of the smallest normal number
-_FLOAT_BITS: dict[DType, tuple[int, int]] = {dtypes.float16: (10, -14), dtypes.bfloat16: (7, -126),
-                                             dtypes.float32: (23, -126), dtypes.float64: (52, -1022)}
+_FLOAT_BITS: dict[DType, tuple[int, int]] = {
+    dtypes.float16: (10, -14),
+    dtypes.bfloat16: (7, -126),
+    dtypes.float32: (23, -126),
+    dtypes.float64: (52, -1022),
+}
 
 
 def name(dt: DType) -> str:
@@ -83,8 +135,12 @@ def representable(values: Sequence[float] | np.ndarray, dt: DType) -> np.ndarray
 def _float_limits(dt: DType) -> dict[str, float]:
     mant, emin = _FLOAT_BITS[dt]
     emax = {dtypes.float16: 15, dtypes.bfloat16: 127, dtypes.float32: 127, dtypes.float64: 1023}[dt]
-    return {"max": (2 - 2.0 ** -mant) * 2.0 ** emax, "tiny": 2.0 ** emin, "denorm": 2.0 ** (emin - mant),
-            "denorm_max": (1 - 2.0 ** -mant) * 2.0 ** emin}
+    return {
+        "max": (2 - 2.0**-mant) * 2.0**emax,
+        "tiny": 2.0**emin,
+        "denorm": 2.0 ** (emin - mant),
+        "denorm_max": (1 - 2.0**-mant) * 2.0**emin,
+    }
 
 
 def special_values(dt: DType) -> np.ndarray:
@@ -95,9 +151,32 @@ def special_values(dt: DType) -> np.ndarray:
         return np.array([False, True])
     if dtypes.is_float(dt):
         lim = _float_limits(dt)
-        vals = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 3.0, -3.0, 7.0, 0.1, math.pi, 100.25,
-                math.inf, -math.inf, math.nan, lim["denorm"], -lim["denorm"], lim["denorm_max"], lim["tiny"],
-                -lim["tiny"], lim["max"], -lim["max"]]
+        vals = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            1.5,
+            -2.5,
+            3.0,
+            -3.0,
+            7.0,
+            0.1,
+            math.pi,
+            100.25,
+            math.inf,
+            -math.inf,
+            math.nan,
+            lim["denorm"],
+            -lim["denorm"],
+            lim["denorm_max"],
+            lim["tiny"],
+            -lim["tiny"],
+            lim["max"],
+            -lim["max"],
+        ]
         return representable(vals, dt)
     lo, hi = int(dtypes.min(dt)), int(dtypes.max(dt))
     cands = [0, 1, -1, 2, -2, 3, -3, 7, -7, 100, -100, lo, lo + 1, hi, hi - 1, hi // 2, hi // 2 + 1]
@@ -156,10 +235,10 @@ class GradTol:
 
 
 GRAD_TOL: dict[DType, GradTol] = {
-    dtypes.float16: GradTol(rtol=2e-2, eps=2.0 ** -10),
-    dtypes.bfloat16: GradTol(rtol=6e-2, eps=2.0 ** -7),
-    dtypes.float32: GradTol(rtol=2e-4, eps=2.0 ** -23),
-    dtypes.float64: GradTol(rtol=1e-6, eps=2.0 ** -52),
+    dtypes.float16: GradTol(rtol=2e-2, eps=2.0**-10),
+    dtypes.bfloat16: GradTol(rtol=6e-2, eps=2.0**-7),
+    dtypes.float32: GradTol(rtol=2e-4, eps=2.0**-23),
+    dtypes.float64: GradTol(rtol=1e-6, eps=2.0**-52),
 }
 
 
@@ -181,8 +260,10 @@ class Comparison:
 
     def message(self, what: str) -> str:
         """A one-paragraph description of the mismatch."""
-        return (f"{what}: {self.n_bad} element(s) differ (worst relative error {self.worst_rel:.3g})\n"
-                f"{self.detail}")
+        return (
+            f"{what}: {self.n_bad} element(s) differ (worst relative error {self.worst_rel:.3g})\n"
+            f"{self.detail}"
+        )
 
 
 def _fmt(v: object) -> str:
@@ -214,9 +295,17 @@ def _same_special(a: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.asarray((np.isnan(a) & np.isnan(e)) | (np.isinf(a) & np.isinf(e) & (np.sign(a) == np.sign(e))))
 
 
-def compare(actual: np.ndarray, expected: np.ndarray, dt: DType, ulps: float = 0,
-            atol: np.ndarray | float = 0.0, signed_zero: bool = True, inputs: Sequence[np.ndarray] = (),
-            limit: int = 6, label: str = "REFERENCE") -> Comparison:
+def compare(
+    actual: np.ndarray,
+    expected: np.ndarray,
+    dt: DType,
+    ulps: float = 0,
+    atol: np.ndarray | float = 0.0,
+    signed_zero: bool = True,
+    inputs: Sequence[np.ndarray] = (),
+    limit: int = 6,
+    label: str = "REFERENCE",
+) -> Comparison:
     """Compare element by element. Integers and bools must be equal. Floats: NaN where REFERENCE has NaN,
     the same infinities, zeros of the same sign (unless `signed_zero` is False), and finite values within
     `ulps` ulp of `dt` or within `atol` (a scalar or one bound per element). `inputs` are listed beside

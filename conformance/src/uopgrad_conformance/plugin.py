@@ -13,6 +13,7 @@ Each case's result travels as the test report's `user_properties` (row, dtype co
 relative error, notes), so it reaches the JUnit XML as properties and, under pytest-xdist, the controller,
 which alone prints the table and writes the JSON report from every worker's cases.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,12 +37,24 @@ __all__ = ["case_rng", "get_target", "record", "target"]
 
 # the two hypothesis profiles (docs/conformance.md): `ci` is repeatable and quick, `thorough` searches long
 # (`record` is a function-scoped fixture shared by a test's examples on purpose: it keeps their worst error)
-_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture,
-          HealthCheck.data_too_large]
-settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, database=None,
-                          print_blob=True, suppress_health_check=_QUIET)
-settings.register_profile("thorough", max_examples=400, deadline=None, print_blob=True,
-                          suppress_health_check=_QUIET)
+_QUIET = [
+    HealthCheck.too_slow,
+    HealthCheck.filter_too_much,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.data_too_large,
+]
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=20,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_QUIET,
+)
+settings.register_profile(
+    "thorough", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET
+)
 # `ci-slow`: `ci` with fewer programs, for backends where every new kernel is a compiler run on the CI machine
 # (OpenCL on PoCL, CUDA emulated: ~0.1-0.5 s each) and CPU already runs `ci`'s programs: derandomised, so the
 # same first programs (hypothesis draws 7 of these 8 among `ci`'s first 20)
@@ -67,18 +80,37 @@ class _State:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The suite's command-line options."""
     group = parser.getgroup("uopgrad-conformance", "uopgrad conformance suite")
-    group.addoption("--backend", default=None, metavar="NAME",
-                    help="the device to check, by its uopgrad.backends entry point name (e.g. CPU)")
-    group.addoption("--xfails", default=None, metavar="FILE",
-                    help="known failures: one test id (or pattern with *) per line, '# reason' after it")
-    group.addoption("--strict-xfail", action="store_true", default=False,
-                    help="an expected failure (from --xfails or the suite's known core issues) that passes "
-                         "fails the run")
-    group.addoption("--skips", default=None, metavar="FILE",
-                    help="cases not to run (e.g. ones that hang): one test id (or pattern with *) per line, "
-                         "'# reason' after it; they are reported as skipped")
-    group.addoption("--conformance-report", default=None, metavar="PATH",
-                    help="where to write the JSON summary (default: under pytest's cache directory)")
+    group.addoption(
+        "--backend",
+        default=None,
+        metavar="NAME",
+        help="the device to check, by its uopgrad.backends entry point name (e.g. CPU)",
+    )
+    group.addoption(
+        "--xfails",
+        default=None,
+        metavar="FILE",
+        help="known failures: one test id (or pattern with *) per line, '# reason' after it",
+    )
+    group.addoption(
+        "--strict-xfail",
+        action="store_true",
+        default=False,
+        help="an expected failure (from --xfails or the suite's known core issues) that passes fails the run",
+    )
+    group.addoption(
+        "--skips",
+        default=None,
+        metavar="FILE",
+        help="cases not to run (e.g. ones that hang): one test id (or pattern with *) per line, "
+        "'# reason' after it; they are reported as skipped",
+    )
+    group.addoption(
+        "--conformance-report",
+        default=None,
+        metavar="PATH",
+        help="where to write the JSON summary (default: under pytest's cache directory)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,12 +118,15 @@ def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("backend")
     if name is None:
         if _targets_suite(config):
-            raise pytest.UsageError("the uopgrad conformance suite needs --backend NAME: an installed device "
-                                    "such as REFERENCE or CPU (`uopgrad devices` lists them)")
+            raise pytest.UsageError(
+                "the uopgrad conformance suite needs --backend NAME: an installed device "
+                "such as REFERENCE or CPU (`uopgrad devices` lists them)"
+            )
         return
     from uopgrad_conformance.report import Summary
     from uopgrad_conformance.target import Target
     from uopgrad_conformance.xfails import parse_xfails
+
     try:
         target = Target.load(name)
     except RuntimeError as e:
@@ -139,16 +174,19 @@ def _is_worker(config: pytest.Config) -> bool:
 def get_target(config: pytest.Config) -> Target:
     """The backend under test (a usage error when `--backend` was not given)."""
     if _TARGET not in config.stash:
-        raise pytest.UsageError("the uopgrad conformance suite needs --backend NAME (an installed device, "
-                                "e.g. REFERENCE or CPU)")
+        raise pytest.UsageError(
+            "the uopgrad conformance suite needs --backend NAME (an installed device, e.g. REFERENCE or CPU)"
+        )
     return config.stash[_TARGET]
 
 
 def parametrize_cases(metafunc: pytest.Metafunc, cases: list[Case]) -> None:
     """The test's `case` argument over `cases`, each under its id; one the target doesn't claim is skipped,
     saying why."""
-    metafunc.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip
-                                               else []) for c in cases])
+    metafunc.parametrize(
+        "case",
+        [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases],
+    )
 
 
 def case_rng(case: Case, salt: str = "") -> np.random.Generator:
@@ -166,6 +204,7 @@ def target(request: pytest.FixtureRequest) -> Target:
 def record(request: pytest.FixtureRequest) -> Recorder:
     """Collects the case's worst relative error and notes for the report."""
     from uopgrad_conformance.report import Recorder
+
     rec = Recorder()
     request.node.stash[_RECORDER] = rec
     return rec
@@ -173,6 +212,7 @@ def record(request: pytest.FixtureRequest) -> Recorder:
 
 def _case_of(item: pytest.Item) -> Case | None:
     from uopgrad_conformance.report import Case
+
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
@@ -185,6 +225,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if _STATE not in config.stash:
         return
     from uopgrad_conformance.xfails import KNOWN_CORE_ISSUES
+
     state = config.stash[_STATE]
     skips = [(e, e.regex()) for e in state.skips]
     for item in items:
@@ -217,9 +258,14 @@ def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
         return report
     if report.when == "call" or (report.when == "setup" and not report.passed):
         from uopgrad_conformance.report import Recorder
+
         rec = item.stash.get(_RECORDER, Recorder())
-        props: list[tuple[str, object]] = [("conformance_row", case.row), ("conformance_group", case.group),
-                 ("conformance_column", case.column), ("conformance_check", case.check)]
+        props: list[tuple[str, object]] = [
+            ("conformance_row", case.row),
+            ("conformance_group", case.group),
+            ("conformance_column", case.column),
+            ("conformance_check", case.check),
+        ]
         if rec.worst is not None:
             props.append(("worst_rel", rec.worst))
         if rec.notes:
@@ -254,14 +300,24 @@ class _Collector:
         if report.when == "teardown" or "conformance_row" not in props:
             return
         from uopgrad_conformance.report import Record
+
         outcome, reason = _outcome(report)
         worst = props.get("worst_rel")
         notes = json.loads(str(props["conformance_notes"])) if "conformance_notes" in props else []
         self.state.nodeids.add(report.nodeid)
-        self.state.summary.add(Record(report.nodeid, str(props["conformance_row"]),
-                                      str(props["conformance_group"]), str(props["conformance_column"]),
-                                      str(props["conformance_check"]), outcome,
-                                      None if worst is None else float(str(worst)), reason, notes))
+        self.state.summary.add(
+            Record(
+                report.nodeid,
+                str(props["conformance_row"]),
+                str(props["conformance_group"]),
+                str(props["conformance_column"]),
+                str(props["conformance_check"]),
+                outcome,
+                None if worst is None else float(str(worst)),
+                reason,
+                notes,
+            )
+        )
 
 
 def _outcome(report: pytest.TestReport) -> tuple[str, str]:

@@ -11,6 +11,7 @@ REFERENCE may land within 0.02% of the exact value): before a program fails, REF
 Monte Carlo arithmetic (`ReferenceBackend.rounding_noise`), and the largest error of those runs counts as
 its own error too. A compiled backend runs each program twice (the second time with another thread count)
 and must give the same bits."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -36,8 +37,9 @@ FD_DTYPES = (dtypes.float32, dtypes.float64)  # finite differences against lower
 
 
 def _as_grad_program(prog: Program, inputs: Sequence[Input]) -> GradProgram:
-    gins = tuple(GradInput(i.name, tuple(np.shape(i.value)), target=i.requires_grad, dtype=i.dtype)
-                 for i in inputs)
+    gins = tuple(
+        GradInput(i.name, tuple(np.shape(i.value)), target=i.requires_grad, dtype=i.dtype) for i in inputs
+    )
     return GradProgram(gins, prog.body())
 
 
@@ -50,8 +52,13 @@ def _forward(device: str, prog: Program, inputs: Sequence[Input]) -> list[np.nda
     return [o.numpy() for o in outs]
 
 
-def _rel(a: np.ndarray, b: np.ndarray, exact: np.ndarray | None = None, tol: float = 0.0,
-         noisy: Sequence[np.ndarray] = ()) -> float:
+def _rel(
+    a: np.ndarray,
+    b: np.ndarray,
+    exact: np.ndarray | None = None,
+    tol: float = 0.0,
+    noisy: Sequence[np.ndarray] = (),
+) -> float:
     """Largest difference relative to the largest magnitude of `b` (inf when shapes or NaNs differ). With
     `exact` (b's program in float64), the difference is first reduced by the rounding error `b` itself
     shows (or one of the `noisy` runs of b's program shows), 8 times over: what remains is relative to the
@@ -65,21 +72,34 @@ def _rel(a: np.ndarray, b: np.ndarray, exact: np.ndarray | None = None, tol: flo
         scale = max(float(np.max(np.abs(b64), initial=0.0)), 1e-30)
         diff = float(np.max(np.abs(np.nan_to_num(a64) - np.nan_to_num(b64)), initial=0.0))
         if exact is not None and exact.shape == b.shape:
-            own = max(float(np.max(np.abs(np.nan_to_num(r.astype(np.float64)) - np.nan_to_num(exact)),
-                                   initial=0.0)) for r in (b, *noisy) if r.shape == b.shape)
+            own = max(
+                float(np.max(np.abs(np.nan_to_num(r.astype(np.float64)) - np.nan_to_num(exact)), initial=0.0))
+                for r in (b, *noisy)
+                if r.shape == b.shape
+            )
             diff = max(diff - 8 * own, 0.0) if diff > tol * scale else diff
         return diff / scale
 
 
-def _fail(target: Target, prog: Program, inputs: Sequence[Input], what: str,
-          v: Sequence[np.ndarray] | None = None, ref: Sequence[np.ndarray] | None = None) -> Failure:
+def _fail(
+    target: Target,
+    prog: Program,
+    inputs: Sequence[Input],
+    what: str,
+    v: Sequence[np.ndarray] | None = None,
+    ref: Sequence[np.ndarray] | None = None,
+) -> Failure:
     """The failure of a program: what differs, then the program as a snippet (REFERENCE's outputs as
     comments), with the gradient computation when backward was checked."""
     outs = ["out"] if len(prog.outputs) == 1 else [f"out[{k}]" for k in range(len(prog.outputs))]
     reads = []
     for k, o in enumerate(outs):
-        shown = "" if ref is None else "  # REFERENCE: " + np.array2string(
-            np.asarray(ref[k]), precision=6, separator=", ", threshold=12).replace("\n", "")
+        shown = (
+            ""
+            if ref is None
+            else "  # REFERENCE: "
+            + np.array2string(np.asarray(ref[k]), precision=6, separator=", ", threshold=12).replace("\n", "")
+        )
         reads.append(f"print({o}.numpy()){shown}")
     if v is None:
         tail = reads
@@ -87,14 +107,18 @@ def _fail(target: Target, prog: Program, inputs: Sequence[Input], what: str,
         # the gradient is taken before the values are read (a read realizes them), unless the program
         # is one that reads first: then the repro reads first too, as the check did
         names = ", ".join(i.name for i in inputs if i.requires_grad)
-        grad = [f"v{k} = Tensor({array_literal(x.astype(np.float32))}, device=dev, dtype={o}.dtype)"
-                for k, (x, o) in enumerate(zip(v, outs))]
+        grad = [
+            f"v{k} = Tensor({array_literal(x.astype(np.float32))}, device=dev, dtype={o}.dtype)"
+            for k, (x, o) in enumerate(zip(v, outs))
+        ]
         loss = " + ".join(f"({o} * v{k}).sum()" for k, o in enumerate(outs))
         grad += [f"grads = ({loss}).gradient({names})"]
         tail = [*reads, *grad] if prog.read_first else [*grad, *reads]
         tail += ["for g in grads:", "    print(g.numpy())"]
-    return Failure(f"{what}\nrepro (the program hypothesis shrank to; run it with dev = 'REFERENCE' for the "
-                   f"expected values):\n" + snippet(target.name, prog.dtype, inputs, prog.body(), tail))
+    return Failure(
+        f"{what}\nrepro (the program hypothesis shrank to; run it with dev = 'REFERENCE' for the "
+        f"expected values):\n" + snippet(target.name, prog.dtype, inputs, prog.body(), tail)
+    )
 
 
 def check_program(target: Target, prog: Program, record: Recorder, rng: np.random.Generator) -> None:
@@ -103,8 +127,10 @@ def check_program(target: Target, prog: Program, record: Recorder, rng: np.rando
     try:
         ref = _forward(REFERENCE, prog, inputs)
     except Exception as e:
-        raise Failure(f"REFERENCE failed to run a generated program (a harness bug):\n"
-                      f"{format_exception(e)}\n{prog.body()}") from e
+        raise Failure(
+            f"REFERENCE failed to run a generated program (a harness bug):\n"
+            f"{format_exception(e)}\n{prog.body()}"
+        ) from e
     if dtypes.is_float(prog.dtype):
         _check_float(target, prog, inputs, ref, record, rng)
         return
@@ -123,15 +149,28 @@ def check_program(target: Target, prog: Program, record: Recorder, rng: np.rando
         raise _fail(target, prog, inputs, what, None, ref) from e
     for k, (g, r) in enumerate(zip(got, ref)):
         if not np.array_equal(g, r):
-            raise _fail(target, prog, inputs, f"output {k} differs from REFERENCE:\n  {target.name}: {g}\n"
-                        f"  REFERENCE: {r}", None, ref)
+            raise _fail(
+                target,
+                prog,
+                inputs,
+                f"output {k} differs from REFERENCE:\n  {target.name}: {g}\n  REFERENCE: {r}",
+                None,
+                ref,
+            )
 
 
-def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Sequence[np.ndarray],
-                 record: Recorder, rng: np.random.Generator) -> None:
+def _check_float(
+    target: Target,
+    prog: Program,
+    inputs: Sequence[Input],
+    ref: Sequence[np.ndarray],
+    record: Recorder,
+    rng: np.random.Generator,
+) -> None:
     # programs that overflow or produce NaN say nothing about gradients: hypothesis draws others
-    tame = all(np.all(np.isfinite(r.astype(np.float64))) for r in ref) and \
-        all(float(np.max(np.abs(r.astype(np.float64)), initial=0.0)) < 1e4 for r in ref)
+    tame = all(np.all(np.isfinite(r.astype(np.float64))) for r in ref) and all(
+        float(np.max(np.abs(r.astype(np.float64)), initial=0.0)) < 1e4 for r in ref
+    )
     if currently_in_test_context():
         assume(tame)
     elif not tame:
@@ -153,9 +192,15 @@ def _check_float(target: Target, prog: Program, inputs: Sequence[Input], ref: Se
     except Failure:
         raise
     except Exception as e:
-        raise _fail(target, prog, inputs, f"forward or backward raised on {target.name}:\n"
-                    f"{format_exception(e)}", v, ref) from e
-    fd_seed = int(rng.integers(2 ** 63))  # the same directions when the check is repeated
+        raise _fail(
+            target,
+            prog,
+            inputs,
+            f"forward or backward raised on {target.name}:\n{format_exception(e)}",
+            v,
+            ref,
+        ) from e
+    fd_seed = int(rng.integers(2**63))  # the same directions when the check is repeated
     runs = _Runs(outs, grads, ref_outs, ref_grads, exact_outs, exact_grads)
     errors, problems = _judge(target, prog, gprog, inputs, v, runs, fd_seed)
     if problems:  # one run's error may be small by luck: judge again with REFERENCE's Monte Carlo runs
@@ -183,12 +228,25 @@ class _Runs:
     def rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]]:
         """(backend, REFERENCE, float64, Monte Carlo runs) for every output, then every gradient."""
         n = len(self.outs) + len(self.grads)
-        return list(zip([*self.outs, *self.grads], [*self.ref_outs, *self.ref_grads],
-                        [*self.exact_outs, *self.exact_grads], self.noisy or [[]] * n))
+        return list(
+            zip(
+                [*self.outs, *self.grads],
+                [*self.ref_outs, *self.ref_grads],
+                [*self.exact_outs, *self.exact_grads],
+                self.noisy or [[]] * n,
+            )
+        )
 
 
-def _judge(target: Target, prog: Program, gprog: GradProgram, inputs: Sequence[Input],
-           v: Sequence[np.ndarray], runs: _Runs, fd_seed: int) -> tuple[list[float], list[str]]:
+def _judge(
+    target: Target,
+    prog: Program,
+    gprog: GradProgram,
+    inputs: Sequence[Input],
+    v: Sequence[np.ndarray],
+    runs: _Runs,
+    fd_seed: int,
+) -> tuple[list[float], list[str]]:
     """The errors beyond the bounds (for the summary) and the problems found: outputs and gradients against
     REFERENCE, then the dot-product test."""
     tol = GRAD_TOL[prog.dtype].rtol
@@ -196,13 +254,26 @@ def _judge(target: Target, prog: Program, gprog: GradProgram, inputs: Sequence[I
     for nm, (got, want, exact, noisy) in zip(_names(runs.outs, inputs), runs.rows()):
         errors.append(rel := _rel(got, want, exact, tol, noisy))
         if rel > tol:
-            problems.append(f"{nm} differs from REFERENCE (relative {rel:.3g} beyond REFERENCE's own "
-                            f"rounding error):\n  {target.name}: {got}\n  REFERENCE: {want}")
+            problems.append(
+                f"{nm} differs from REFERENCE (relative {rel:.3g} beyond REFERENCE's own "
+                f"rounding error):\n  {target.name}: {got}\n  REFERENCE: {want}"
+            )
     if not problems and prog.smooth and prog.dtype in FD_DTYPES:
-        own = [np.max([np.abs(r - e) for r in (want, *noisy)], axis=0)
-               for _, want, e, noisy in runs.rows()[len(runs.outs):]]
-        fd = _finite_differences(target, gprog, inputs, v, runs.grads, tol, np.random.default_rng(fd_seed),
-                                 own, _fd_noise(gprog, inputs, prog.dtype, runs.ref_outs, runs.exact_outs))
+        own = [
+            np.max([np.abs(r - e) for r in (want, *noisy)], axis=0)
+            for _, want, e, noisy in runs.rows()[len(runs.outs) :]
+        ]
+        fd = _finite_differences(
+            target,
+            gprog,
+            inputs,
+            v,
+            runs.grads,
+            tol,
+            np.random.default_rng(fd_seed),
+            own,
+            _fd_noise(gprog, inputs, prog.dtype, runs.ref_outs, runs.exact_outs),
+        )
         if fd is not None:
             errors.append(fd[0])
             problems += fd[1]
@@ -212,12 +283,12 @@ def _judge(target: Target, prog: Program, gprog: GradProgram, inputs: Sequence[I
 _MC_RUNS = 4
 
 
-def _monte_carlo(gprog: GradProgram, inputs: Sequence[Input], dt: DType, v: Sequence[np.ndarray],
-                 read_first: bool) -> list[list[np.ndarray]]:
+def _monte_carlo(
+    gprog: GradProgram, inputs: Sequence[Input], dt: DType, v: Sequence[np.ndarray], read_first: bool
+) -> list[list[np.ndarray]]:
     """Per output and gradient, its values in `_MC_RUNS` REFERENCE runs under Monte Carlo arithmetic
     (`ReferenceBackend.rounding_noise`, seeded so that a failure reproduces)."""
-    noise: Callable[[np.random.Generator], AbstractContextManager[None]] = \
-        Device[REFERENCE].rounding_noise  # type: ignore[attr-defined]
+    noise: Callable[[np.random.Generator], AbstractContextManager[None]] = Device[REFERENCE].rounding_noise  # type: ignore[attr-defined]
     runs: list[list[np.ndarray]] = []
     for k in range(_MC_RUNS):
         with noise(np.random.default_rng(k)):
@@ -227,15 +298,21 @@ def _monte_carlo(gprog: GradProgram, inputs: Sequence[Input], dt: DType, v: Sequ
 
 
 def _names(outs: Sequence[np.ndarray], inputs: Sequence[Input]) -> list[str]:
-    return [f"output {k}" for k in range(len(outs))] + [f"gradient of {i.name}" for i in inputs
-                                                        if i.requires_grad]
+    return [f"output {k}" for k in range(len(outs))] + [
+        f"gradient of {i.name}" for i in inputs if i.requires_grad
+    ]
 
 
-_EPS32, _EPS64 = 2.0 ** -24, 2.0 ** -53
+_EPS32, _EPS64 = 2.0**-24, 2.0**-53
 
 
-def _fd_noise(gprog: GradProgram, inputs: Sequence[Input], dt: DType, ref_outs: Sequence[np.ndarray],
-              exact_outs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def _fd_noise(
+    gprog: GradProgram,
+    inputs: Sequence[Input],
+    dt: DType,
+    ref_outs: Sequence[np.ndarray],
+    exact_outs: Sequence[np.ndarray],
+) -> list[np.ndarray]:
     """Per output element, the rounding error its float64 evaluation is prone to: eps64 times the larger
     of |f| and the float32 evaluation's error over eps32 (Σ|terms| where terms cancel: (√(x²+1))² − x² is 1,
     but its terms round at the scale of x² + 1). The float32 run is REFERENCE's own (the program's, for a
@@ -246,14 +323,23 @@ def _fd_noise(gprog: GradProgram, inputs: Sequence[Input], dt: DType, ref_outs: 
         x64 = [np.asarray(i.value, dtype=np.float64) for i in inputs]
         outs32 = forward64(gprog, inputs, run_env(REFERENCE, dtypes.float32), x64)
     with np.errstate(all="ignore"):
-        return [_EPS64 * np.maximum(np.abs(e), np.nan_to_num(np.abs(o - e)) / _EPS32)
-                for o, e in zip(outs32, exact_outs)]
+        return [
+            _EPS64 * np.maximum(np.abs(e), np.nan_to_num(np.abs(o - e)) / _EPS32)
+            for o, e in zip(outs32, exact_outs)
+        ]
 
 
-def _finite_differences(target: Target, gprog: GradProgram, inputs: Sequence[Input], v: Sequence[np.ndarray],
-                        grads: Sequence[np.ndarray], tol: float, rng: np.random.Generator,
-                        own: Sequence[np.ndarray],
-                        noise: Sequence[np.ndarray]) -> tuple[float, list[str]] | None:
+def _finite_differences(
+    target: Target,
+    gprog: GradProgram,
+    inputs: Sequence[Input],
+    v: Sequence[np.ndarray],
+    grads: Sequence[np.ndarray],
+    tol: float,
+    rng: np.random.Generator,
+    own: Sequence[np.ndarray],
+    noise: Sequence[np.ndarray],
+) -> tuple[float, list[str]] | None:
     """The dot-product test in float64, unless the program's branch decisions change near its inputs.
     The bound widens by 8·<own, |u|>, `own` being REFERENCE's own rounding error of each gradient, and by
     8·<|v|, noise>/h, the rounding of the two float64 evaluations the difference quotient divides by 2h
@@ -278,6 +364,8 @@ def _finite_differences(target: Target, gprog: GradProgram, inputs: Sequence[Inp
     slack += 8 * sum(float(np.sum(np.abs(vi) * n)) for vi, n in zip(v, noise)) / h
     error = max(abs(lhs - rhs) - slack, 0.0) / scale
     if abs(lhs - rhs) > tol * scale + slack:
-        return error, [f"dot-product test: <v, J·u> by float64 finite differences is {lhs:.9g}, <vjp(v), u> "
-                       f"is {rhs:.9g} (relative {abs(lhs - rhs) / scale:.3g} > {tol:g})"]
+        return error, [
+            f"dot-product test: <v, J·u> by float64 finite differences is {lhs:.9g}, <vjp(v), u> "
+            f"is {rhs:.9g} (relative {abs(lhs - rhs) / scale:.3g} > {tol:g})"
+        ]
     return error, []

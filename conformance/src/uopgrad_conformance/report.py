@@ -1,6 +1,7 @@
 """Results: what each case is (`Case`: row, dtype, check), what happened to it, and the summary table
 (row x dtype -> pass / fail / xfail / not claimed, with the worst relative error) printed at the end of a
 run and written as JSON (docs/conformance.md)."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,13 @@ class Recorder:
 
 # outcome -> (rank, symbol): a cell shows its worst outcome
 _OUTCOMES: dict[str, tuple[int, str]] = {
-    "failed": (6, "FAIL"), "xpassed": (5, "XPASS"), "error": (6, "ERR"), "xfailed": (4, "xf"),
-    "skipped": (3, "skip"), "passed": (2, "ok"), "not claimed": (1, "nc"),
+    "failed": (6, "FAIL"),
+    "xpassed": (5, "XPASS"),
+    "error": (6, "ERR"),
+    "xfailed": (4, "xf"),
+    "skipped": (3, "skip"),
+    "passed": (2, "ok"),
+    "not claimed": (1, "nc"),
 }
 
 
@@ -143,14 +149,20 @@ class Summary:
                     worst = cell[1] if worst is None else max(worst, cell[1])
             lines.append(f"{row:{width}} " + " ".join(marks) + ("" if worst is None else f"  {worst:.2e}"))
         counts = ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items()))
-        lines += ["", "ok pass, FAIL fail, xf xfail (known), nc not claimed by the backend, skip skipped "
-                  "(reason in the JSON), - not defined for the dtype", f"cases: {counts}"]
+        lines += [
+            "",
+            "ok pass, FAIL fail, xf xfail (known), nc not claimed by the backend, skip skipped "
+            "(reason in the JSON), - not defined for the dtype",
+            f"cases: {counts}",
+        ]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-able data: the cells and every case."""
-        cells = [{"row": row, "column": col, "outcome": oc, "worst_rel": _finite(err)}
-                 for (row, col), (oc, err) in self.cells().items()]
+        cells = [
+            {"row": row, "column": col, "outcome": oc, "worst_rel": _finite(err)}
+            for (row, col), (oc, err) in self.cells().items()
+        ]
         cases = []
         for r in self.records:
             d = asdict(r)

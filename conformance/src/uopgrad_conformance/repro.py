@@ -1,6 +1,7 @@
 """Repro snippets: every check runs uopgrad code written as source text, and a failure prints that same
 text with its inputs inlined (cut down to the failing elements where it can), so the snippet is exactly
 what ran, a few lines long, and runnable on its own."""
+
 from __future__ import annotations
 
 import math
@@ -83,8 +84,14 @@ def input_line(inp: Input, device_expr: str = "dev") -> str:
     return f"{inp.name} = Tensor({array_literal(arr)}, device={device_expr}, dtype={dt}{grad})"
 
 
-def snippet(device: str, dt: DType | None, inputs: Sequence[Input], body: str, tail: Sequence[str] = (),
-            extra: Mapping[str, str] | None = None) -> str:
+def snippet(
+    device: str,
+    dt: DType | None,
+    inputs: Sequence[Input],
+    body: str,
+    tail: Sequence[str] = (),
+    extra: Mapping[str, str] | None = None,
+) -> str:
     """A runnable program: imports, `dev` (and `dt`, `dev2`, extra names), the inputs, `body`, `tail`."""
     lines = list(HEADER)
     lines.append(f"dev = {device!r}")
@@ -100,8 +107,16 @@ def snippet(device: str, dt: DType | None, inputs: Sequence[Input], body: str, t
 
 def namespace(device: str, dt: DType | None, **names: object) -> dict[str, Any]:
     """The globals a case body runs with (the same names the snippet header defines)."""
-    ns: dict[str, Any] = {"np": np, "Tensor": Tensor, "UOp": UOp, "Ops": Ops, "dtypes": dtypes,
-                          "function": function, "uopgrad": uopgrad, "dev": device}
+    ns: dict[str, Any] = {
+        "np": np,
+        "Tensor": Tensor,
+        "UOp": UOp,
+        "Ops": Ops,
+        "dtypes": dtypes,
+        "function": function,
+        "uopgrad": uopgrad,
+        "dev": device,
+    }
     if dt is not None:
         ns["dt"] = dt
     ns.update(names)

@@ -11,6 +11,7 @@ so every result is exact.
 `views` (views taken before the writes, realized, read or left lazy, and values that are views of the
 target itself), `detach` (writes through `d = t.detach()`, in-place ops on it, `t.assign(...)`), `sharded`
 (the target sharded over the device and its second one, on an axis or replicated, lazy or realized)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -83,8 +84,9 @@ class SetitemProgram:
             if self.param:
                 lines.append("t.realize()")
         if self.sharded:
-            lines.append(f"t = t.shard((dev, dev2), {self.shard_axis})"
-                         + (".realize()" if self.shard_realized else ""))
+            lines.append(
+                f"t = t.shard((dev, dev2), {self.shard_axis})" + (".realize()" if self.shard_realized else "")
+            )
         outs = ["t"]
         for k, v in enumerate(self.views):
             lines.append(f"v{k} = {v.src}")
@@ -108,8 +110,11 @@ class SetitemProgram:
         a = np.zeros(self.shape, NP) if self.init is None else self.init.astype(NP).copy()
         for w in self.writes:
             _apply(a, w)
-        return [a.copy(), *(np.array(eval(v.np_src, {"np": np, "a": a})) for v in self.views),
-                *([a.copy()] if self.detach else [])]
+        return [
+            a.copy(),
+            *(np.array(eval(v.np_src, {"np": np, "a": a})) for v in self.views),
+            *([a.copy()] if self.detach else []),
+        ]
 
     def __repr__(self) -> str:
         return f"<setitem program ({self.row})>\n{self.body()}"
@@ -130,7 +135,7 @@ def _apply(a: np.ndarray, w: Write) -> None:
     if not w.adv:
         a[w.np_index] = value
         return
-    lists, rest = w.np_index[:w.adv], tuple(w.np_index[w.adv:])
+    lists, rest = w.np_index[: w.adv], tuple(w.np_index[w.adv :])
     n = len(lists[0])
     sub = a[w.np_index].shape
     v = np.broadcast_to(value, sub)
@@ -146,8 +151,9 @@ def _values(draw: st.DrawFn, shape: tuple[int, ...], base: int) -> np.ndarray:
     return (np.arange(start, start + n, dtype=NP) * draw(st.sampled_from([1, -1]))).reshape(shape)
 
 
-def _value(draw: st.DrawFn, shape: tuple[int, ...], base: int, sharded: bool,
-           distinct: bool = False) -> tuple[str, Any]:
+def _value(
+    draw: st.DrawFn, shape: tuple[int, ...], base: int, sharded: bool, distinct: bool = False
+) -> tuple[str, Any]:
     """A value of `shape` (or one that broadcasts to it, or a Python number): its source and numpy value.
     `distinct`: every index entry gets other values (so which duplicate wins shows)."""
     if not shape or (not distinct and draw(st.integers(0, 3)) == 0):
@@ -182,8 +188,15 @@ def _slice(draw: st.DrawFn, n: int) -> tuple[str, slice]:
     return text, slice(start, stop, None if step == 1 else step)
 
 
-def _write(draw: st.DrawFn, shape: tuple[int, ...], base: int, dup: bool, target: str = "t",
-           sharded: bool = False, distinct: bool = False) -> Write:
+def _write(
+    draw: st.DrawFn,
+    shape: tuple[int, ...],
+    base: int,
+    dup: bool,
+    target: str = "t",
+    sharded: bool = False,
+    distinct: bool = False,
+) -> Write:
     """One setitem: a list (or Tensor) index with duplicates when `dup`, else any index kind."""
     n = shape[0]
     kinds = ["list", "tensor"] + (["pair", "list+slice", "list+int"] if len(shape) == 2 else [])
@@ -224,18 +237,33 @@ def _write(draw: st.DrawFn, shape: tuple[int, ...], base: int, dup: bool, target
     return Write(target, text, np_index, src, val, "=", adv)
 
 
-_VIEWS_1D = [("t[{a}:{b}]", "a[{a}:{b}]"), ("t[::2]", "a[::2]"), ("t.flip(0)", "a[::-1]"),
-             ("t.reshape(1, {n}).expand(2, {n})", "np.broadcast_to(a.reshape(1, {n}), (2, {n}))")]
-_VIEWS_2D = [("t[{a}:{b}]", "a[{a}:{b}]"), ("t[{i}]", "a[{i}]"), ("t[:, {j}]", "a[:, {j}]"),
-             ("t.permute(1, 0)", "a.transpose(1, 0)"), ("t.flip(0)", "a[::-1]"), ("t[::2]", "a[::2]")]
+_VIEWS_1D = [
+    ("t[{a}:{b}]", "a[{a}:{b}]"),
+    ("t[::2]", "a[::2]"),
+    ("t.flip(0)", "a[::-1]"),
+    ("t.reshape(1, {n}).expand(2, {n})", "np.broadcast_to(a.reshape(1, {n}), (2, {n}))"),
+]
+_VIEWS_2D = [
+    ("t[{a}:{b}]", "a[{a}:{b}]"),
+    ("t[{i}]", "a[{i}]"),
+    ("t[:, {j}]", "a[:, {j}]"),
+    ("t.permute(1, 0)", "a.transpose(1, 0)"),
+    ("t.flip(0)", "a[::-1]"),
+    ("t[::2]", "a[::2]"),
+]
 
 
 def _view(draw: st.DrawFn, shape: tuple[int, ...]) -> View:
     table = _VIEWS_1D if len(shape) == 1 else _VIEWS_2D
     src, np_src = draw(st.sampled_from(table))
     a, b = sorted(draw(st.lists(st.integers(0, shape[0]), min_size=2, max_size=2, unique=True)))
-    fill = {"a": a, "b": b, "n": shape[0], "i": draw(st.integers(0, shape[0] - 1)),
-            "j": draw(st.integers(0, shape[-1] - 1))}
+    fill = {
+        "a": a,
+        "b": b,
+        "n": shape[0],
+        "i": draw(st.integers(0, shape[0] - 1)),
+        "j": draw(st.integers(0, shape[-1] - 1)),
+    }
     how = draw(st.sampled_from(["lazy", "realize", "numpy"]))
     return View(src.format(**fill), np_src.format(**fill), how)
 
@@ -272,8 +300,11 @@ def setitem_programs(draw: st.DrawFn, row: str) -> SetitemProgram:
             writes.append(Write("t", str(i), i, f"t[{j}]", f"a[{j}].copy()"))  # a row of t itself
             continue
         first_dup = k == 0 and row == "duplicates"  # its entries carry values of their own
-        writes.append(_write(draw, shape, base, dup=first_dup or draw(st.booleans()), sharded=sharded,
-                             distinct=first_dup))
+        writes.append(
+            _write(
+                draw, shape, base, dup=first_dup or draw(st.booleans()), sharded=sharded, distinct=first_dup
+            )
+        )
     axis = None
     if sharded:
         axis = draw(st.sampled_from([a for a, s in enumerate(shape) if s % 2 == 0] + [None]))
@@ -306,8 +337,10 @@ def check_setitem(target: Target, prog: SetitemProgram, record: Recorder) -> Non
     try:
         got = _run(prog, target.name, target.second)
     except Exception as e:
-        raise Failure(f"the setitem program ({prog.row}) raised on {target.name}:\n{format_exception(e)}\n"
-                      "repro:\n" + _repro(target, prog, want)) from e
+        raise Failure(
+            f"the setitem program ({prog.row}) raised on {target.name}:\n{format_exception(e)}\n"
+            "repro:\n" + _repro(target, prog, want)
+        ) from e
     problems = []
     for name, g, w in zip(prog.outputs(), got, want):
         cmp = compare(g, w, DT, 0, 0.0, True, label="numpy")

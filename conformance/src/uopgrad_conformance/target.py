@@ -1,5 +1,6 @@
 """The backend under test, as the suite sees it: its name, what it claims, and where each part of a check
 runs. Backends are reached only through `uopgrad.Device` (the `uopgrad.backends` entry points)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -7,6 +7,7 @@ often).
 The second run forces a fixed team of `procs + 1` threads with OpenMP's dynamic adjustment off: a backend
 that sizes its teams by the machine's load (the CPU backend does) may well run the first time on one
 thread, so only a forced, oversubscribed team makes a racing loop interleave."""
+
 from __future__ import annotations
 
 import ctypes
@@ -33,8 +34,16 @@ def openmp_runtime() -> ctypes.CDLL | None:
                 lib = ctypes.CDLL(path)  # the same library object: its settings are the kernels' settings
             except OSError:
                 return None
-            if all(hasattr(lib, f) for f in ("omp_set_num_threads", "omp_get_max_threads", "omp_set_dynamic",
-                                             "omp_get_dynamic", "omp_get_num_procs")):
+            if all(
+                hasattr(lib, f)
+                for f in (
+                    "omp_set_num_threads",
+                    "omp_get_max_threads",
+                    "omp_set_dynamic",
+                    "omp_get_dynamic",
+                    "omp_get_num_procs",
+                )
+            ):
                 return lib
     return None
 

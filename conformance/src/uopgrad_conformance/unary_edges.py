@@ -9,6 +9,7 @@ One program per family of ops and dtype: the ops applied to the rows of one inpu
 and differentiated with one backward, so that a compiled backend builds a family's kernels together. An op
 that differs is run again on its own, and the failure prints that program (or the family's, where the op
 passes alone) as a runnable repro with the closed form's values as comments."""
+
 from __future__ import annotations
 
 import math
@@ -59,13 +60,14 @@ def _dtanh(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return np.asarray(0.5 * x * (1 + np.tanh(_GELU_K * (x + 0.044715 * x ** 3))))
+    return np.asarray(0.5 * x * (1 + np.tanh(_GELU_K * (x + 0.044715 * x**3))))
 
 
 def _dgelu(x: np.ndarray) -> np.ndarray:
-    inner = _GELU_K * (x + 0.044715 * x ** 3)
-    return np.asarray(0.5 * (1 + np.tanh(inner))
-                      + 0.5 * x * _dtanh(inner) * _GELU_K * (1 + 3 * 0.044715 * x ** 2))
+    inner = _GELU_K * (x + 0.044715 * x**3)
+    return np.asarray(
+        0.5 * (1 + np.tanh(inner)) + 0.5 * x * _dtanh(inner) * _GELU_K * (1 + 3 * 0.044715 * x**2)
+    )
 
 
 def _dgelu_exact(x: np.ndarray) -> np.ndarray:  # the limits at ±inf (docs/semantics.md §5.3), not inf·0
@@ -94,73 +96,123 @@ def _ops(family: str, table: dict[str, tuple[str, Fn, Fn]], rtol32: float = 1e-4
 
 
 UNARY_EDGE_OPS: dict[str, UnaryEdge] = {
-    **_ops("activations", {
-        "relu": ("x.relu()", lambda x: _where(x > 0, x, 0.0), lambda x: _where(x > 0, 1.0, 0.0)),
-        "relu6": ("x.relu6()", lambda x: np.clip(x, 0, 6), lambda x: _where((x > 0) & (x < 6), 1.0, 0.0)),
-        "leaky_relu": ("x.leaky_relu(0.1)", lambda x: _where(x > 0, x, 0.1 * x),
-                       lambda x: _where(x > 0, 1.0, 0.1)),
-        "elu": ("x.elu(0.7)", lambda x: _where(x > 0, x, 0.7 * np.expm1(x)),
-                lambda x: _where(x > 0, 1.0, 0.7 * np.exp(x))),
-        "celu": ("x.celu(0.7)", lambda x: _where(x > 0, x, 0.7 * np.expm1(x / 0.7)),
-                 lambda x: _where(x > 0, 1.0, np.exp(x / 0.7))),
-        "selu": (f"x.selu({SELU[0]!r}, {SELU[1]!r})",
-                 lambda x: SELU[1] * _where(x > 0, x, SELU[0] * np.expm1(x)),
-                 lambda x: SELU[1] * _where(x > 0, 1.0, SELU[0] * np.exp(x))),
-        "hardsigmoid": ("x.hardsigmoid()", lambda x: np.clip(x / 6 + 0.5, 0, 1),
-                        lambda x: _where((x > -3) & (x < 3), 1 / 6, 0.0)),
-        "hardswish": ("x.hardswish()", lambda x: x * np.clip(x + 3, 0, 6) / 6,
-                      lambda x: _where(x < -3, 0.0, _where(x > 3, 1.0, (2 * x + 3) / 6))),
-        "hardtanh": ("x.hardtanh()", lambda x: np.clip(x, -1, 1), lambda x: _where(np.abs(x) <= 1, 1.0, 0.0)),
-        "clip": ("x.clip(-2.0, 2.0)", lambda x: np.clip(x, -2, 2),
-                 lambda x: _where(np.abs(x) <= 2, 1.0, 0.0)),
-        # the quotient rule at ±inf: 1/inf - inf/inf, NaN (PyTorch's)
-        "softsign": ("x.softsign()", lambda x: x / (1 + np.abs(x)),
-                     lambda x: 1 / (1 + np.abs(x)) - np.abs(x) / (1 + np.abs(x)) ** 2),
-        "abs": ("x.abs()", np.abs, np.sign),
-        "sign": ("x.sign()", np.sign, _zero),
-        "neg": ("-x", np.negative, lambda x: -np.ones_like(x)),
-        "floor": ("x.floor()", np.floor, _zero), "ceil": ("x.ceil()", np.ceil, _zero),
-        "round": ("x.round()", np.round, _zero), "trunc": ("x.trunc()", np.trunc, _zero),
-    }),
-    **_ops("sigmoids", {
-        "sigmoid": ("x.sigmoid()", _sig, _dsig),
-        "logsigmoid": ("x.logsigmoid()", lambda x: -_softplus(-x), lambda x: _sig(-x)),
-        "tanh": ("x.tanh()", np.tanh, _dtanh),
-        "silu": ("x.silu()", lambda x: x * _sig(x), lambda x: _sig(x) * (1 + x * (1 - _sig(x)))),
-        "swish": ("x.swish()", lambda x: x * _sig(x), lambda x: _sig(x) * (1 + x * (1 - _sig(x)))),
-        "quick_gelu": ("x.quick_gelu()", lambda x: x * _sig(1.702 * x),
-                       lambda x: _sig(1.702 * x) + 1.702 * x * _dsig(1.702 * x)),
-        "gelu": ("x.gelu()", _gelu, _dgelu),
-        "gelu_exact": ("x.gelu('none')", lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))), _dgelu_exact),
-        "mish": ("x.mish()", lambda x: x * np.tanh(_softplus(x)),
-                 lambda x: np.tanh(_softplus(x)) + x * _sig(x) * _dtanh(_softplus(x))),
-        "softplus": ("x.softplus()", _softplus, _sig),
-        "softplus_beta": ("x.softplus(2.0)", lambda x: _softplus(2 * x) / 2, lambda x: _sig(2 * x)),
-        "erf": ("x.erf()", _erf, lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)),
-    }),
-    **_ops("exp log", {
-        "exp": ("x.exp()", np.exp, np.exp),
-        "exp2": ("x.exp2()", np.exp2, lambda x: np.exp2(x) * math.log(2)),
-        "log": ("x.log()", np.log, lambda x: 1 / x),
-        "log2": ("x.log2()", np.log2, lambda x: 1 / (x * math.log(2))),
-        "log10": ("x.log10()", np.log10, lambda x: 1 / (x * math.log(10))),
-        "sqrt": ("x.sqrt()", np.sqrt, lambda x: 0.5 / np.sqrt(x)),
-        "rsqrt": ("x.rsqrt()", lambda x: 1 / np.sqrt(x), lambda x: -0.5 / np.sqrt(x) ** 3),
-        "reciprocal": ("x.reciprocal()", lambda x: 1 / x, lambda x: -1 / x ** 2),
-        "square": ("x.square()", np.square, lambda x: 2 * x),
-        "sinh": ("x.sinh()", np.sinh, np.cosh), "cosh": ("x.cosh()", np.cosh, np.sinh),
-        "asinh": ("x.asinh()", np.arcsinh, lambda x: 1 / np.sqrt(x * x + 1)),
-        "acosh": ("x.acosh()", np.arccosh, lambda x: 1 / np.sqrt(x * x - 1)),
-        "atanh": ("x.atanh()", np.arctanh, lambda x: 1 / (1 - x * x)),
-    }),
+    **_ops(
+        "activations",
+        {
+            "relu": ("x.relu()", lambda x: _where(x > 0, x, 0.0), lambda x: _where(x > 0, 1.0, 0.0)),
+            "relu6": ("x.relu6()", lambda x: np.clip(x, 0, 6), lambda x: _where((x > 0) & (x < 6), 1.0, 0.0)),
+            "leaky_relu": (
+                "x.leaky_relu(0.1)",
+                lambda x: _where(x > 0, x, 0.1 * x),
+                lambda x: _where(x > 0, 1.0, 0.1),
+            ),
+            "elu": (
+                "x.elu(0.7)",
+                lambda x: _where(x > 0, x, 0.7 * np.expm1(x)),
+                lambda x: _where(x > 0, 1.0, 0.7 * np.exp(x)),
+            ),
+            "celu": (
+                "x.celu(0.7)",
+                lambda x: _where(x > 0, x, 0.7 * np.expm1(x / 0.7)),
+                lambda x: _where(x > 0, 1.0, np.exp(x / 0.7)),
+            ),
+            "selu": (
+                f"x.selu({SELU[0]!r}, {SELU[1]!r})",
+                lambda x: SELU[1] * _where(x > 0, x, SELU[0] * np.expm1(x)),
+                lambda x: SELU[1] * _where(x > 0, 1.0, SELU[0] * np.exp(x)),
+            ),
+            "hardsigmoid": (
+                "x.hardsigmoid()",
+                lambda x: np.clip(x / 6 + 0.5, 0, 1),
+                lambda x: _where((x > -3) & (x < 3), 1 / 6, 0.0),
+            ),
+            "hardswish": (
+                "x.hardswish()",
+                lambda x: x * np.clip(x + 3, 0, 6) / 6,
+                lambda x: _where(x < -3, 0.0, _where(x > 3, 1.0, (2 * x + 3) / 6)),
+            ),
+            "hardtanh": (
+                "x.hardtanh()",
+                lambda x: np.clip(x, -1, 1),
+                lambda x: _where(np.abs(x) <= 1, 1.0, 0.0),
+            ),
+            "clip": (
+                "x.clip(-2.0, 2.0)",
+                lambda x: np.clip(x, -2, 2),
+                lambda x: _where(np.abs(x) <= 2, 1.0, 0.0),
+            ),
+            # the quotient rule at ±inf: 1/inf - inf/inf, NaN (PyTorch's)
+            "softsign": (
+                "x.softsign()",
+                lambda x: x / (1 + np.abs(x)),
+                lambda x: 1 / (1 + np.abs(x)) - np.abs(x) / (1 + np.abs(x)) ** 2,
+            ),
+            "abs": ("x.abs()", np.abs, np.sign),
+            "sign": ("x.sign()", np.sign, _zero),
+            "neg": ("-x", np.negative, lambda x: -np.ones_like(x)),
+            "floor": ("x.floor()", np.floor, _zero),
+            "ceil": ("x.ceil()", np.ceil, _zero),
+            "round": ("x.round()", np.round, _zero),
+            "trunc": ("x.trunc()", np.trunc, _zero),
+        },
+    ),
+    **_ops(
+        "sigmoids",
+        {
+            "sigmoid": ("x.sigmoid()", _sig, _dsig),
+            "logsigmoid": ("x.logsigmoid()", lambda x: -_softplus(-x), lambda x: _sig(-x)),
+            "tanh": ("x.tanh()", np.tanh, _dtanh),
+            "silu": ("x.silu()", lambda x: x * _sig(x), lambda x: _sig(x) * (1 + x * (1 - _sig(x)))),
+            "swish": ("x.swish()", lambda x: x * _sig(x), lambda x: _sig(x) * (1 + x * (1 - _sig(x)))),
+            "quick_gelu": (
+                "x.quick_gelu()",
+                lambda x: x * _sig(1.702 * x),
+                lambda x: _sig(1.702 * x) + 1.702 * x * _dsig(1.702 * x),
+            ),
+            "gelu": ("x.gelu()", _gelu, _dgelu),
+            "gelu_exact": ("x.gelu('none')", lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))), _dgelu_exact),
+            "mish": (
+                "x.mish()",
+                lambda x: x * np.tanh(_softplus(x)),
+                lambda x: np.tanh(_softplus(x)) + x * _sig(x) * _dtanh(_softplus(x)),
+            ),
+            "softplus": ("x.softplus()", _softplus, _sig),
+            "softplus_beta": ("x.softplus(2.0)", lambda x: _softplus(2 * x) / 2, lambda x: _sig(2 * x)),
+            "erf": ("x.erf()", _erf, lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)),
+        },
+    ),
+    **_ops(
+        "exp log",
+        {
+            "exp": ("x.exp()", np.exp, np.exp),
+            "exp2": ("x.exp2()", np.exp2, lambda x: np.exp2(x) * math.log(2)),
+            "log": ("x.log()", np.log, lambda x: 1 / x),
+            "log2": ("x.log2()", np.log2, lambda x: 1 / (x * math.log(2))),
+            "log10": ("x.log10()", np.log10, lambda x: 1 / (x * math.log(10))),
+            "sqrt": ("x.sqrt()", np.sqrt, lambda x: 0.5 / np.sqrt(x)),
+            "rsqrt": ("x.rsqrt()", lambda x: 1 / np.sqrt(x), lambda x: -0.5 / np.sqrt(x) ** 3),
+            "reciprocal": ("x.reciprocal()", lambda x: 1 / x, lambda x: -1 / x**2),
+            "square": ("x.square()", np.square, lambda x: 2 * x),
+            "sinh": ("x.sinh()", np.sinh, np.cosh),
+            "cosh": ("x.cosh()", np.cosh, np.sinh),
+            "asinh": ("x.asinh()", np.arcsinh, lambda x: 1 / np.sqrt(x * x + 1)),
+            "acosh": ("x.acosh()", np.arccosh, lambda x: 1 / np.sqrt(x * x - 1)),
+            "atanh": ("x.atanh()", np.arctanh, lambda x: 1 / (1 - x * x)),
+        },
+    ),
     # float32 sin/cos/tan of 300 are reduced by 2π in float32: |x|·eps of error, 1e-3 relative here
-    **_ops("trigonometric", {
-        "sin": ("x.sin()", np.sin, np.cos), "cos": ("x.cos()", np.cos, lambda x: -np.sin(x)),
-        "tan": ("x.tan()", np.tan, lambda x: 1 / np.cos(x) ** 2),
-        "asin": ("x.asin()", np.arcsin, lambda x: 1 / np.sqrt(1 - x * x)),
-        "acos": ("x.acos()", np.arccos, lambda x: -1 / np.sqrt(1 - x * x)),
-        "atan": ("x.atan()", np.arctan, lambda x: 1 / (1 + x * x)),
-    }, rtol32=1e-3),
+    **_ops(
+        "trigonometric",
+        {
+            "sin": ("x.sin()", np.sin, np.cos),
+            "cos": ("x.cos()", np.cos, lambda x: -np.sin(x)),
+            "tan": ("x.tan()", np.tan, lambda x: 1 / np.cos(x) ** 2),
+            "asin": ("x.asin()", np.arcsin, lambda x: 1 / np.sqrt(1 - x * x)),
+            "acos": ("x.acos()", np.arccos, lambda x: -1 / np.sqrt(1 - x * x)),
+            "atan": ("x.atan()", np.arctan, lambda x: 1 / (1 + x * x)),
+        },
+        rtol32=1e-3,
+    ),
 }
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(op.family for op in UNARY_EDGE_OPS.values()))
 DTYPES = (dtypes.float32, dtypes.float64)
@@ -199,8 +251,9 @@ def _run(device: str, dt: DType, x: np.ndarray, body: str) -> tuple[np.ndarray, 
     return y.numpy(), g.numpy()
 
 
-def _differs(op: UnaryEdge, dt: DType, got: tuple[np.ndarray, np.ndarray], x: np.ndarray,
-             record: Recorder) -> list[str]:
+def _differs(
+    op: UnaryEdge, dt: DType, got: tuple[np.ndarray, np.ndarray], x: np.ndarray, record: Recorder
+) -> list[str]:
     """What differs from the closed form: one paragraph per value / gradient."""
     out = []
     for what, g, w in zip(("value", "gradient"), got, closed_form(op, x, dt)):
@@ -243,8 +296,10 @@ def check_family(target: Target, family: str, dt: DType, record: Recorder) -> No
     try:
         ys, gs = _run(target.name, dt, x, body)
     except Exception as e:
-        raise Failure(f"the {family} ops at extreme inputs raised on {target.name}:\n{format_exception(e)}\n"
-                      "repro:\n" + _repro(target, dt, x, body, None)) from e
+        raise Failure(
+            f"the {family} ops at extreme inputs raised on {target.name}:\n{format_exception(e)}\n"
+            "repro:\n" + _repro(target, dt, x, body, None)
+        ) from e
     problems = []
     for k, name in enumerate(names):
         op = UNARY_EDGE_OPS[name]
@@ -257,8 +312,9 @@ def check_family(target: Target, family: str, dt: DType, record: Recorder) -> No
         except Exception:
             passes_alone = False
         if passes_alone:  # the family's program is the repro: row k is this op
-            repro = (f"(it passes on its own: the repro is its family's program, row {k})\nrepro:\n"
-                     + _repro(target, dt, x, body, None))
+            repro = f"(it passes on its own: the repro is its family's program, row {k})\nrepro:\n" + _repro(
+                target, dt, x, body, None
+            )
         else:
             value, grad = closed_form(op, edges, dt)
             repro = "repro:\n" + _repro(target, dt, edges, alone, (_text(value), _text(grad)))

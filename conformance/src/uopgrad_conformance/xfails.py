@@ -1,6 +1,7 @@
 """Known failures: the xfails file format (`--xfails FILE`) and the suite's own list of known issues of
 uopgrad's core, which every backend inherits (they are not the backend's fault). Each entry names the
 issue; with `--strict-xfail` an entry that starts passing fails the run, so it gets removed."""
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,10 @@ def parse_xfails(text: str) -> list[XfailEntry]:
 
 # Issues of core (not of any backend), found by this suite; each is reported with a patch in issue 5's note.
 KNOWN_CORE_ISSUES: list[XfailEntry] = [
-    XfailEntry("test_function[FUNCTION_implicit_input_2-d-*]",
-               "core: the gradient of an implicit input that is not 1-d is silently zero: the FUNCTION "
-               "captures its BUFFER, while the Tensor (the gradient target) is a RESHAPE of it, so the "
-               "argument is never `needed` in call_gradient"),
+    XfailEntry(
+        "test_function[FUNCTION_implicit_input_2-d-*]",
+        "core: the gradient of an implicit input that is not 1-d is silently zero: the FUNCTION "
+        "captures its BUFFER, while the Tensor (the gradient target) is a RESHAPE of it, so the "
+        "argument is never `needed` in call_gradient",
+    ),
 ]

@@ -15,8 +15,10 @@ import pytest
 
 from uopgrad.backend import Device
 
-pytestmark = pytest.mark.skipif(Device["CPU"].capabilities.vector_width == 0,
-                                reason="this CPU has no vector width: the opt pass, and BEAM, are off")
+pytestmark = pytest.mark.skipif(
+    Device["CPU"].capabilities.vector_width == 0,
+    reason="this CPU has no vector width: the opt pass, and BEAM, are off",
+)
 
 SCRIPT = """
 import json, sys, numpy as np

@@ -171,9 +171,10 @@ def test_buffer_memory_is_reused_zeroed_after_its_buffer_goes():
 
 def test_bfloat16_buffers_hold_the_bits(cpu):
     import ml_dtypes
+
     buf = UOp.new_buffer("CPU", 4, dtypes.bfloat16)
     # float32 in: rounded to nearest even (1 + 2^-8 is a tie: to 1.0; 1 + 3 * 2^-8 to 1 + 2^-6)
-    cpu.copyin(buf, np.array([1.0, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -np.inf], dtype=np.float32))
+    cpu.copyin(buf, np.array([1.0, 1 + 2.0**-8, 1 + 3 * 2.0**-8, -np.inf], dtype=np.float32))
     out = cpu.copyout(buf)
     assert out.dtype == ml_dtypes.bfloat16  # two bytes each, as ml_dtypes (JAX, ONNX) hold them
     assert out.view(np.uint16).tolist() == [0x3F80, 0x3F80, 0x3F82, 0xFF80]
@@ -244,7 +245,7 @@ def test_kernels_compute_the_math_they_declare():
     x = np.array([0.25, 1.5, 3.0, 7.75], dtype=np.float32)
     for dt, tol in ((np.float32, 1e-6), (np.float64, 1e-15)):
         t = Tensor(x.astype(dt), device="CPU")
-        got = ((t.sqrt() + t.exp2() + t.log2() + t.sin()) * (t ** 1.5)).numpy()
+        got = ((t.sqrt() + t.exp2() + t.log2() + t.sin()) * (t**1.5)).numpy()
         xd = x.astype(dt)
         want = (np.sqrt(xd) + np.exp2(xd) + np.log2(xd) + np.sin(xd)) * xd ** dt(1.5)
         np.testing.assert_allclose(got, want, rtol=tol)

@@ -1,5 +1,6 @@
 """Threads and processes compiling the same and different kernels at once (issue 14): every result is
 numpy's, and a shared disk cache is never read half-written."""
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,16 @@ def test_threads_compile_the_same_and_different_kernels_at_once():
 
 def test_processes_share_one_disk_cache_at_once(tmp_path):
     env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path)}
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(WORK)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(WORK)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err[-1000:] for _, err in outs]
     assert [out.strip() for out, _ in outs] == ["0", "0", "0"]

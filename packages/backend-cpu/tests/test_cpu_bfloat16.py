@@ -1,5 +1,6 @@
 """bfloat16 on CPU: buffers hold the bits, values are floats rounded to bfloat16 after every op, as REFERENCE
 computes them."""
+
 import numpy as np
 
 from uopgrad import dtypes
@@ -9,6 +10,7 @@ def test_bfloat16_kernels_agree_with_reference_bit_for_bit():
     import ml_dtypes
 
     from uopgrad import Tensor
+
     rng = np.random.default_rng(7)
     x = rng.standard_normal(64).astype(np.float32) * 50
     y = rng.standard_normal(64).astype(np.float32)
@@ -20,5 +22,7 @@ def test_bfloat16_kernels_agree_with_reference_bit_for_bit():
         outs[dev] = (r.numpy(), (a * b).numpy(), a.cast(dtypes.int16).numpy())
     for got, ref in zip(outs["CPU"], outs["REFERENCE"]):
         assert got.dtype == ref.dtype
-        np.testing.assert_array_equal(got.view(np.uint16) if got.dtype == ml_dtypes.bfloat16 else got,
-                                      ref.view(np.uint16) if ref.dtype == ml_dtypes.bfloat16 else ref)
+        np.testing.assert_array_equal(
+            got.view(np.uint16) if got.dtype == ml_dtypes.bfloat16 else got,
+            ref.view(np.uint16) if ref.dtype == ml_dtypes.bfloat16 else ref,
+        )

@@ -1,4 +1,5 @@
 """Custom kernels written with explicit loops, compiled and run on CPU, and the launch counters."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,9 +15,13 @@ def axpy_and_square(y: UOp, s: UOp, a: UOp, x: UOp) -> UOp:
 def test_explicit_loops_compile_and_run_on_cpu():
     xn = np.linspace(-2, 2, 9, dtype=np.float32)
     y0 = np.arange(9, dtype=np.float32)
-    y, s, _, _ = Tensor.custom_kernel(Tensor(y0, device="CPU"), Tensor.invalids(9, device="CPU"),
-                                      Tensor([3.0], device="CPU"), Tensor(xn, device="CPU"),
-                                      fxn=axpy_and_square)
+    y, s, _, _ = Tensor.custom_kernel(
+        Tensor(y0, device="CPU"),
+        Tensor.invalids(9, device="CPU"),
+        Tensor([3.0], device="CPU"),
+        Tensor(xn, device="CPU"),
+        fxn=axpy_and_square,
+    )
     np.testing.assert_allclose(y.numpy(), 3.0 * xn + y0, rtol=1e-6)  # reads and writes y in one loop
     np.testing.assert_allclose(s.numpy(), xn * xn, rtol=1e-6)
 
@@ -31,6 +36,6 @@ def test_counters_count_every_cpu_launch():
     out.realize()
     assert GlobalCounters.kernel_count == scheduled == 2
     # the MUL; a MUL and an ADD per multiply-add step; relu's CMPLT and WHERE
-    assert GlobalCounters.global_ops == n * n + 2 * n ** 3 + 2 * n * n
+    assert GlobalCounters.global_ops == n * n + 2 * n**3 + 2 * n * n
     assert GlobalCounters.time_sum_s > 0
     np.testing.assert_array_equal(out.numpy(), np.full((n, n), 2.0 * n))

@@ -25,8 +25,9 @@ def _demo() -> ModuleType:
     return mod
 
 
-def _train(demo: ModuleType, devices: str | tuple[str, ...],
-           steps: int) -> tuple[list[float], list[np.ndarray]]:
+def _train(
+    demo: ModuleType, devices: str | tuple[str, ...], steps: int
+) -> tuple[list[float], list[np.ndarray]]:
     """The demo's SGD with momentum; on a device tuple the batch is sharded on axis 0, the rest replicated."""
     rng = np.random.default_rng(0)
     x, y = demo.make_data(rng, 64)

@@ -1,4 +1,5 @@
 """DEBUG=1..4 through the `uopgrad` logger, as a user sees them for a program on CPU."""
+
 import logging
 import re
 
@@ -37,6 +38,7 @@ def test_debug_3_adds_the_ir_after_each_pass_and_4_the_source(caplog):
     passes = [r.getMessage() for r in _run(3, caplog) if r.name == "uopgrad.pass"]
     if not passes:  # this kernel was lowered by an earlier test in this process: lowering is cached
         from uopgrad.pipeline import clear_program_cache
+
         clear_program_cache()
     caplog.clear()
     Tensor.manual_seed(1)

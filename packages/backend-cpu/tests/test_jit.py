@@ -48,8 +48,11 @@ def train_ours(opt_name: str, jit: bool, steps: int = 6) -> tuple[list[float], l
 def train_torch(opt_name: str, steps: int = 6) -> tuple[list[float], list[np.ndarray]]:
     torch = pytest.importorskip("torch", reason="torch (the CPU wheel) is an optional test oracle")
     w1, w2 = torch.tensor(W1, requires_grad=True), torch.tensor(W2, requires_grad=True)
-    opt = (torch.optim.SGD([w1, w2], lr=0.05, momentum=0.5) if opt_name == "sgd"
-           else torch.optim.Adam([w1, w2], lr=0.05))
+    opt = (
+        torch.optim.SGD([w1, w2], lr=0.05, momentum=0.5)
+        if opt_name == "sgd"
+        else torch.optim.Adam([w1, w2], lr=0.05)
+    )
     losses = []
     for xn, yn in batches(steps):
         opt.zero_grad()
@@ -87,6 +90,7 @@ def test_replays_launch_the_captured_kernels_without_scheduling(monkeypatch: pyt
         raise AssertionError("a replay scheduled a graph")
 
     import uopgrad.backend as backend_mod
+
     monkeypatch.setattr(backend_mod, "schedule", no_schedule)
     GlobalCounters.reset()
     for k in range(2, 5):
@@ -209,6 +213,7 @@ def test_two_threads_capture_their_own_steps() -> None:
 
     def worker(c: int) -> None:
         try:
+
             @TinyJit
             def f(x: Tensor) -> Tensor:
                 return (x * float(c) + 1).exp()

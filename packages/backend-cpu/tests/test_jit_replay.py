@@ -2,6 +2,7 @@
 (the generator is an input of the captured step), host data a step writes into refilled, returned inputs,
 a returned output passed back in, a setitem at a variable offset, and the tinygrad names of the capture
 (`captured.linear`, `prune=`, `Context(JIT=0)`, `Context(CAPTURING=0)`, `graph_class`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -137,11 +138,11 @@ def test_setitem_at_a_variable_offset_on_replay(how: str) -> None:
     @TinyJit
     def f(t: Tensor, a: Tensor, v: UOp) -> Tensor:
         if how == "slice":
-            t[v:v + 1] = a
+            t[v : v + 1] = a
         elif how == "shrink":
             t.shrink(((v, v + 1), None)).assign(a)
         else:
-            t[v:v + 1] += a
+            t[v : v + 1] += a
         return t.realize()
 
     t, n = Tensor.zeros(6, 3).contiguous().realize(), np.zeros((6, 3))
@@ -232,7 +233,7 @@ def test_view_input_at_a_variable_offset_is_read_at_this_calls_offset() -> None:
     base = Tensor(base_np)
     for i in (0, 4, 2, 7, 1):
         v = UOp.variable("i", 0, 8).bind(i)
-        np.testing.assert_array_equal(f(base[:, v:v + 2]).numpy(), base_np[:, i:i + 2] * 2 + 1)
+        np.testing.assert_array_equal(f(base[:, v : v + 2]).numpy(), base_np[:, i : i + 2] * 2 + 1)
     with pytest.raises(JitError, match="another view of its buffer"):
         f(base[:, 3:5])  # a constant offset is part of the captured view
 

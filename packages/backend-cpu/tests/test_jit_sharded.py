@@ -2,6 +2,7 @@
 the rest of issue 31: a kv cache filled by a prefill call then decode calls at a bound position, memory
 given back with `captured.free_intermediates()` (GlobalCounters.mem_used), and one kernel per
 `contiguous().realize()`. Every value is checked against numpy or the same calls without the jit."""
+
 from __future__ import annotations
 
 import gc
@@ -43,7 +44,7 @@ def test_jitted_data_parallel_sgd_step_matches_numpy() -> None:
         y = Tensor(y_np, device="CPU").shard(D2, axis=0).realize()
         loss = step(x, y)
         err = x_np @ w_np - y_np
-        np.testing.assert_allclose(loss.item(), (err ** 2).mean(), rtol=1e-5)
+        np.testing.assert_allclose(loss.item(), (err**2).mean(), rtol=1e-5)
         w_np = w_np - lr * (2 / err.size) * x_np.T @ err
         np.testing.assert_allclose(w.numpy(), w_np, rtol=1e-5, atol=1e-6)
     assert step.captured is not None
@@ -87,7 +88,7 @@ def test_jitted_setitem_at_a_bound_column_of_a_sharded_tensor(axis: int | None) 
 
     @TinyJit
     def f(out: Tensor, i: UOp) -> None:
-        out[:, i:i + 1].assign(ones).realize()
+        out[:, i : i + 1].assign(ones).realize()
         ones.assign(ones + 1).realize()
 
     i = UOp.variable("i", 0, 5)
@@ -124,7 +125,7 @@ def test_kv_cache_prefill_then_jitted_decode_steps(devices: str | tuple[str, ...
     pos = UOp.variable("start_pos", 1, ctx - 1)
     for p in range(3, 7):
         got = attend(tokens(p, 1), pos.bind(p))
-        want[:, p:p + 1] = data(p, 2, 1, 3)
+        want[:, p : p + 1] = data(p, 2, 1, 3)
         np.testing.assert_allclose(got.numpy(), want.sum(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(cache.numpy(), want, rtol=1e-6)
     assert attend.captured is not None
@@ -136,7 +137,7 @@ def test_a_concatenation_at_a_symbolic_length_realizes_into_its_own_buffer(shape
     loop over one range (the index pass made a second, of the same size simplified, and raised LoweringError
     "the loops of STORE are not nested")."""
     d = len(shape) - 2 if len(shape) > 1 else 0
-    cache_np, new_np = data(0, *shape), data(1, *shape[:d], 1, *shape[d + 1:])
+    cache_np, new_np = data(0, *shape), data(1, *shape[:d], 1, *shape[d + 1 :])
     cache, new = Tensor(cache_np, device="CPU").realize(), Tensor(new_np, device="CPU").realize()
     sp = UOp.variable("start_pos", 1, 7)
     for p in (3, 5):

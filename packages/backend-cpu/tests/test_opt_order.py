@@ -2,6 +2,7 @@
 accumulators, accumulator k summing the vectors k, k+accs, ... of a row in turn, combined lane-wise
 pairwise, then the pairwise lane tree. The policy only bounds the error of a reordered sum; this pins the
 order down, so that a change of it is a decision, not an accident."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ def documented_order(row: np.ndarray) -> np.float32:
     for i, v in enumerate(vecs):
         parts[i % accs] = parts[i % accs] + v
     v = pairwise(parts)
-    return pairwise([v[k:k + 1] for k in range(lanes)])[0]
+    return pairwise([v[k : k + 1] for k in range(lanes)])[0]
 
 
 def test_a_row_sum_takes_the_documented_order_bit_for_bit():
@@ -41,8 +42,11 @@ def test_a_row_sum_takes_the_documented_order_bit_for_bit():
 
 
 # the three matmuls of a linear layer's step: forward, the input's gradient, the weight's gradient
-STEP_MATMULS = {"x @ w": lambda x, g, w: x @ w, "g @ w.T": lambda x, g, w: g @ w.T,
-                "x.T @ g": lambda x, g, w: x.T @ g}
+STEP_MATMULS = {
+    "x @ w": lambda x, g, w: x @ w,
+    "g @ w.T": lambda x, g, w: g @ w.T,
+    "x.T @ g": lambda x, g, w: x.T @ g,
+}
 
 
 @pytest.mark.parametrize("shape", list(STEP_MATMULS))

@@ -1,5 +1,6 @@
 """The packed panel of a matmul on the CPU (spec/opt.md §1): the right operand's panel copied into a
 thread-private stack array changes no bit of the result, whatever the thread count, and the C says so."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,6 +36,7 @@ def test_a_packed_matmul_has_the_unoptimised_kernels_bits(case: str):
     def mm() -> Tensor:
         rhs = Tensor(b, device="CPU")
         return Tensor(a, device="CPU") @ (rhs.T if t else rhs)
+
     src = _sources(mm())
     assert len(src) == 1 and "temp0[" in src[0]  # the panel is packed here
     got = mm().numpy()
@@ -66,6 +68,7 @@ def test_a_training_step_through_packed_matmuls_matches_torch():
     # (forward, and the weight gradient x.T @ g) are packed
     torch = pytest.importorskip("torch", reason="torch (the CPU wheel) is an optional test oracle")
     from uopgrad.nn.optim import SGD
+
     rng = np.random.default_rng(5)
     w0 = (rng.standard_normal((512, 512)) / 23).astype(np.float32)
     xs = [rng.standard_normal((64, 512)).astype(np.float32) for _ in range(3)]

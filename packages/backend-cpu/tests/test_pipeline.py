@@ -26,8 +26,12 @@ def test_the_cpu_is_the_default_device_when_installed():
     assert out.stdout.strip() == "CPU"
 
 
-ROUND_TRIPS = [(dtypes.float64, dtypes.float32), (dtypes.float32, dtypes.float16),
-               (dtypes.float64, dtypes.float16), (dtypes.int64, dtypes.int32)]
+ROUND_TRIPS = [
+    (dtypes.float64, dtypes.float32),
+    (dtypes.float32, dtypes.float16),
+    (dtypes.float64, dtypes.float16),
+    (dtypes.int64, dtypes.int32),
+]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 6, 7, 64])
@@ -71,6 +75,7 @@ def test_a_training_loop_keeps_gradients_and_weights_equal_to_torch():
     # (each is realized straight into its own buffer, in the run that overwrites the weights it read)
     torch = pytest.importorskip("torch", reason="torch (the CPU wheel) is an optional test oracle")
     from uopgrad.nn.optim import SGD
+
     rng = np.random.default_rng(3)
     init = [(rng.standard_normal((8, 8)) / 3).astype(np.float32) for _ in range(3)]
     ours = [Tensor(w, device=CPU, requires_grad=True) for w in init]

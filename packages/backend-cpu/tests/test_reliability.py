@@ -1,6 +1,7 @@
 """Regressions of issue 14 on the CPU backend: threads on first use, 64-bit variable arguments, kernel
 symbols, unloading kernels, the disk cache that trusts nothing it reads, compile timeouts. Cases that could
 crash the interpreter run in a subprocess."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ from uopgrad_cpu import CCompiler, CPUBackend
 
 
 def _python(code: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **env}, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------------- 1: threads that first use a device
@@ -132,10 +139,15 @@ def test_a_cache_entry_that_does_not_load_is_evicted_and_recompiled(monkeypatch,
     np.testing.assert_equal((Tensor([1.0, 2.0], device="CPU:8") * 5).numpy(), [5, 10])
     import hashlib
     import sqlite3
+
     junk = b"not an ELF file"
     with sqlite3.connect(tmp_path / "cache.db") as db:  # garbage under a valid checksum
-        assert db.execute("UPDATE entries SET payload = ?, sha256 = ?",
-                          (junk, hashlib.sha256(junk).digest())).rowcount > 0
+        assert (
+            db.execute(
+                "UPDATE entries SET payload = ?, sha256 = ?", (junk, hashlib.sha256(junk).digest())
+            ).rowcount
+            > 0
+        )
     db.close()
     other = CPUBackend("CPU:9")
     monkeypatch.setitem(Device._instances, "CPU:9", other)
@@ -148,8 +160,10 @@ def test_a_cache_entry_that_does_not_load_is_evicted_and_recompiled(monkeypatch,
 def test_a_compiler_that_writes_junk_gives_a_clear_error_and_no_cache_entry(monkeypatch, tmp_path):
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path / "cache"))
     fake = tmp_path / "fakecc"
-    fake.write_text('#!/bin/sh\nfor a; do out=$a; prev=$a; done\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && '
-                    'echo junk > "$2"; shift; done\nexit 0\n')
+    fake.write_text(
+        '#!/bin/sh\nfor a; do out=$a; prev=$a; done\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && '
+        'echo junk > "$2"; shift; done\nexit 0\n'
+    )
     fake.chmod(0o755)
     cpu = CPUBackend("CPU:10")
     cpu.compiler = CCompiler(str(fake))
@@ -157,6 +171,7 @@ def test_a_compiler_that_writes_junk_gives_a_clear_error_and_no_cache_entry(monk
     with pytest.raises(RuntimeError, match="does not load"):
         (Tensor([1.0, 2.0], device="CPU:10") + 7).numpy()
     from uopgrad import diskcache
+
     assert diskcache.info()["entries"] == 0, "no poisoned entry is left"
 
 

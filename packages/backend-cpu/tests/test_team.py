@@ -1,5 +1,6 @@
 """OpenMP team sizing (uopgrad_cpu.team): kernels get the cores other processes leave free, judged by the
 last interval's load rather than libgomp's 15-minute average, and a size someone else chose is kept."""
+
 from __future__ import annotations
 
 import threading
@@ -147,8 +148,10 @@ def test_a_parallel_kernel_runs_on_the_team_size_of_the_moment():
     compiler = CCompiler()
     if "-fopenmp" not in compiler.flags:
         pytest.skip("the C compiler has no OpenMP")
-    src = ("#include <omp.h>\nvoid team_probe(int* restrict out) {\n#pragma omp parallel\n"
-           "{ if (omp_get_thread_num() == 0) out[0] = omp_get_num_threads(); }\n}\n")
+    src = (
+        "#include <omp.h>\nvoid team_probe(int* restrict out) {\n#pragma omp parallel\n"
+        "{ if (omp_get_thread_num() == 0) out[0] = omp_get_num_threads(); }\n}\n"
+    )
     prg = CPUProgram("team_probe", compiler.compile_cached(src))
     out = np.zeros(1, dtype=np.int32)
     prg(out)

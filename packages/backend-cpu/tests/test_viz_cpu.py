@@ -1,4 +1,5 @@
 """A VIZ page of a CPU program: the kernels' C source is on it, and every kernel has its pass steps."""
+
 import re
 
 import numpy as np

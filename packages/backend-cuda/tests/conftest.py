@@ -27,17 +27,20 @@ def emu(nvrtc):
 def launch(emu):
     """launch(src, name, grid, block, *arrays, vals=(), reverse=False): build `src` (NVRTC, then the host),
     run kernel `name` on copies of `arrays`; returns the arrays after the launch."""
+
     def run(src, name, grid, block, *arrays, vals=(), reverse=False):
         prg = emulated_program_class(reverse)(name, emu.compile_cached(src))
         bufs = [np.array(a, copy=True) for a in arrays]
         prg(*[b.view(np.uint8).reshape(-1) for b in bufs], vals=vals, global_size=grid, local_size=block)
         return bufs
+
     return run
 
 
 def _gpu_present() -> bool:
     try:
         from uopgrad_cuda.runtime import open_gpu
+
         open_gpu("CUDA")
     except Exception:
         return False

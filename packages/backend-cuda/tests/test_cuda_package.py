@@ -31,8 +31,9 @@ def _has_gpu() -> bool:
 def test_import_loads_no_cupy_and_the_emulator_ships():
     # a fresh interpreter, so modules imported by other tests in this run cannot hide a stray import
     code = "import sys, uopgrad_cuda; print('cupy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env=NO_EMULATION).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=NO_EMULATION
+    ).stdout
     assert out.strip() == "False"
     assert importlib.resources.files("uopgrad_cuda").joinpath("emulator.py").is_file()
 
@@ -40,18 +41,25 @@ def test_import_loads_no_cupy_and_the_emulator_ships():
 def test_without_a_gpu_the_device_is_a_clear_error():
     if _has_gpu():
         pytest.skip("a GPU is present")
-    code = "from uopgrad import Device\ntry:\n  Device['CUDA']\n" \
+    code = (
+        "from uopgrad import Device\ntry:\n  Device['CUDA']\n"
         "except Exception as e:\n  print(type(e).__name__, e)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=NO_EMULATION).stdout
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=NO_EMULATION
+    ).stdout
     assert out.startswith("NoGPUError CUDA needs an NVIDIA GPU with its driver")
     assert "UOPGRAD_CUDA_EMULATE=1" in out and ("driver" in out or "cupy" in out)
 
 
 def test_a_bad_emulation_switch_is_an_error():
     code = "from uopgrad import Device; Device['CUDA']"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "UOPGRAD_CUDA_EMULATE": "maybe"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UOPGRAD_CUDA_EMULATE": "maybe"},
+    )
     assert res.returncode != 0 and "UOPGRAD_CUDA_EMULATE='maybe'" in res.stderr
 
 
@@ -86,8 +94,10 @@ class _FakeRuntime:
         return 13000
 
 
-@pytest.mark.parametrize(("count", "why"), [
-    (0, "the driver sees no GPU"), (RuntimeError("cudaErrorInsufficientDriver"), "no usable GPU driver")])
+@pytest.mark.parametrize(
+    ("count", "why"),
+    [(0, "the driver sees no GPU"), (RuntimeError("cudaErrorInsufficientDriver"), "no usable GPU driver")],
+)
 def test_each_missing_piece_is_named(monkeypatch, count, why):
     # cupy stood in for by a module whose runtime reports no GPU, or fails as it does without a driver
     import importlib
@@ -97,7 +107,8 @@ def test_each_missing_piece_is_named(monkeypatch, count, why):
 
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=_FakeRuntime(count)))
     real_import = importlib.import_module
-    monkeypatch.setattr(runtime.importlib, "import_module",
-                        lambda name: fake if name == "cupy" else real_import(name))
+    monkeypatch.setattr(
+        runtime.importlib, "import_module", lambda name: fake if name == "cupy" else real_import(name)
+    )
     with pytest.raises(NoGPUError, match=f"{why}.*UOPGRAD_CUDA_EMULATE=1"):
         runtime.open_gpu("CUDA")

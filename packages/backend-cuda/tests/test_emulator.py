@@ -82,8 +82,11 @@ extern "C" __global__ void __launch_bounds__(8) bad(int* __restrict__ out) {
 
 
 def test_a_barrier_not_every_thread_reaches_is_an_error(launch):
-    with pytest.raises(RuntimeError, match=r"reached by 7 of the 8 threads of block \(1,0,0\).*"
-                                           r"thread \(5,0,0\) returned without reaching it"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"reached by 7 of the 8 threads of block \(1,0,0\).*"
+        r"thread \(5,0,0\) returned without reaching it",
+    ):
         launch(EARLY_RETURN_BEFORE_BARRIER, "bad", (2, 1, 1), (8, 1, 1), np.zeros(8, np.int32), reverse=True)
 
 
@@ -118,8 +121,9 @@ extern "C" __global__ void __launch_bounds__(16) div(int* __restrict__ out, cons
 @pytest.mark.parametrize("reverse", [False, True])
 def test_divergent_branches_and_early_returns(launch, reverse):
     n = 40
-    (out,) = launch(DIVERGENT, "div", (3, 1, 1), (16, 1, 1), np.full(48, 7, np.int32), vals=(n,),
-                    reverse=reverse)
+    (out,) = launch(
+        DIVERGENT, "div", (3, 1, 1), (16, 1, 1), np.full(48, 7, np.int32), vals=(n,), reverse=reverse
+    )
     i = np.arange(n)
     want = np.where(i % 3 == 0, -i, np.where(i % 3 == 1, 7 + 2 * i, i * i))
     np.testing.assert_array_equal(out[:n], want)
@@ -140,9 +144,17 @@ extern "C" __global__ void __launch_bounds__(64) atom(int* __restrict__ slots, i
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_atomics_return_the_old_value_and_lose_nothing(launch, reverse):
-    slots, counter, fsum, mx = launch(ATOMICS, "atom", (4, 1, 1), (64, 1, 1), np.full(256, -1, np.int32),
-                                      np.zeros(1, np.int32), np.zeros(1, np.float32), np.zeros(1, np.uint32),
-                                      reverse=reverse)
+    slots, counter, fsum, mx = launch(
+        ATOMICS,
+        "atom",
+        (4, 1, 1),
+        (64, 1, 1),
+        np.full(256, -1, np.int32),
+        np.zeros(1, np.int32),
+        np.zeros(1, np.float32),
+        np.zeros(1, np.uint32),
+        reverse=reverse,
+    )
     assert counter[0] == 256 and fsum[0] == 128.0 and mx[0] == max(i * 7 % 101 for i in range(256))
     np.testing.assert_array_equal(np.sort(slots), np.arange(256))
     assert (slots[0] == 255) == reverse  # the launch order is the one asked for

@@ -30,7 +30,7 @@ def test_sums_and_maxes_keep_the_policy(n: int) -> None:
     # the MAX reduce itself: Tensor.max composes it with a sum of the NaNs (docs/semantics.md §5)
     got = Tensor(a, device="CUDA")._reduce(Ops.MAX, None, False).numpy()
     assert got.tobytes() == sequential_max(a[None])[0].tobytes()
-    ints = np.random.default_rng(1).integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    ints = np.random.default_rng(1).integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
     assert Tensor(ints, device="CUDA").sum().numpy() == ints.sum(dtype=np.int32)
 
 

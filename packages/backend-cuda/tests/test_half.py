@@ -18,12 +18,19 @@ CONVERSIONS = {
     "round_trip": ("unsigned short", "unsigned short", "__uopgrad_half_bits(__uopgrad_bits_half(in[i]))"),
     "from_double": ("unsigned short", "double", "__uopgrad_half_bits(__uopgrad_half_d(in[i]))"),
 }
-KERNELS = HELPERS + "".join(f"""
+KERNELS = (
+    HELPERS
+    + "".join(
+        f"""
 extern "C" __global__ void __launch_bounds__(256) {name}({out}* __restrict__ out,
                                                   const {inp}* __restrict__ in) {{
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   out[i] = {value};
-}}""" for name, (out, inp, value) in CONVERSIONS.items()) + "\n"
+}}"""
+        for name, (out, inp, value) in CONVERSIONS.items()
+    )
+    + "\n"
+)
 BITS = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 HALVES = BITS.view(np.float16)
 

@@ -13,8 +13,14 @@ from uopgrad_conformance.kit.linear import alu, const, grid_row_sums, load, para
 from uopgrad_conformance.kit.linear import render as kit_render
 from uopgrad_cuda import CUDARenderer
 
-i32, i64, u16, f32, f64, f16 = dtypes.int32, dtypes.int64, dtypes.uint16, dtypes.float32, dtypes.float64, \
-    dtypes.float16
+i32, i64, u16, f32, f64, f16 = (
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.uint16,
+    dtypes.float32,
+    dtypes.float64,
+    dtypes.float16,
+)
 
 
 def render(name: str, *roots: UOp, local_size=None) -> str:
@@ -26,6 +32,7 @@ def compiles(nvrtc):
     def check(src: str) -> str:
         assert nvrtc.compile(src)[:4] == b"\x7fELF"
         return src
+
     return check
 
 
@@ -36,7 +43,9 @@ def test_golden_grid_elementwise(compiles):
     idx = alu(Ops.ADD, alu(Ops.MUL, special("gidx0", 2), const(i32, 64)), special("lidx0", 64))
     ok = alu(Ops.CMPLT, idx, const(i32, 100))
     val = alu(Ops.MAX, alu(Ops.MUL, load(a, idx, ok), const(f32, 2.0)), const(f32, -0.0))
-    assert compiles(render("E_100", store(out, idx, val, ok), local_size=(64, 1, 1))) == """\
+    assert (
+        compiles(render("E_100", store(out, idx, val, ok), local_size=(64, 1, 1)))
+        == """\
 extern "C" __global__ void __launch_bounds__(64) E_100(float* __restrict__ data0, \
 const float* __restrict__ data1) {
   const int gidx0 = blockIdx.x;
@@ -50,6 +59,7 @@ const float* __restrict__ data1) {
   if (alu2) data0[alu1] = alu4;
 }
 """
+    )
 
 
 def test_golden_float16_is_bits_in_buffers_and_float_in_registers(compiles):
@@ -62,7 +72,9 @@ def test_golden_float16_is_bits_in_buffers_and_float_in_registers(compiles):
     first = [src.index(f"{name}(") for name in names]
     assert first == sorted(first)
     assert "__uopgrad_half_d" not in src  # only the helpers the kernel calls, and those they call
-    assert src[src.index('extern "C"'):] == """\
+    assert (
+        src[src.index('extern "C"') :]
+        == """\
 extern "C" __global__ void __launch_bounds__(8) E_8(unsigned short* __restrict__ data0, \
 const unsigned short* __restrict__ data1, const bool* __restrict__ data2) {
   const int gidx0 = blockIdx.x;
@@ -73,11 +85,14 @@ const unsigned short* __restrict__ data1, const bool* __restrict__ data2) {
   data0[gidx0] = __uopgrad_half_bits(alu1);
 }
 """
+    )
 
 
 def test_golden_reduce_with_variable_and_unused_buffer(compiles):
     src = CUDARenderer().render(grid_row_sums(UOp.variable("n", 1, 64, i32)))  # slot 1 is never used
-    assert compiles(src) == """\
+    assert (
+        compiles(src)
+        == """\
 extern "C" __global__ void __launch_bounds__(1) r_4_n(float* __restrict__ data0, const void* data1, \
 const float* __restrict__ data2, const long long n) {
   const int gidx0 = blockIdx.x;
@@ -94,6 +109,7 @@ const float* __restrict__ data2, const long long n) {
   data0[gidx0] = val2;
 }
 """
+    )
 
 
 def test_golden_shared_memory_and_barrier(compiles, launch):
@@ -106,7 +122,9 @@ def test_golden_shared_memory_and_barrier(compiles, launch):
     other = alu(Ops.SUB, const(i32, 63), lidx)
     got = load(UOp(Ops.AFTER, tile.dtype, (tile, bar)), other)  # the tile as it is after the barrier
     src = compiles(render("rev", store(out, lidx, got), local_size=(64, 1, 1)))
-    assert src == """\
+    assert (
+        src
+        == """\
 extern "C" __global__ void __launch_bounds__(64) k_rev_d1e75aca(float* __restrict__ data0, \
 const float* __restrict__ data1) {
   const int lidx0 = threadIdx.x;
@@ -119,10 +137,18 @@ const float* __restrict__ data1) {
   data0[lidx0] = val1;
 }
 """
+    )
     x = np.arange(64, dtype=np.float32)
     for reverse in (False, True):
-        res, _ = launch(src, CUDARenderer().function_name("rev"), (1, 1, 1), (64, 1, 1), np.zeros_like(x), x,
-                        reverse=reverse)
+        res, _ = launch(
+            src,
+            CUDARenderer().function_name("rev"),
+            (1, 1, 1),
+            (64, 1, 1),
+            np.zeros_like(x),
+            x,
+            reverse=reverse,
+        )
         np.testing.assert_array_equal(res, x[::-1])
 
 
@@ -142,20 +168,27 @@ def test_negation_and_mulacc_of_signed_ints_wrap():
     x = param(1, i32, 1)
     g = special("gidx0", 1)
     v = load(x, g)
-    src = render("k", store(param(0, i32, 1), g, alu(Ops.NEG, v)), store(param(2, i32, 1), g,
-                                                                         UOp(Ops.MULACC, i32, (v, v, v))))
+    src = render(
+        "k",
+        store(param(0, i32, 1), g, alu(Ops.NEG, v)),
+        store(param(2, i32, 1), g, UOp(Ops.MULACC, i32, (v, v, v))),
+    )
     assert "((int)(0u-(unsigned int)(val0)))" in src
     assert "((int)((unsigned int)(val0)*(unsigned int)(val0)+(unsigned int)(val0)))" in src
 
 
-@pytest.mark.parametrize(("src_dt", "dst_dt", "spelling"), [
-    (f32, i32, "((int)__float_as_uint(val0))"), (i32, f32, "__uint_as_float((unsigned int)val0)"),
-    (f64, dtypes.uint64, "((unsigned long long)__double_as_longlong(val0))"),
-    (i64, f64, "__longlong_as_double((long long)val0)"),
-    (f16, u16, "((unsigned short)__uopgrad_half_bits(val0))"),
-    (dtypes.int16, f16, "__uopgrad_bits_half((unsigned short)val0)"),
-    (dtypes.uint8, dtypes.bool, "(val0!=0)"),
-])
+@pytest.mark.parametrize(
+    ("src_dt", "dst_dt", "spelling"),
+    [
+        (f32, i32, "((int)__float_as_uint(val0))"),
+        (i32, f32, "__uint_as_float((unsigned int)val0)"),
+        (f64, dtypes.uint64, "((unsigned long long)__double_as_longlong(val0))"),
+        (i64, f64, "__longlong_as_double((long long)val0)"),
+        (f16, u16, "((unsigned short)__uopgrad_half_bits(val0))"),
+        (dtypes.int16, f16, "__uopgrad_bits_half((unsigned short)val0)"),
+        (dtypes.uint8, dtypes.bool, "(val0!=0)"),
+    ],
+)
 def test_bitcasts(src_dt, dst_dt, spelling, compiles):
     out, a = param(0, dst_dt, 1), param(1, src_dt, 1)
     g = special("gidx0", 1)

@@ -53,7 +53,7 @@ def test_float_sum_is_within_the_bound(n: int) -> None:
 
 @pytest.mark.parametrize("n", SIZES)
 def test_int_sum_is_exact(n: int) -> None:
-    a = np.random.default_rng(1).integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)  # sums wrap
+    a = np.random.default_rng(1).integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)  # sums wrap
     got = Tensor(a, device="CL").sum().numpy()
     assert got.dtype == np.int32 and got == a.sum(dtype=np.int32)
 

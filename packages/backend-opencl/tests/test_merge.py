@@ -18,9 +18,11 @@ HELPER = "static inline float twice(float x) {\n  /* a helper every kernel calls
 
 
 def kernel(name: str, scale: float, tag: str) -> str:
-    return (f"#pragma OPENCL FP_CONTRACT OFF\n/* {tag} */\n{HELPER}\n\n"
-            f"__kernel void {name}(__global float* a) {{\n"
-            f"  a[get_global_id(0)] = twice((float)get_global_id(0)) * {scale}f;\n}}\n")
+    return (
+        f"#pragma OPENCL FP_CONTRACT OFF\n/* {tag} */\n{HELPER}\n\n"
+        f"__kernel void {name}(__global float* a) {{\n"
+        f"  a[get_global_id(0)] = twice((float)get_global_id(0)) * {scale}f;\n}}\n"
+    )
 
 
 @pytest.fixture
@@ -32,6 +34,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def counting(context: object, device: object, src: str) -> object:
         seen.append(src)
         return real(context, device, src)  # type: ignore[arg-type]
+
     monkeypatch.setattr(clc, "build", counting)
     return seen
 

@@ -1,5 +1,6 @@
 """Regressions of issue 14 on OpenCL: variables above 2^31 (an OverflowError before), long custom kernel
 names (PoCL aborted on 256+ characters: run in a subprocess), threads that first use the device."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,14 @@ LONG_NAME = """
 
 
 def test_a_300_character_kernel_name_runs():
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(LONG_NAME)], capture_output=True, text=True,
-                         timeout=300, env=os.environ.copy(), check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LONG_NAME)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+        check=False,
+    )
     assert res.returncode == 0 and res.stdout.strip() == "True", res.stderr[-2000:]
 
 
@@ -60,6 +67,12 @@ THREADS = """
 
 
 def test_threads_that_first_use_the_device_get_right_results():
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(THREADS)], capture_output=True, text=True,
-                         timeout=300, env=os.environ.copy(), check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(THREADS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ.copy(),
+        check=False,
+    )
     assert res.returncode == 0 and res.stdout.strip() == "0", res.stderr[-2000:]

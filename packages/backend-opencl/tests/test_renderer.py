@@ -36,7 +36,9 @@ def test_golden_grid_elementwise():
     idx = alu(Ops.ADD, alu(Ops.MUL, special("gidx0", 2), const(i32, 64)), special("lidx0", 64))
     ok = alu(Ops.CMPLT, idx, const(i32, 100))
     val = alu(Ops.MAX, alu(Ops.MUL, load(a, idx, ok), const(f32, 2.0)), const(f32, -0.0))
-    assert render("E_100", store(out, idx, val, ok)) == """\
+    assert (
+        render("E_100", store(out, idx, val, ok))
+        == """\
 #pragma OPENCL FP_CONTRACT OFF
 
 __kernel void E_100(__global float* restrict data0, __global const float* restrict data1) {
@@ -51,13 +53,16 @@ __kernel void E_100(__global float* restrict data0, __global const float* restri
   if (alu2) data0[alu1] = alu4;
 }
 """
+    )
 
 
 def test_golden_bools_are_uchar_in_buffers_and_bool_in_registers():
     out, a, b = param(0, dtypes.bool, 8), param(1, f64, 8), param(2, dtypes.bool, 8)
     g = special("gidx0", 8)
     val = alu(Ops.AND, alu(Ops.CMPLT, load(a, g), const(f64, 0.5)), load(b, g))
-    assert render("E_8", store(out, g, val)) == """\
+    assert (
+        render("E_8", store(out, g, val))
+        == """\
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -71,11 +76,14 @@ __global const uchar* restrict data2) {
   data0[gidx0] = alu1;
 }
 """
+    )
 
 
 def test_golden_reduce_with_variable_and_unused_buffer():
     src = OpenCLRenderer().render(grid_row_sums(UOp.variable("n", 1, 64, i32)))  # slot 1 is never used
-    assert src == """\
+    assert (
+        src
+        == """\
 #pragma OPENCL FP_CONTRACT OFF
 
 __kernel void r_4_n(__global float* restrict data0, __global const void* data1, \
@@ -94,11 +102,14 @@ __global const float* restrict data2, const long n) {
   data0[gidx0] = val2;
 }
 """
+    )
 
 
 def test_grid_indices():
-    src = render("k", store(param(0, i32, 8), special("lidx2", 8), alu(Ops.ADD, special("gidx1", 8),
-                                                                          special("idx0", 8))))
+    src = render(
+        "k",
+        store(param(0, i32, 8), special("lidx2", 8), alu(Ops.ADD, special("gidx1", 8), special("idx0", 8))),
+    )
     assert "const int gidx1 = get_group_id(1);" in src
     assert "const int idx0 = get_global_id(0);" in src
     assert "const int lidx2 = get_local_id(2);" in src
@@ -109,19 +120,38 @@ def test_opencl_type_names():
     r = OpenCLRenderer()
     names = {dt: r.ctype(dt) for dt in (dtypes.bool, *dtypes.ints, f16, f32, f64)}
     assert names == {
-        dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
-        dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
-        dtypes.uint64: "ulong", f16: "float", f32: "float", f64: "double",  # float16 values live in floats
+        dtypes.bool: "bool",
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.int16: "short",
+        dtypes.uint16: "ushort",
+        dtypes.int32: "int",
+        dtypes.uint32: "uint",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+        f16: "float",
+        f32: "float",
+        f64: "double",  # float16 values live in floats
     }
 
 
-@pytest.mark.parametrize(("value", "dt", "text"), [
-    (math.inf, f32, "INFINITY"), (-math.inf, f64, "(-INFINITY)"), (math.nan, f32, "NAN"),
-    (-0.0, f32, "(-0.0f)"), (-0.0, f64, "(-0.0)"), (0.5, f16, "((float)0.5f)"),
-    (-2**63, dtypes.int64, "(-9223372036854775807l-1)"), (2**64 - 1, dtypes.uint64, "18446744073709551615ul"),
-    (7, dtypes.int64, "7l"), (7, dtypes.uint32, "7u"), (-3, dtypes.int8, "((char)-3)"),
-    (True, dtypes.bool, "1"),
-])
+@pytest.mark.parametrize(
+    ("value", "dt", "text"),
+    [
+        (math.inf, f32, "INFINITY"),
+        (-math.inf, f64, "(-INFINITY)"),
+        (math.nan, f32, "NAN"),
+        (-0.0, f32, "(-0.0f)"),
+        (-0.0, f64, "(-0.0)"),
+        (0.5, f16, "((float)0.5f)"),
+        (-(2**63), dtypes.int64, "(-9223372036854775807l-1)"),
+        (2**64 - 1, dtypes.uint64, "18446744073709551615ul"),
+        (7, dtypes.int64, "7l"),
+        (7, dtypes.uint32, "7u"),
+        (-3, dtypes.int8, "((char)-3)"),
+        (True, dtypes.bool, "1"),
+    ],
+)
 def test_constants(value, dt, text):
     assert OpenCLRenderer().render_const(value, dt) == text
 
@@ -131,8 +161,10 @@ def test_golden_float16_is_bits_in_buffers_and_float_in_registers():
     out, a = param(0, f16, 4), param(1, f16, 4)
     g = special("gidx0", 4)
     src = render("E_4", store(out, g, alu(Ops.ADD, alu(Ops.SQRT, load(a, g)), const(f16, 0.5))))
-    kernel = src[src.index("__kernel"):]
-    assert kernel == """\
+    kernel = src[src.index("__kernel") :]
+    assert (
+        kernel
+        == """\
 __kernel void E_4(__global ushort* restrict data0, __global const ushort* restrict data1) {
   const int gidx0 = get_group_id(0);
   const float val0 = __uopgrad_bits_half(data1[gidx0]);
@@ -141,6 +173,7 @@ __kernel void E_4(__global ushort* restrict data0, __global const ushort* restri
   data0[gidx0] = __uopgrad_half_bits(alu1);
 }
 """
+    )
     assert not re.search(r"\bhalf\b", src) and "cl_khr_fp16" not in src and "cl_khr_fp64" not in src
     # each helper once, callees before callers
     names = re.findall(r"^static inline \w+ (\w+)\(", src, re.MULTILINE)
@@ -193,8 +226,9 @@ def test_bitcasts():
 
 
 # ---------------------------------------------------------------------- names and the class
-@pytest.mark.parametrize("name", ["max", "dot", "kernel", "half", "get_global_id", "convert_int", "sqrtf",
-                                  "my kernel", "x" * 300])
+@pytest.mark.parametrize(
+    "name", ["max", "dot", "kernel", "half", "get_global_id", "convert_int", "sqrtf", "my kernel", "x" * 300]
+)
 def test_kernel_names_never_clash_with_opencl(name):
     ident = OpenCLRenderer().function_name(name)
     assert ident.startswith("k_") and len(ident) <= 44 and ident.isidentifier()

@@ -36,19 +36,33 @@ class FakeDevice:
     platform: FakePlatform
 
 
-DEVICES = [FakeDevice("pthread-AMD EPYC", FakePlatform("Portable Computing Language")),
-           FakeDevice("NVIDIA H200", FakePlatform("NVIDIA CUDA")),
-           FakeDevice("gfx90a", FakePlatform("AMD APP"))]
+DEVICES = [
+    FakeDevice("pthread-AMD EPYC", FakePlatform("Portable Computing Language")),
+    FakeDevice("NVIDIA H200", FakePlatform("NVIDIA CUDA")),
+    FakeDevice("gfx90a", FakePlatform("AMD APP")),
+]
 
 
-@pytest.mark.parametrize(("spec", "position"), [("", 0), ("  ", 0), ("1", 1), ("2", 2), ("nvidia", 1),
-                                                ("h200", 1), ("Portable", 0), ("AMD APP: gfx", 2)])
+@pytest.mark.parametrize(
+    ("spec", "position"),
+    [
+        ("", 0),
+        ("  ", 0),
+        ("1", 1),
+        ("2", 2),
+        ("nvidia", 1),
+        ("h200", 1),
+        ("Portable", 0),
+        ("AMD APP: gfx", 2),
+    ],
+)
 def test_select_device(spec, position):
     assert select_device(spec, DEVICES) == position
 
 
-@pytest.mark.parametrize(("spec", "message"), [("3", "there are 3 OpenCL devices"),
-                                               ("intel", "names no OpenCL device")])
+@pytest.mark.parametrize(
+    ("spec", "message"), [("3", "there are 3 OpenCL devices"), ("intel", "names no OpenCL device")]
+)
 def test_select_device_errors_list_the_devices(spec, message):
     with pytest.raises(RuntimeError, match=message) as info:
         select_device(spec, DEVICES)
@@ -68,14 +82,21 @@ def test_the_environment_chooses_the_device_in_a_fresh_process():
     code = "from uopgrad import Device; print(Device['CL'].dev.label)"
     label = CLBackend("CL").dev.label
     env = {**os.environ, DEVICE_ENV: label.partition(": ")[2][:6], "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", "from uopgrad_opencl import CLBackend; "
-                          "print(CLBackend('CL').dev.label)"], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", "from uopgrad_opencl import CLBackend; print(CLBackend('CL').dev.label)"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == label
     env[DEVICE_ENV] = "no such device"
-    bad = subprocess.run([sys.executable, "-c", code.replace("Device['CL']", "__import__('uopgrad_opencl')"
-                                                             ".CLBackend('CL')")], capture_output=True,
-                         text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-c", code.replace("Device['CL']", "__import__('uopgrad_opencl').CLBackend('CL')")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode != 0 and "names no OpenCL device" in bad.stderr
 
 
@@ -95,6 +116,7 @@ def test_capabilities_come_from_the_device(cl):
 
 def test_an_unclaimed_dtype_is_refused(cl, monkeypatch):
     import dataclasses
+
     less = cl.capabilities.dtypes - {dtypes.bfloat16}  # a device without it (PoCL claims every dtype)
     monkeypatch.setattr(cl, "capabilities", dataclasses.replace(cl.capabilities, dtypes=less))
     with pytest.raises(TypeError, match="CL has no .* buffers"):

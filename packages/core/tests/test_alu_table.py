@@ -2,6 +2,7 @@
 (`exec_alu`, Python scalars) and REFERENCE (`reference_alu`, numpy arrays). Where C leaves an integer result
 undefined, folding refuses and REFERENCE gives spec/reference.md §3's value. Last, a scan of the source
 finds C division written in no module but alu.py."""
+
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,11 @@ from uopgrad.ops import GroupOp, Ops
 ROOT = Path(__file__).resolve().parents[3]
 UNDEFINED = "undefined"  # exec_alu raises ArithmeticError: the node is not folded
 TOO_BIG = "too big"  # exec_alu raises OverflowError: a power too large to build as a Python int
-ARITY = {**dict.fromkeys(GroupOp.Unary, 1), **dict.fromkeys(GroupOp.Binary, 2),
-         **dict.fromkeys(GroupOp.Ternary, 3)}
+ARITY = {
+    **dict.fromkeys(GroupOp.Unary, 1),
+    **dict.fromkeys(GroupOp.Binary, 2),
+    **dict.fromkeys(GroupOp.Ternary, 3),
+}
 I8, I32, I64, U8, U64 = dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint64
 F16, BF16, F32, F64, BOOL = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.bool
 I32_MIN, I32_MAX, I64_MIN = -(2**31), 2**31 - 1, -(2**63)
@@ -60,8 +64,9 @@ def _reference(op: Ops, src: DType, out: DType, vals: list[Any]) -> Any:
 
 def _same(a: Any, b: Any, signed_zero: bool = True) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or (a == b and (not signed_zero or
-                                                                 math.copysign(1, a) == math.copysign(1, b)))
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and (not signed_zero or math.copysign(1, a) == math.copysign(1, b))
+        )
     return a == b and type(a) is type(b)
 
 
@@ -86,8 +91,24 @@ def _edges(dt: DType) -> list[Any]:
 # folding computes in float64 and rounds once; REFERENCE computes in the dtype. Both are correctly rounded
 # (so equal) for these ops; the others (a quotient then truncated or floored, libm's functions, which numpy
 # computes by other code for arrays than for scalars) are compared in float64 only, and only as numbers.
-ROUNDED_ONCE = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.MAX,
-                          Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.TRUNC, Ops.CMOD})
+ROUNDED_ONCE = frozenset(
+    {
+        Ops.ADD,
+        Ops.SUB,
+        Ops.MUL,
+        Ops.FDIV,
+        Ops.SQRT,
+        Ops.RECIPROCAL,
+        Ops.NEG,
+        Ops.MAX,
+        Ops.CMPLT,
+        Ops.CMPNE,
+        Ops.CMPEQ,
+        Ops.WHERE,
+        Ops.TRUNC,
+        Ops.CMOD,
+    }
+)
 # Where the two readers disagree today (a refactor keeps it; each is an open question, not a rule):
 # numpy's pow of a float64 scalar gives NaN for (-inf) ** 0.5, of an array IEEE's inf.
 SPLITS = {(Ops.POW, F64, (-inf, 0.5))}
@@ -128,41 +149,72 @@ def test_folding_and_reference_agree(op: Ops, dt: DType) -> None:
 
 
 # ---------------------------------------------------------------------- the edges, pinned
-@pytest.mark.parametrize("op, dt, vals, folded, reference", [
-    # C division and modulo: toward zero, INT_MIN / -1 wraps
-    (Ops.CDIV, I32, [-7, 2], -3, -3), (Ops.CDIV, I32, [7, -2], -3, -3), (Ops.CDIV, I32, [-7, -2], 3, 3),
-    (Ops.CMOD, I32, [-7, 2], -1, -1), (Ops.CMOD, I32, [7, -2], 1, 1), (Ops.CMOD, I32, [-8, 2], 0, 0),
-    (Ops.CDIV, I32, [I32_MIN, -1], I32_MIN, I32_MIN), (Ops.CMOD, I32, [I32_MIN, -1], 0, 0),
-    (Ops.CDIV, I64, [I64_MIN, -1], I64_MIN, I64_MIN), (Ops.FLOORDIV, I32, [I32_MIN, -1], I32_MIN, I32_MIN),
-    (Ops.FLOORDIV, I32, [-7, 2], -4, -4), (Ops.FLOORMOD, I32, [7, -2], -1, -1),
-    (Ops.FDIV, I32, [-7, 2], "TypeError", -3),  # an integer FDIV is C division, made only by lowering
-    (Ops.CDIV, U8, [255, 2], 127, 127), (Ops.CMOD, U64, [2**64 - 1, 10], 5, 5),
-    # division by zero: undefined in C, 0 on REFERENCE
-    (Ops.CDIV, I32, [5, 0], UNDEFINED, 0), (Ops.CMOD, I32, [-5, 0], UNDEFINED, 0),
-    (Ops.FLOORDIV, I8, [1, 0], UNDEFINED, 0), (Ops.FLOORMOD, U8, [1, 0], UNDEFINED, 0),
-    # shifts with the dtype's width
-    (Ops.SHL, I32, [1, 31], I32_MIN, I32_MIN), (Ops.SHL, I32, [1, 32], UNDEFINED, 0),
-    (Ops.SHR, I32, [-8, 1], -4, -4), (Ops.SHR, I32, [-8, 32], UNDEFINED, -1),
-    (Ops.SHR, I32, [8, -1], UNDEFINED, 0), (Ops.SHL, U8, [1, 7], 128, 128),
-    (Ops.SHR, U8, [255, 8], UNDEFINED, 0), (Ops.SHL, I64, [3, 63], I64_MIN, I64_MIN),
-    # integer pow: wraps; a negative exponent is undefined for folding, the truncated real value on REFERENCE
-    (Ops.POW, I32, [3, 21], 3**21 - 2 * 2**32, 3**21 - 2 * 2**32), (Ops.POW, I32, [2, -1], UNDEFINED, 0),
-    (Ops.POW, I32, [-1, -3], UNDEFINED, -1), (Ops.POW, I32, [1, -3], UNDEFINED, 1),
-    (Ops.NEG, I32, [I32_MIN], I32_MIN, I32_MIN), (Ops.ADD, I32, [I32_MAX, 1], I32_MIN, I32_MIN),
-    (Ops.SUB, U8, [0, 1], 255, 255), (Ops.NEG, BOOL, [True], False, False),
-    (Ops.SUB, BOOL, [True, True], False, False), (Ops.ADD, BOOL, [True, True], True, True),
-    # NaN, inf and the sign of zero
-    (Ops.MAX, F32, [nan, 1.0], nan, nan), (Ops.MAX, F32, [1.0, nan], nan, nan),
-    (Ops.CMPNE, F32, [nan, nan], True, True), (Ops.CMPLT, F32, [nan, 1.0], False, False),
-    (Ops.CMPEQ, F32, [0.0, -0.0], True, True), (Ops.NEG, F32, [0.0], -0.0, -0.0),
-    (Ops.TRUNC, F32, [-0.5], -0.0, -0.0), (Ops.CDIV, F64, [-1.0, 2.0], -0.0, -0.0),
-    (Ops.CMOD, F64, [-7.0, 7.0], -0.0, -0.0), (Ops.FLOORMOD, F64, [1.0, 0.0], nan, nan),
-    (Ops.FDIV, F32, [1.0, -0.0], -inf, -inf), (Ops.RECIPROCAL, F32, [-0.0], -inf, -inf),
-    (Ops.SQRT, F64, [-1.0], nan, nan), (Ops.LOG2, F32, [0.0], -inf, -inf),
-    # float16 and bfloat16 round (and overflow) like their storage
-    (Ops.ADD, F16, [65504.0, 65504.0], inf, inf), (Ops.ADD, F16, [1.0, 2.0**-11], 1.0, 1.0),
-    (Ops.ADD, BF16, [1.0, 2.0**-8], 1.0, 1.0), (Ops.ADD, BF16, [1.0, 3 * 2.0**-8], 1.015625, 1.015625),
-])
+@pytest.mark.parametrize(
+    "op, dt, vals, folded, reference",
+    [
+        # C division and modulo: toward zero, INT_MIN / -1 wraps
+        (Ops.CDIV, I32, [-7, 2], -3, -3),
+        (Ops.CDIV, I32, [7, -2], -3, -3),
+        (Ops.CDIV, I32, [-7, -2], 3, 3),
+        (Ops.CMOD, I32, [-7, 2], -1, -1),
+        (Ops.CMOD, I32, [7, -2], 1, 1),
+        (Ops.CMOD, I32, [-8, 2], 0, 0),
+        (Ops.CDIV, I32, [I32_MIN, -1], I32_MIN, I32_MIN),
+        (Ops.CMOD, I32, [I32_MIN, -1], 0, 0),
+        (Ops.CDIV, I64, [I64_MIN, -1], I64_MIN, I64_MIN),
+        (Ops.FLOORDIV, I32, [I32_MIN, -1], I32_MIN, I32_MIN),
+        (Ops.FLOORDIV, I32, [-7, 2], -4, -4),
+        (Ops.FLOORMOD, I32, [7, -2], -1, -1),
+        (Ops.FDIV, I32, [-7, 2], "TypeError", -3),  # an integer FDIV is C division, made only by lowering
+        (Ops.CDIV, U8, [255, 2], 127, 127),
+        (Ops.CMOD, U64, [2**64 - 1, 10], 5, 5),
+        # division by zero: undefined in C, 0 on REFERENCE
+        (Ops.CDIV, I32, [5, 0], UNDEFINED, 0),
+        (Ops.CMOD, I32, [-5, 0], UNDEFINED, 0),
+        (Ops.FLOORDIV, I8, [1, 0], UNDEFINED, 0),
+        (Ops.FLOORMOD, U8, [1, 0], UNDEFINED, 0),
+        # shifts with the dtype's width
+        (Ops.SHL, I32, [1, 31], I32_MIN, I32_MIN),
+        (Ops.SHL, I32, [1, 32], UNDEFINED, 0),
+        (Ops.SHR, I32, [-8, 1], -4, -4),
+        (Ops.SHR, I32, [-8, 32], UNDEFINED, -1),
+        (Ops.SHR, I32, [8, -1], UNDEFINED, 0),
+        (Ops.SHL, U8, [1, 7], 128, 128),
+        (Ops.SHR, U8, [255, 8], UNDEFINED, 0),
+        (Ops.SHL, I64, [3, 63], I64_MIN, I64_MIN),
+        # integer pow: wraps; a negative exponent is undefined for folding, the truncated real value on REFERENCE
+        (Ops.POW, I32, [3, 21], 3**21 - 2 * 2**32, 3**21 - 2 * 2**32),
+        (Ops.POW, I32, [2, -1], UNDEFINED, 0),
+        (Ops.POW, I32, [-1, -3], UNDEFINED, -1),
+        (Ops.POW, I32, [1, -3], UNDEFINED, 1),
+        (Ops.NEG, I32, [I32_MIN], I32_MIN, I32_MIN),
+        (Ops.ADD, I32, [I32_MAX, 1], I32_MIN, I32_MIN),
+        (Ops.SUB, U8, [0, 1], 255, 255),
+        (Ops.NEG, BOOL, [True], False, False),
+        (Ops.SUB, BOOL, [True, True], False, False),
+        (Ops.ADD, BOOL, [True, True], True, True),
+        # NaN, inf and the sign of zero
+        (Ops.MAX, F32, [nan, 1.0], nan, nan),
+        (Ops.MAX, F32, [1.0, nan], nan, nan),
+        (Ops.CMPNE, F32, [nan, nan], True, True),
+        (Ops.CMPLT, F32, [nan, 1.0], False, False),
+        (Ops.CMPEQ, F32, [0.0, -0.0], True, True),
+        (Ops.NEG, F32, [0.0], -0.0, -0.0),
+        (Ops.TRUNC, F32, [-0.5], -0.0, -0.0),
+        (Ops.CDIV, F64, [-1.0, 2.0], -0.0, -0.0),
+        (Ops.CMOD, F64, [-7.0, 7.0], -0.0, -0.0),
+        (Ops.FLOORMOD, F64, [1.0, 0.0], nan, nan),
+        (Ops.FDIV, F32, [1.0, -0.0], -inf, -inf),
+        (Ops.RECIPROCAL, F32, [-0.0], -inf, -inf),
+        (Ops.SQRT, F64, [-1.0], nan, nan),
+        (Ops.LOG2, F32, [0.0], -inf, -inf),
+        # float16 and bfloat16 round (and overflow) like their storage
+        (Ops.ADD, F16, [65504.0, 65504.0], inf, inf),
+        (Ops.ADD, F16, [1.0, 2.0**-11], 1.0, 1.0),
+        (Ops.ADD, BF16, [1.0, 2.0**-8], 1.0, 1.0),
+        (Ops.ADD, BF16, [1.0, 3 * 2.0**-8], 1.015625, 1.015625),
+    ],
+)
 def test_edge(op: Ops, dt: DType, vals: list[Any], folded: Any, reference: Any) -> None:
     out = BOOL if op in GroupOp.Comparison else dt
     if folded == "TypeError":
@@ -199,20 +251,28 @@ def test_cdiv_means_the_same_on_ints_and_arrays() -> None:
 # fmod(a, b) on a non-constant b, divmod(a, b) (then corrected toward zero).
 def division_sites(source: str) -> list[tuple[int, str]]:
     """(line, form) of every truncating division written in `source`."""
+
     def name(f: ast.expr) -> str:
         return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
     def is_div(n: ast.expr) -> bool:
-        return isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) or \
-            isinstance(n, ast.Call) and name(n.func) in ("divide", "true_divide")
+        return (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.Div)
+            or isinstance(n, ast.Call)
+            and name(n.func) in ("divide", "true_divide")
+        )
 
     def constant(n: ast.expr) -> bool:
         return all(not isinstance(x, (ast.Name, ast.Attribute, ast.Call)) for x in ast.walk(n))
 
     sites: list[tuple[int, str]] = []
     for n in ast.walk(ast.parse(source)):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) and \
-                all(isinstance(s, ast.Call) and name(s.func) == "abs" for s in (n.left, n.right)):
+        if (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.FloorDiv)
+            and all(isinstance(s, ast.Call) and name(s.func) == "abs" for s in (n.left, n.right))
+        ):
             sites.append((n.lineno, "abs(a) // abs(b)"))
         if isinstance(n, ast.Call) and n.args:
             f = name(n.func)
@@ -226,10 +286,17 @@ def division_sites(source: str) -> list[tuple[int, str]]:
 
 
 def test_rule_division_sites() -> None:
-    src = "q = abs(a) // abs(b)\nr = int(a / b)\ns = np.trunc(np.divide(a, b))\nt = np.fmod(a, b)\n" \
+    src = (
+        "q = abs(a) // abs(b)\nr = int(a / b)\ns = np.trunc(np.divide(a, b))\nt = np.fmod(a, b)\n"
         "u = divmod(a, b)\n"
-    assert [w for _, w in division_sites(src)] == ["abs(a) // abs(b)", "int(a / b)", "trunc(a / b)",
-                                                  "fmod(a, b)", "divmod(a, b)"]
+    )
+    assert [w for _, w in division_sites(src)] == [
+        "abs(a) // abs(b)",
+        "int(a / b)",
+        "trunc(a / b)",
+        "fmod(a, b)",
+        "divmod(a, b)",
+    ]
     assert division_sites("w = np.fmod(t, 2.0 ** 64)\nv = a // b\nf'{a}/{b}'\n") == []  # wrap, floor, C
 
 
@@ -237,6 +304,10 @@ def test_c_division_is_defined_in_one_module() -> None:
     """Only alu.py computes C division; renderers print it as C and z3check builds it as a z3 term. The
     out-of-tree example (examples/) writes its own, as a third party must: it may not import uopgrad.alu."""
     roots = [ROOT / "packages/core/src", ROOT / "conformance/src", *(ROOT / "packages").glob("backend-*/src")]
-    found = {p.relative_to(ROOT).as_posix() for r in roots for p in r.rglob("*.py")
-             if division_sites(p.read_text())}
+    found = {
+        p.relative_to(ROOT).as_posix()
+        for r in roots
+        for p in r.rglob("*.py")
+        if division_sites(p.read_text())
+    }
     assert found == {"packages/core/src/uopgrad/alu.py"}

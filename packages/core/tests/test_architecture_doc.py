@@ -102,8 +102,11 @@ def modules_on_disk() -> dict[str, str]:
 
 def submodules_on_disk() -> list[str]:
     """`package/module.py` of every module inside a subpackage (its `__init__.py` is the package's row)."""
-    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.glob("*/**/*.py")
-                  if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    return sorted(
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.glob("*/**/*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    )
 
 
 def contract() -> list[frozenset[str]]:
@@ -136,8 +139,10 @@ def test_every_module_is_in_the_contract():
     in_contract = [n for r in rows for n in r]
     disk = set(modules_on_disk()) - {FACADE}
     missing = sorted(disk - set(in_contract))
-    assert not missing, (f"modules of uopgrad in no row of the import-linter layers in pyproject.toml: "
-                         f"{missing} (add each to the row of its layer)")
+    assert not missing, (
+        f"modules of uopgrad in no row of the import-linter layers in pyproject.toml: "
+        f"{missing} (add each to the row of its layer)"
+    )
     ghosts = sorted(set(in_contract) - disk)
     assert not ghosts, f"the import-linter layers in pyproject.toml name modules that do not exist: {ghosts}"
     twice = sorted({n for n in in_contract if in_contract.count(n) > 1})
@@ -157,8 +162,11 @@ def test_the_architecture_table_names_only_modules_that_exist():
     written = [(name, how) for _, modules in table() for name, how in modules]
     ghosts = sorted(name for name, _ in written if name not in disk)
     assert not ghosts, f"docs/ARCHITECTURE.md §2 names modules that do not exist: {ghosts}"
-    wrong = sorted(f"{name}: write `{name}{'/' if disk[name] == 'package' else '.py'}`"
-                   for name, how in written if disk[name] != how)
+    wrong = sorted(
+        f"{name}: write `{name}{'/' if disk[name] == 'package' else '.py'}`"
+        for name, how in written
+        if disk[name] != how
+    )
     assert not wrong, f"docs/ARCHITECTURE.md §2 writes a module as a package or the reverse: {wrong}"
 
 
@@ -167,8 +175,9 @@ def test_the_architecture_rows_are_the_contract_rows_in_order():
     assert rows[0] == ("facade", [(FACADE, "module")]), "the table's first row is the facade `__init__.py`"
     want = [" | ".join(sorted(r)) for r in contract()]
     got = [" | ".join(sorted(r)) for r in table_layers()]
-    diff = "\n".join(difflib.unified_diff(want, got, "pyproject.toml layers", "docs/ARCHITECTURE.md §2",
-                                          lineterm="", n=1))
+    diff = "\n".join(
+        difflib.unified_diff(want, got, "pyproject.toml layers", "docs/ARCHITECTURE.md §2", lineterm="", n=1)
+    )
     assert got == want, f"the rows of docs/ARCHITECTURE.md §2 differ from the contract's (top first):\n{diff}"
 
 
@@ -236,9 +245,15 @@ def test_where_to_add_is_linked():
 def nox_pins() -> dict[str, str]:
     """The tool pins of noxfile.py (`RUFF = "ruff==0.17.6"`, ...): name -> requirement."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
-    return {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-            and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)
-            and isinstance(n.value.value, str) and "==" in n.value.value}
+    return {
+        n.targets[0].id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        and isinstance(n.targets[0], ast.Name)
+        and isinstance(n.value, ast.Constant)
+        and isinstance(n.value.value, str)
+        and "==" in n.value.value
+    }
 
 
 def test_pre_commit_runs_the_versions_nox_pins():
@@ -268,8 +283,11 @@ def test_rule_layer_table():
         "| facade | `__init__.py` | the facade |\n| 1 | `a.py` \\| `b/` | a \\| b, with `x\\|y` |\n"
         "| 0 | `c.py` | c |\n\n### 2.1 next\n\n| layer | module | what |\n|---|---|---|\n| 9 | `z.py` | z |\n"
     )
-    assert layer_table(page) == [("facade", [("__init__", "module")]),
-                                 ("1", [("a", "module"), ("b", "package")]), ("0", [("c", "module")])]
+    assert layer_table(page) == [
+        ("facade", [("__init__", "module")]),
+        ("1", [("a", "module"), ("b", "package")]),
+        ("0", [("c", "module")]),
+    ]
     with pytest.raises(AssertionError, match="names `module.py`"):
         named_modules("`symbolic`")
 

@@ -77,19 +77,32 @@ class PickleProgram(Program):
         super().__init__(name, lib)
         self.prg: KernelProgram = pickle.loads(base64.b64decode(lib))
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         PickleProgram.launches += 1
         params = {u.arg: u for u in self.prg.uops if u.op is Ops.PARAM}
-        arrays = [np.frombuffer(b, dtype=np_dtype(params[s].dtype.base)) if isinstance(b, bytearray) else b
-                  for s, b in zip(self.prg.globals, bufs)]
+        arrays = [
+            np.frombuffer(b, dtype=np_dtype(params[s].dtype.base)) if isinstance(b, bytearray) else b
+            for s, b in zip(self.prg.globals, bufs)
+        ]
         run_program(self.prg, arrays, {v.arg[0]: x for v, x in zip(self.prg.vars, vals)})
 
 
 class PyBackend(CompiledBackend):
     def __init__(self, device: str = "PY") -> None:
-        super().__init__(device, PickleRenderer(), Compiler(), ByteAllocator(), PickleProgram,
-                         frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats} - {dtypes.bfloat16}))
+        super().__init__(
+            device,
+            PickleRenderer(),
+            Compiler(),
+            ByteAllocator(),
+            PickleProgram,
+            frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats} - {dtypes.bfloat16}),
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -278,6 +291,7 @@ def test_compile_errors_carry_the_numbered_source():
 def test_is_dtype_supported_reads_the_capabilities():
     from uopgrad.backend import Device, is_dtype_supported
     from uopgrad.dtype import dtypes
+
     caps = Device["REFERENCE"].capabilities.dtypes
     for dt in (dtypes.float32, dtypes.uchar, dtypes.bfloat16, dtypes.float64):
         assert is_dtype_supported(dt, "REFERENCE") == (dt in caps)

@@ -2,6 +2,7 @@
 grad_fxn, output shapes of FUNCTIONs over symbolic inputs, precompiled functions that realize, and the
 worked backward structures of §3.7. Sharded variants (TestCallMultiSharded, test_call_plus_sharded,
 test_precompile_multi_sharded) are in test_multi.py."""
+
 from __future__ import annotations
 
 import math
@@ -103,7 +104,7 @@ class TestCallShape:
             return x * 2
 
         sz = UOp.variable("sz", 1, 8)
-        shape = f(Tensor.empty(8)[:sz.bind(5)]).shape
+        shape = f(Tensor.empty(8)[: sz.bind(5)]).shape
         # inside the body the size is a PARAM; the output's shape is in the caller's terms: the BIND itself
         assert isinstance(shape[0], UOp) and shape[0].op is not Ops.PARAM
         assert shape[0] is sz.bind(5)
@@ -114,7 +115,7 @@ class TestCallShape:
             return x + 1
 
         sz = UOp.variable("sz", 1, 10)
-        shape = f(Tensor.empty(10, 4)[:sz.bind(3)]).shape
+        shape = f(Tensor.empty(10, 4)[: sz.bind(3)]).shape
         assert isinstance(shape[0], UOp) and shape[0].op is not Ops.PARAM
         assert Ops.PARAM not in {u.op for u in shape[0].toposort()}
         assert shape[1] == 4
@@ -125,7 +126,7 @@ class TestCallShape:
             return x * 3
 
         sz = UOp.variable("sz", 1, 8)
-        assert f(Tensor.empty(8)[:sz.bind(5)]).shape[0] is sz.bind(5)
+        assert f(Tensor.empty(8)[: sz.bind(5)]).shape[0] is sz.bind(5)
 
     def test_bind_is_an_implicit_input(self):
         @function
@@ -133,7 +134,7 @@ class TestCallShape:
             return x * 3
 
         sz = UOp.variable("sz", 1, 8)
-        out = f(Tensor.empty(8)[:sz.bind(5)])
+        out = f(Tensor.empty(8)[: sz.bind(5)])
         fn = out.uop.src[0]
         assert sz.bind(5) in fn.src[1:], "the BIND in the PARAM's shape vector is captured as an argument"
 
@@ -206,7 +207,7 @@ class TestCallSchedule:
             return x * 2
 
         sz = UOp.variable("sz", 1, 8)
-        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[:sz.bind(5)])
+        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[: sz.bind(5)])
         assert isinstance(out.shape[0], UOp)
         np.testing.assert_equal(out[:5].numpy(), [2, 4, 6, 8, 10])
 
@@ -216,7 +217,7 @@ class TestCallSchedule:
             return (x * 2).contiguous() + 1
 
         sz = UOp.variable("sz", 1, 8)
-        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[:sz.bind(3)])
+        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[: sz.bind(3)])
         assert isinstance(out.shape[0], UOp)
         np.testing.assert_equal(out[:3].numpy(), [3, 5, 7])
 
@@ -226,7 +227,7 @@ class TestCallSchedule:
             return x * 2
 
         sz = UOp.variable("sz", 1, 8)
-        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[:sz.bind(4)]) + 10
+        out = f(Tensor([1.0, 2, 3, 4, 5, 6, 7, 8])[: sz.bind(4)]) + 10
         assert isinstance(out.shape[0], UOp)
         np.testing.assert_equal(out[:4].numpy(), [12, 14, 16, 18])
 
@@ -255,7 +256,7 @@ class TestCallSchedule:
             return x * 2 + 1
 
         sz = UOp.variable("sz", 1, 16)
-        out = f(Tensor.arange(64).reshape(16, 4).float()[:sz.bind(5)])
+        out = f(Tensor.arange(64).reshape(16, 4).float()[: sz.bind(5)])
         assert isinstance(out.shape[0], UOp) and out.shape[1] == 4
         np.testing.assert_equal(out[:5].numpy(), np.arange(20).reshape(5, 4) * 2 + 1)
 
@@ -270,8 +271,13 @@ class TestWorkedExamples:
         assert fwd.src[0].op is Ops.TUPLE and fwd.src[0].src == (p(0) + p(1),)
         assert fwd.src[1:] == (a.uop, b.uop)
         info = fwd.arg
-        assert (info.grad_fxn, info.metadata, info.name, info.precompile, info.precompile_backward) == \
-            (None, (), None, False, False)
+        assert (info.grad_fxn, info.metadata, info.name, info.precompile, info.precompile_backward) == (
+            None,
+            (),
+            None,
+            False,
+            False,
+        )
         ga, gb = c.mean().gradient(a, b)
         bwd = backward_of(ga)
         assert backward_of(gb) is bwd and (ga.uop.arg, gb.uop.arg) == (0, 1)

@@ -1,4 +1,5 @@
 """call_gradient / compute_gradient structure at the UOp level (docs/semantics.md §3.2-3.9)."""
+
 from __future__ import annotations
 
 import math
@@ -90,8 +91,13 @@ def test_precompile_backward_flag():
     loss = sum_all(fn.gettuple(0))
     bwd = compute_gradient(loss, seed(loss), {x})[x].src[0]
     info = bwd.arg
-    assert (info.grad_fxn, info.metadata, info.name, info.precompile, info.precompile_backward) == \
-        (None, (), "f_backward", True, False)
+    assert (info.grad_fxn, info.metadata, info.name, info.precompile, info.precompile_backward) == (
+        None,
+        (),
+        "f_backward",
+        True,
+        False,
+    )
 
 
 def test_backward_of_backward_name():
@@ -241,6 +247,7 @@ def test_pm_transform_unique_const_renumbers_from_zero():
     c2 = UOp.const(dtypes.float, 1.0, DEV, unique=True)
     assert c1 is not c2
     import itertools
+
     t = graph_rewrite(UOp.maketuple(c1, c2), pm_transform_unique_const, ctx=(None, itertools.count(0)))
     assert [e.src[0].op for e in t.src] == [Ops.LUNIQUE, Ops.LUNIQUE]
     assert sorted(e.src[0].arg for e in t.src) == [0, 1]

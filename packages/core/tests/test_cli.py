@@ -1,4 +1,5 @@
 """The `uopgrad` command as a user runs it: `python -m uopgrad ...` in a fresh process, and `main()`."""
+
 import importlib.util
 import json
 import os
@@ -14,12 +15,14 @@ from uopgrad.cli import main
 
 def run_cli(*args, env=None):
     e = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "uopgrad", *args], capture_output=True, text=True, env=e,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "uopgrad", *args], capture_output=True, text=True, env=e, timeout=120
+    )
 
 
 def test_version_is_the_package_metadata_version():
     import importlib.metadata
+
     assert uopgrad.__version__ == importlib.metadata.version("uopgrad")
     out = run_cli("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"uopgrad {uopgrad.__version__}"
@@ -59,8 +62,10 @@ def test_missing_backend_error_names_the_package():
 
 def test_cache_info_and_clear_touch_only_cache_entries(tmp_path):
     env = {"UOPGRAD_CACHE_DIR": str(tmp_path)}
-    code = ("from uopgrad.backend import Compiler\n"
-            "c = Compiler(); c.compile_cached('kernel one'); c.compile_cached('kernel two')\n")
+    code = (
+        "from uopgrad.backend import Compiler\n"
+        "c = Compiler(); c.compile_cached('kernel one'); c.compile_cached('kernel two')\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, **env})
     (tmp_path / "notes.txt").write_text("not ours")
     info = run_cli("cache", "info", env=env)
@@ -80,8 +85,10 @@ def test_viz_prints_the_newest_page(tmp_path):
     assert out.returncode == 0 and out.stdout.strip().endswith("0001-CPU.html")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("uopgrad_conformance") is None,
-                    reason="needs uopgrad-conformance installed (nox -s tests installs it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("uopgrad_conformance") is None,
+    reason="needs uopgrad-conformance installed (nox -s tests installs it)",
+)
 def test_conformance_runs_the_suite_and_passes_pytest_arguments_on():
     out = run_cli("conformance", "REFERENCE", "-k", "ADD-float32-forward", "-p", "no:cacheprovider")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

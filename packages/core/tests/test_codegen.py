@@ -26,8 +26,9 @@ from uopgrad.verify import VerifyError
 
 DEV = "REFERENCE"
 # a C-like backend: no MAX, no floor division, no POW, ... (each is decomposed)
-DECOMPOSED = frozenset({Ops.MAX, Ops.FLOORDIV, Ops.FLOORMOD, Ops.POW, Ops.SUB, Ops.NEG, Ops.CMPEQ, Ops.FDIV,
-                        Ops.MULACC})
+DECOMPOSED = frozenset(
+    {Ops.MAX, Ops.FLOORDIV, Ops.FLOORMOD, Ops.POW, Ops.SUB, Ops.NEG, Ops.CMPEQ, Ops.FDIV, Ops.MULACC}
+)
 C_LIKE = REFERENCE_OPS - DECOMPOSED
 MODES = {
     "loop": {},
@@ -62,8 +63,17 @@ def buffer(values: np.ndarray, dt: DType) -> UOp:
 
 
 # ---------------------------------------------------------------------- every ALU op x dtypes
-DTYPES = [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint8,
-          dtypes.int64, dtypes.uint32, dtypes.bool]
+DTYPES = [
+    dtypes.float32,
+    dtypes.float16,
+    dtypes.float64,
+    dtypes.int32,
+    dtypes.int8,
+    dtypes.uint8,
+    dtypes.int64,
+    dtypes.uint32,
+    dtypes.bool,
+]
 
 
 def _defined(op: Ops, dt: DType) -> bool:
@@ -106,8 +116,12 @@ def _operands(op: Ops, dt: DType) -> tuple[UOp, ...]:
     return (a, b)
 
 
-ALU_CASES = [(op, dt) for op in sorted(GroupOp.ALU - {Ops.THREEFRY}, key=lambda o: o.value) for dt in DTYPES
-             if _defined(op, dt)]
+ALU_CASES = [
+    (op, dt)
+    for op in sorted(GroupOp.ALU - {Ops.THREEFRY}, key=lambda o: o.value)
+    for dt in DTYPES
+    if _defined(op, dt)
+]
 
 
 @pytest.mark.parametrize("op,dt", ALU_CASES, ids=[f"{op.name}-{dt.name}" for op, dt in ALU_CASES])
@@ -117,9 +131,17 @@ def test_alu_op(op: Ops, dt: DType):
     check_lowered(UOp(op, out_dt, srcs), rtol=2e-3 if op is Ops.POW else 1e-5)
 
 
-@pytest.mark.parametrize("src,dst", [(dtypes.float32, dtypes.int32), (dtypes.int32, dtypes.float16),
-                                     (dtypes.float16, dtypes.uint8), (dtypes.int64, dtypes.bool),
-                                     (dtypes.bool, dtypes.float64), (dtypes.float32, dtypes.bfloat16)])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (dtypes.float32, dtypes.int32),
+        (dtypes.int32, dtypes.float16),
+        (dtypes.float16, dtypes.uint8),
+        (dtypes.int64, dtypes.bool),
+        (dtypes.bool, dtypes.float64),
+        (dtypes.float32, dtypes.bfloat16),
+    ],
+)
 def test_cast_and_bitcast(src: DType, dst: DType):
     a = buffer(np.array([0.0, -1.7, 2.5, 100.3, -0.0, 7.0]), src)
     check_lowered(a.cast(dst), exact=True)
@@ -165,6 +187,7 @@ def test_reduce_over_any_axes(fn: str, axes: tuple[int, ...] | None):
 def test_empty_and_size_zero_reduces(fn: str):
     def red(t: Tensor, axis: int) -> Tensor:  # Tensor.max raises on an empty axis: build the MAX reduce
         return t._reduce(Ops.MAX, axis, False) if fn == "max" else getattr(t, fn)(axis)
+
     e = Tensor(np.zeros((0, 3), np.float32))
     check_lowered(red(e, 0).uop, (e + 1).uop)
     check_lowered(red(Tensor(np.zeros((2, 0), np.int32)), 1).uop)
@@ -191,7 +214,7 @@ def test_mlp_gradients():
 def test_symbolic_size():
     n = UOp.variable("n", 1, 8)
     x = Tensor(np.arange(8, dtype=np.float32))
-    check_lowered((x[:n.bind(5)] * 2).uop, exact=True)
+    check_lowered((x[: n.bind(5)] * 2).uop, exact=True)
 
 
 def test_custom_kernel_with_two_stores_in_order():
@@ -230,53 +253,57 @@ def test_golden_elementwise_program():
     x = Tensor(np.zeros((3, 4), np.float32))
     prg = lower(kernel_of(x * 2 + 1), REFERENCE_OPS)
     assert prg.name == "E_3_4"
-    assert prg.listing() == "\n".join([
-        "   0 PARAM       dtypes.float.ptr(12)   () 0",
-        "   1 PARAM       dtypes.float.ptr(12)   () 1",
-        "   2 CONST       dtypes.int             () 3",
-        "   3 CONST       dtypes.int             () 4",
-        "   4 CONST       dtypes.float           () 2.0",
-        "   5 CONST       dtypes.float           () 1.0",
-        "   6 RANGE       dtypes.int             (2) (0, 'loop')",
-        "   7 MUL         dtypes.int             (6, 3)",
-        "   8 RANGE       dtypes.int             (3) (1, 'loop')",
-        "   9 ADD         dtypes.int             (7, 8)",
-        "  10 INDEX       dtypes.float.ptr(12)   (0, 9)",
-        "  11 INDEX       dtypes.float.ptr(12)   (1, 9)",
-        "  12 LOAD        dtypes.float           (11)",
-        "  13 MUL         dtypes.float           (12, 4)",
-        "  14 ADD         dtypes.float           (13, 5)",
-        "  15 STORE       dtypes.void            (10, 14)",
-        "  16 END         dtypes.void            (8, 15)",
-        "  17 END         dtypes.void            (6, 16)",
-    ])
+    assert prg.listing() == "\n".join(
+        [
+            "   0 PARAM       dtypes.float.ptr(12)   () 0",
+            "   1 PARAM       dtypes.float.ptr(12)   () 1",
+            "   2 CONST       dtypes.int             () 3",
+            "   3 CONST       dtypes.int             () 4",
+            "   4 CONST       dtypes.float           () 2.0",
+            "   5 CONST       dtypes.float           () 1.0",
+            "   6 RANGE       dtypes.int             (2) (0, 'loop')",
+            "   7 MUL         dtypes.int             (6, 3)",
+            "   8 RANGE       dtypes.int             (3) (1, 'loop')",
+            "   9 ADD         dtypes.int             (7, 8)",
+            "  10 INDEX       dtypes.float.ptr(12)   (0, 9)",
+            "  11 INDEX       dtypes.float.ptr(12)   (1, 9)",
+            "  12 LOAD        dtypes.float           (11)",
+            "  13 MUL         dtypes.float           (12, 4)",
+            "  14 ADD         dtypes.float           (13, 5)",
+            "  15 STORE       dtypes.void            (10, 14)",
+            "  16 END         dtypes.void            (8, 15)",
+            "  17 END         dtypes.void            (6, 16)",
+        ]
+    )
 
 
 def test_golden_reduce_program():
     x = Tensor(np.zeros((3, 4), np.float32))
     prg = lower(kernel_of(x._reduce(Ops.MAX, 1, False)), REFERENCE_OPS)  # the bare reduce, not Tensor.max
-    assert prg.listing() == "\n".join([
-        "   0 PARAM       dtypes.float.ptr(3)    () 0",
-        "   1 PARAM       dtypes.float.ptr(12)   () 1",
-        "   2 CONST       dtypes.int             () 3",
-        "   3 CONST       dtypes.float           () -inf",
-        "   4 CONST       dtypes.int             () 4",
-        "   5 RANGE       dtypes.int             (2) (0, 'loop')",
-        "   6 DEFINE_REG  dtypes.float           (3) 0",      # re-initialised for every output element
-        "   7 INDEX       dtypes.float.ptr(3)    (0, 5)",
-        "   8 MUL         dtypes.int             (5, 4)",      # hoisted out of the reduce loop
-        "   9 RANGE       dtypes.int             (4) (1, 'reduce')",
-        "  10 LOAD        dtypes.float           (6, 9)",
-        "  11 ADD         dtypes.int             (8, 9)",
-        "  12 INDEX       dtypes.float.ptr(12)   (1, 11)",
-        "  13 LOAD        dtypes.float           (12)",
-        "  14 MAX         dtypes.float           (10, 13)",
-        "  15 STORE       dtypes.void            (6, 14)",
-        "  16 END         dtypes.void            (9, 15)",
-        "  17 LOAD        dtypes.float           (6, 16)",     # the accumulator, read after its loop
-        "  18 STORE       dtypes.void            (7, 17)",
-        "  19 END         dtypes.void            (5, 18)",
-    ])
+    assert prg.listing() == "\n".join(
+        [
+            "   0 PARAM       dtypes.float.ptr(3)    () 0",
+            "   1 PARAM       dtypes.float.ptr(12)   () 1",
+            "   2 CONST       dtypes.int             () 3",
+            "   3 CONST       dtypes.float           () -inf",
+            "   4 CONST       dtypes.int             () 4",
+            "   5 RANGE       dtypes.int             (2) (0, 'loop')",
+            "   6 DEFINE_REG  dtypes.float           (3) 0",  # re-initialised for every output element
+            "   7 INDEX       dtypes.float.ptr(3)    (0, 5)",
+            "   8 MUL         dtypes.int             (5, 4)",  # hoisted out of the reduce loop
+            "   9 RANGE       dtypes.int             (4) (1, 'reduce')",
+            "  10 LOAD        dtypes.float           (6, 9)",
+            "  11 ADD         dtypes.int             (8, 9)",
+            "  12 INDEX       dtypes.float.ptr(12)   (1, 11)",
+            "  13 LOAD        dtypes.float           (12)",
+            "  14 MAX         dtypes.float           (10, 13)",
+            "  15 STORE       dtypes.void            (6, 14)",
+            "  16 END         dtypes.void            (9, 15)",
+            "  17 LOAD        dtypes.float           (6, 16)",  # the accumulator, read after its loop
+            "  18 STORE       dtypes.void            (7, 17)",
+            "  19 END         dtypes.void            (5, 18)",
+        ]
+    )
 
 
 def test_pad_becomes_gated_loads_and_decompositions_leave_no_missing_op():
@@ -344,14 +371,21 @@ def test_gradient_of_a_2001_op_chain_lowers():
     x = Tensor(np.linspace(0.5, 1.5, 16).astype(np.float32), requires_grad=True)
     y = x
     for i in range(2001):
-        y = [lambda t: t * 1.001, lambda t: t + 0.01, lambda t: t.sin(), lambda t: t.exp2() * 0.5,
-             lambda t: t.sqrt()][i % 5](y)
+        y = [
+            lambda t: t * 1.001,
+            lambda t: t + 0.01,
+            lambda t: t.sin(),
+            lambda t: t.exp2() * 0.5,
+            lambda t: t.sqrt(),
+        ][i % 5](y)
     (g,) = y.sum().gradient(x)
     s = schedule(g.uop.sink())
     start = time.perf_counter()
     programs = [lower(k, C_LIKE) for k in s.kernels]
-    print(f"lowering the gradient of a 2001-op chain ({sum(len(p.uops) for p in programs)} uops): "
-          f"{time.perf_counter() - start:.2f}s")
+    print(
+        f"lowering the gradient of a 2001-op chain ({sum(len(p.uops) for p in programs)} uops): "
+        f"{time.perf_counter() - start:.2f}s"
+    )
     run_schedule(s, ops=C_LIKE)
     np.testing.assert_allclose(evaluate(s.outputs[g.uop])[0], evaluate(g.uop)[0], rtol=1e-4)
 

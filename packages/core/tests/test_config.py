@@ -1,6 +1,7 @@
 """uopgrad.config: the one table of environment variables, its readers, and `ContextVar`/`Context`.
 
 What a bad value does to a whole program (`import uopgrad`, a realize) is spec/test_hostile_env.py's."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,10 @@ from uopgrad.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[3]
 SOURCES = [*ROOT.glob("packages/*/src/**/*.py"), *ROOT.glob("conformance/src/**/*.py")]
 # a read of the environment anywhere but config.py: os.environ.get / [...] / `in`, os.getenv, environ.get
-READ = re.compile(r"os\.getenv\b|\benviron\s*(?:\.get\b|\[|\.items\b|\.keys\b)|\bin\s+os\.environ\b|"
-                  r"os\.environ\.setdefault")
+READ = re.compile(
+    r"os\.getenv\b|\benviron\s*(?:\.get\b|\[|\.items\b|\.keys\b)|\bin\s+os\.environ\b|"
+    r"os\.environ\.setdefault"
+)
 # what may name os.environ elsewhere: a copy handed to a subprocess, a write for a child process
 ALLOWED = re.compile(r"\{\*\*os\.environ|os\.environ\.copy\(\)|dict\(os\.environ\)")
 
@@ -39,8 +42,9 @@ def test_every_environment_read_goes_through_config():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if READ.search(ALLOWED.sub("", line)):
                 stray.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not stray, "read the environment through uopgrad.config (declare the variable there):\n" + \
-        "\n".join(stray)
+    assert not stray, (
+        "read the environment through uopgrad.config (declare the variable there):\n" + "\n".join(stray)
+    )
 
 
 def test_every_name_the_sources_read_is_declared():
@@ -48,9 +52,13 @@ def test_every_name_the_sources_read_is_declared():
     named = {m.group(1) for p in SOURCES for m in called.finditer(p.read_text())}
     assert {"UOPGRAD_DEVICE", "CC", "UOPGRAD_CACHE_DIR", "UOPGRAD_CACHE_MAX_BYTES"} <= named
     assert not named - set(ENVIRONMENT), f"read but not declared: {sorted(named - set(ENVIRONMENT))}"
-    consts = {"ARCH_ENV": "UOPGRAD_CUDA_ARCH", "EMULATE_ENV": "UOPGRAD_CUDA_EMULATE",
-              "NVRTC_ENV": "UOPGRAD_NVRTC", "DEVICE_ENV": "UOPGRAD_CL_DEVICE",
-              "GROUP_ENV": "UOPGRAD_CL_GROUP_REDUCE"}
+    consts = {
+        "ARCH_ENV": "UOPGRAD_CUDA_ARCH",
+        "EMULATE_ENV": "UOPGRAD_CUDA_EMULATE",
+        "NVRTC_ENV": "UOPGRAD_NVRTC",
+        "DEVICE_ENV": "UOPGRAD_CL_DEVICE",
+        "GROUP_ENV": "UOPGRAD_CL_GROUP_REDUCE",
+    }
     text = "\n".join(p.read_text() for p in SOURCES)
     for const, name in consts.items():
         assert f'{const} = "{name}"' in text and name in ENVIRONMENT
@@ -77,6 +85,7 @@ def test_declarations_are_complete():
 def test_context_vars_match_their_declarations():
     import uopgrad.codegen.opt
     import uopgrad.search  # noqa: F401  (declares nothing, makes BEAM)
+
     seen = set(ContextVar._registry.values())
     assert {v.key for v in seen} >= {"DEBUG", "UOPGRAD_VERIFY", "BEAM", "OPT", "UOPGRAD_KERNEL_OPS"}
     for flag in seen:
@@ -90,18 +99,38 @@ def test_the_get_of_a_flag_read_fine_is_the_builtin():
     assert type(config.TRACK_MATCH_STATS.get).__name__ == "builtin_function_or_method"
 
 
-@pytest.mark.parametrize(("kind", "fields", "good", "bad"), [
-    ("int", {"lo": 0, "hi": 7}, {"3": 3, " 7 ": 7, "+0": 0},
-     ["abc", "1e9", "-1", "8", "9" * 40, "1.5", "٣", "1_0", "0x1", "nan"]),
-    ("bool", {}, {"1": 1, "0": 0, "TRUE": 1, "off": 0, " yes ": 1}, ["2", "-1", "maybe", "1.0", "ｙes"]),
-    ("float", {"lo": 0.001, "hi": 1e6}, {"1": 1.0, "0.5": 0.5, "1e3": 1000.0, ".25": 0.25},
-     ["nan", "inf", "-1", "0", "1e9", "abc", "1,5", "1" * 40, "１"]),
-    ("size", {"lo": 0}, {"1GB": 10**9, "2GiB": 2 << 30, "1073741824": 1 << 30, "1.5 k": 1500},
-     ["1e9", "-1", "1XB", "9" * 40, "1" + "0" * 400, "abc", "½"]),
-    ("choice", {"choices": (("on", "on"), ("0", "off"))}, {"ON": "on", "0": "off"}, ["maybe", "2", "o n"]),
-    ("str", {"pattern": r"sm_[0-9]{2}"}, {"sm_90": "sm_90", " sm_80 ": "sm_80"}, ["sm90", "sm_9x", "x"]),
-    ("command", {}, {"gcc -m64": "gcc -m64", "'my cc'": "'my cc'"}, ["'", '"unclosed']),
-])
+@pytest.mark.parametrize(
+    ("kind", "fields", "good", "bad"),
+    [
+        (
+            "int",
+            {"lo": 0, "hi": 7},
+            {"3": 3, " 7 ": 7, "+0": 0},
+            ["abc", "1e9", "-1", "8", "9" * 40, "1.5", "٣", "1_0", "0x1", "nan"],
+        ),
+        ("bool", {}, {"1": 1, "0": 0, "TRUE": 1, "off": 0, " yes ": 1}, ["2", "-1", "maybe", "1.0", "ｙes"]),
+        (
+            "float",
+            {"lo": 0.001, "hi": 1e6},
+            {"1": 1.0, "0.5": 0.5, "1e3": 1000.0, ".25": 0.25},
+            ["nan", "inf", "-1", "0", "1e9", "abc", "1,5", "1" * 40, "１"],
+        ),
+        (
+            "size",
+            {"lo": 0},
+            {"1GB": 10**9, "2GiB": 2 << 30, "1073741824": 1 << 30, "1.5 k": 1500},
+            ["1e9", "-1", "1XB", "9" * 40, "1" + "0" * 400, "abc", "½"],
+        ),
+        (
+            "choice",
+            {"choices": (("on", "on"), ("0", "off"))},
+            {"ON": "on", "0": "off"},
+            ["maybe", "2", "o n"],
+        ),
+        ("str", {"pattern": r"sm_[0-9]{2}"}, {"sm_90": "sm_90", " sm_80 ": "sm_80"}, ["sm90", "sm_9x", "x"]),
+        ("command", {}, {"gcc -m64": "gcc -m64", "'my cc'": "'my cc'"}, ["'", '"unclosed']),
+    ],
+)
 def test_parse_accepts_and_refuses(kind, fields, good, bad):
     var = EnvVar("UOPGRAD_X", kind, next(iter(good.values())), "a test", **fields)
     for text, want in good.items():

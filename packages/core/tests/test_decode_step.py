@@ -2,6 +2,7 @@
 kv cache grown at a bound position (`if start_pos > 0`, a concatenation at a symbolic length), the first
 call of a TinyJit (the prompt) differing from the next ones, `reshape(shape=...)`, and a loss read after the
 update of weights it was built on. Values are checked against numpy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,8 +50,9 @@ def test_reshape_and_expand_take_the_shape_by_keyword() -> None:
     x = Tensor(data(0, 2, 6))
     np.testing.assert_array_equal(x.reshape(shape=[2, 1, -1, 1]).numpy(), data(0, 2, 6).reshape(2, 1, 6, 1))
     np.testing.assert_array_equal(x.reshape(3, 4).numpy(), data(0, 2, 6).reshape(3, 4))
-    np.testing.assert_array_equal(x[:, :1].expand(shape=(2, 5)).numpy(),
-                                  np.broadcast_to(data(0, 2, 6)[:, :1], (2, 5)))
+    np.testing.assert_array_equal(
+        x[:, :1].expand(shape=(2, 5)).numpy(), np.broadcast_to(data(0, 2, 6)[:, :1], (2, 5))
+    )
 
 
 def test_loss_read_after_the_update_of_weights_with_a_history_is_the_loss_before_it() -> None:

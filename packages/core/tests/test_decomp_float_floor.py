@@ -23,8 +23,28 @@ MODES: dict[str, dict[str, object]] = {
     "c_like": {"ops": C_LIKE},
     "grid": {"ops": NO_FLOOR, "grid": GridLimits(global_max=(3, 2, 65535), local_size=8)},
 }
-SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 7.5, -7.5, 0.1, -0.1, 1e-3, 5.0, -5.0,
-           np.inf, -np.inf, np.nan]
+SPECIAL = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    2.0,
+    -2.0,
+    0.5,
+    -0.5,
+    3.0,
+    -3.0,
+    7.5,
+    -7.5,
+    0.1,
+    -0.1,
+    1e-3,
+    5.0,
+    -5.0,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
 
 
 def _operands(np_dt: type[np.floating]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """The compile cache (`uopgrad.diskcache`) as its callers meet it: entries in one SQLite file inside a
 directory it marks as its own, bounded by deleting the rows used least recently, and one rule for read,
 write, prune, info and clear. The hostile file systems are in spec/test_hostile_fs.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -138,8 +139,10 @@ def test_a_bad_checksum_is_a_miss_and_the_row_is_deleted(root):
     assert diskcache.read(digest(1)) is None and rows(root) == []
 
 
-@pytest.mark.parametrize(("text", "value"), [("1GB", 10**9), ("500M", 500 * 10**6), ("2GiB", 2 << 30),
-                                             ("4096", 4096), ("", diskcache.DEFAULT_LIMIT)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1GB", 10**9), ("500M", 500 * 10**6), ("2GiB", 2 << 30), ("4096", 4096), ("", diskcache.DEFAULT_LIMIT)],
+)
 def test_the_bound_is_read_as_users_write_it(root, monkeypatch, text, value):
     monkeypatch.setenv("UOPGRAD_CACHE_MAX_BYTES", text)
     assert diskcache.limit() == value and diskcache.info()["limit"] == value
@@ -236,6 +239,7 @@ def test_the_cli_runs_the_same_command(root, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(diskcache, "command", lambda action: calls.append(action) or 0)
     from uopgrad.cli import main
+
     assert main(["cache", "info"]) == 0 and main(["cache", "clear"]) == 0
     assert calls == ["info", "clear"]
 

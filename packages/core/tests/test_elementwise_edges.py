@@ -1,6 +1,7 @@
 """Unary ops, boolean reductions, clip and logcumsumexp at their edges, as a user meets them: build the
 tensor, read the value, then backward, compared with PyTorch (float32 and float64) or the reference's
 semantics where the two differ (each such place says so)."""
+
 from __future__ import annotations
 
 import math
@@ -96,8 +97,9 @@ def theirs(fn: Fn, xs: list[float], dtype: str) -> tuple[np.ndarray, np.ndarray]
 
 def same(got: Any, want: Any, rtol: float, atol: float, what: str) -> None:
     """NaN exactly where PyTorch has NaN, infinities with their sign, finite values close."""
-    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol,
-                               atol=atol, err_msg=what)
+    np.testing.assert_allclose(
+        np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol, err_msg=what
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -149,8 +151,22 @@ def test_silu_and_quick_gelu_at_minus_inf_have_nan_gradients_as_torch():
 
 def test_kinks_take_torchs_gradient():
     xs = [-3.0, -1.0, 0.0, 1.0, 3.0, 6.0]
-    for name in ("relu", "relu6", "leaky_relu", "elu", "celu", "selu", "hardtanh", "hardsigmoid", "hardswish",
-                 "abs", "asinh", "asin", "atan", "erf"):
+    for name in (
+        "relu",
+        "relu6",
+        "leaky_relu",
+        "elu",
+        "celu",
+        "selu",
+        "hardtanh",
+        "hardsigmoid",
+        "hardswish",
+        "abs",
+        "asinh",
+        "asin",
+        "atan",
+        "erf",
+    ):
         fn, tfn = UNARY[name]
         v, g = ours(fn, xs, "float64")
         tv, tg = theirs(tfn, xs, "float64")
@@ -162,10 +178,23 @@ def test_moderate_inputs_match_torch_float64():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(500) * 3
     u = np.tanh(x) * 0.99
-    for name, data in [("sigmoid", x * 5), ("tanh", x), ("sinh", x * 3), ("cosh", x * 3), ("cos", x * 10),
-                       ("atan", x * 3), ("asinh", x * 3), ("acosh", np.abs(x) + 1.01), ("atanh", u),
-                       ("asin", u), ("acos", u), ("erf", x), ("elu", x), ("hardswish", x * 2),
-                       ("hardtanh", x)]:
+    for name, data in [
+        ("sigmoid", x * 5),
+        ("tanh", x),
+        ("sinh", x * 3),
+        ("cosh", x * 3),
+        ("cos", x * 10),
+        ("atan", x * 3),
+        ("asinh", x * 3),
+        ("acosh", np.abs(x) + 1.01),
+        ("atanh", u),
+        ("asin", u),
+        ("acos", u),
+        ("erf", x),
+        ("elu", x),
+        ("hardswish", x * 2),
+        ("hardtanh", x),
+    ]:
         fn, tfn = UNARY[name]
         v, g = ours(fn, data.tolist(), "float64")
         tv, tg = theirs(tfn, data.tolist(), "float64")
@@ -264,5 +293,6 @@ def test_logcumsumexp_with_infinities_and_ints():
     got = Tensor(rows).logcumsumexp(1).numpy()
     np.testing.assert_allclose(got, torch.logcumsumexp(torch.tensor(rows), 1).numpy(), rtol=1e-6)
     ints = Tensor([1, 2, 3]).logcumsumexp()
-    np.testing.assert_allclose(ints.numpy(), torch.logcumsumexp(torch.tensor([1.0, 2.0, 3.0]), 0).numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        ints.numpy(), torch.logcumsumexp(torch.tensor([1.0, 2.0, 3.0]), 0).numpy(), rtol=1e-6
+    )

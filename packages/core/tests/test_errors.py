@@ -68,6 +68,7 @@ def test_no_bare_runtime_errors_and_only_the_spec_assertions():
 
 def test_context_takes_a_flag_by_its_name_or_its_environment_variable():
     from uopgrad.config import VERIFY, Context
+
     before = VERIFY.value
     with Context(VERIFY=1):
         assert VERIFY.value == 1

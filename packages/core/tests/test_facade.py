@@ -1,4 +1,5 @@
 """The public facade is exactly the contract of docs/ARCHITECTURE.md §4, and importing it loads no backend."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,12 +8,27 @@ import sys
 
 def test_facade_names_are_pinned():
     import uopgrad
+
     # GlobalCounters joined the contract with issue 9 (tinygrad's own tests import it from the package)
     # TinyJit with issue 13 (tinygrad's users import it from the package)
     # Variable and Context with issue 31 (tinygrad's `from tinygrad import Variable, Context`)
-    assert sorted(uopgrad.__all__) == ["Context", "DType", "Device", "GlobalCounters", "GroupOp", "Ops",
-                                       "PatternMatcher", "Tensor", "TinyJit", "UOp", "UPat", "Variable",
-                                       "dtypes", "function", "graph_rewrite"]
+    assert sorted(uopgrad.__all__) == [
+        "Context",
+        "DType",
+        "Device",
+        "GlobalCounters",
+        "GroupOp",
+        "Ops",
+        "PatternMatcher",
+        "Tensor",
+        "TinyJit",
+        "UOp",
+        "UPat",
+        "Variable",
+        "dtypes",
+        "function",
+        "graph_rewrite",
+    ]
     assert all(hasattr(uopgrad, n) for n in uopgrad.__all__)
     v = uopgrad.Variable("i", 1, 10)
     assert v.op is uopgrad.Ops.DEFINE_VAR and v.arg == ("i", 1, 10) and v.bind(3).op is uopgrad.Ops.BIND
@@ -21,6 +37,7 @@ def test_facade_names_are_pinned():
 def test_second_tier_names():
     from uopgrad.function import function, pm_transform_unique_const
     from uopgrad.gradient import call_gradient, compute_gradient, pm_gradient
+
     assert callable(function) and callable(call_gradient) and callable(compute_gradient)
     assert len(pm_gradient) > 0 and len(pm_transform_unique_const) == 1
 

@@ -49,10 +49,13 @@ def test_sizes_and_the_device_index_are_named_once():
 
     import uopgrad
     from uopgrad import facts, mixin, ops, uop
+
     src = Path(uopgrad.__file__).parent
-    defining = sorted(p.name for p in src.rglob("*.py")
-                      if re.search(r"^(sint|_?DEVICE_NUM)\b.*=", p.read_text(), re.MULTILINE))
+    defining = sorted(
+        p.name
+        for p in src.rglob("*.py")
+        if re.search(r"^(sint|_?DEVICE_NUM)\b.*=", p.read_text(), re.MULTILINE)
+    )
     assert defining == ["ops.py"], defining
     assert uop.sint is ops.sint and uop.DEVICE_NUM is ops.DEVICE_NUM
     assert facts.DEVICE_NUM is ops.DEVICE_NUM and mixin.sint is ops.sint
-

@@ -4,6 +4,7 @@ Each test states one behaviour of a traced FUNCTION: which inputs it takes, what
 gradient is, and what the backward FUNCTION looks like. Multi-device variants (TestFunctionMulti) are in
 test_multi.py.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -304,7 +305,7 @@ class TestSymbolic:
             return x * 2
 
         sz = UOp.variable("sz", 1, 3)
-        out = f(table[:sz.bind(2)])
+        out = f(table[: sz.bind(2)])
         assert isinstance(out.shape[0], UOp)
         np.testing.assert_equal(out[:2].numpy(), [20, 40])
 
@@ -412,7 +413,7 @@ class TestAssign:
     def test_single_after_store(self):
         @function
         def f(buf: Tensor, x: Tensor, start_pos: UOp) -> Tensor:
-            view = buf[:, start_pos:start_pos + 1].uop
+            view = buf[:, start_pos : start_pos + 1].uop
             return Tensor(buf.uop.after(view.store(x.uop)))
 
         buf = Tensor.zeros(2, 8).contiguous().realize()

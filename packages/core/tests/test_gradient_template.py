@@ -2,6 +2,7 @@
 backward is built from the first's template. Each test reads values the way a user does (the loss first,
 then backward) and compares with torch or with the derivative by hand; the nodes themselves are compared
 with `compute_gradient` in spec/test_gradient_props.py (c)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,9 @@ def test_a_training_loop_matches_torch_at_every_step_and_reuses_the_template():
         topt.step()
         assert value == pytest.approx(tloss.item(), rel=1e-5), f"step {step}"
         for a, b in zip(ours, theirs):
-            np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6,
-                                       err_msg=f"step {step}")
+            np.testing.assert_allclose(
+                a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"step {step}"
+            )
     assert _hits() >= hits + 4  # every step after the first was built from the template
 
 
@@ -61,7 +63,7 @@ def test_graphs_that_differ_only_in_a_constant_get_their_own_gradient(c: float):
 def test_powers_that_differ_only_in_the_exponent():
     for e in (2.0, 3.0, 0.5, 2.0):
         x = Tensor([1.5, 2.0, 4.0], requires_grad=True)
-        (x ** e).sum().backward()
+        (x**e).sum().backward()
         assert x.grad is not None
         np.testing.assert_allclose(x.grad.numpy(), e * np.array([1.5, 2.0, 4.0]) ** (e - 1), rtol=1e-6)
 

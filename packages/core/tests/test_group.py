@@ -65,7 +65,7 @@ def test_full_reduces_keep_the_policy(n: int) -> None:
     a = floats(n)
     got, want = run(Tensor(a).sum()), a.astype(np.float64).sum()
     assert abs(float(got) - want) <= 2 * n * np.finfo(np.float32).eps * np.abs(a).sum()
-    ints = np.random.default_rng(1).integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    ints = np.random.default_rng(1).integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
     assert run(Tensor(ints).sum()) == ints.sum(dtype=np.int32)
     assert run(Tensor(ints).max()) == ints.max()
     for row in tricky(n):

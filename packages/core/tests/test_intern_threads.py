@@ -9,6 +9,7 @@ holds the very same root for each shared graph, and every live node is its key's
 (so no second node of one structure exists). The switch interval is made tiny to interleave the threads
 at nearly every bytecode.
 """
+
 from __future__ import annotations
 
 import gc
@@ -43,8 +44,12 @@ def build(seed: int, n: int, leaves: list[UOp] | None = None, order: int = 0) ->
 def not_interned(roots: list[UOp]) -> list[UOp]:
     """The live nodes under roots that are not their own key's entry in the intern table."""
     cache = UOpMetaClass.ucache
-    return [u for r in roots for u in r.toposort()
-            if (ref := cache.get((u.op, u.dtype, u.src, u.arg, u.tag))) is None or ref() is not u]
+    return [
+        u
+        for r in roots
+        for u in r.toposort()
+        if (ref := cache.get((u.op, u.dtype, u.src, u.arg, u.tag))) is None or ref() is not u
+    ]
 
 
 def stress(rounds: int = ROUNDS, threads: int = THREADS) -> list[str]:
@@ -62,9 +67,14 @@ def stress(rounds: int = ROUNDS, threads: int = THREADS) -> list[str]:
             own: list[UOp | None] = [None] * threads
             errors: list[BaseException] = []
 
-            def work(i: int, rnd: int = rnd, start: threading.Barrier = start,
-                     shared: list[list[UOp]] = shared, own: list[UOp | None] = own,
-                     errors: list[BaseException] = errors) -> None:
+            def work(
+                i: int,
+                rnd: int = rnd,
+                start: threading.Barrier = start,
+                shared: list[list[UOp]] = shared,
+                own: list[UOp | None] = own,
+                errors: list[BaseException] = errors,
+            ) -> None:
                 try:
                     start.wait(30)
                     seeds = [rnd * 10 + s for s in range(SHARED)]

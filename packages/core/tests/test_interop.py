@@ -1,5 +1,6 @@
 """numpy and torch interop as users write it: np.asarray(t), torch.from_dlpack(t), Tensor(torch_tensor),
 Tensor.from_dlpack(x); checked against the values numpy or torch compute themselves."""
+
 import numpy as np
 import pytest
 
@@ -54,10 +55,11 @@ def test_non_array_objects_still_fail_clearly():
 
 def test_bfloat16_values_come_back_as_ml_dtypes_bfloat16():
     import ml_dtypes
-    t = Tensor([1.0, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 3.0], dtype="bfloat16") * 3
+
+    t = Tensor([1.0, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.0], dtype="bfloat16") * 3
     out = t.numpy()
     assert out.dtype == ml_dtypes.bfloat16
-    rounded = np.array([1.0, 1.0, 1 + 2.0 ** -6, 3.0], dtype=np.float32)  # the inputs as bfloat16 holds them
+    rounded = np.array([1.0, 1.0, 1 + 2.0**-6, 3.0], dtype=np.float32)  # the inputs as bfloat16 holds them
     expected = (rounded * 3).astype(ml_dtypes.bfloat16)  # one rounding of the float32 product
     np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
     back = Tensor(out)  # a bfloat16 array makes a bfloat16 tensor, bit for bit

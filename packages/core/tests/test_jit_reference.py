@@ -26,9 +26,10 @@ def test_reference_runs_the_function_every_call_and_checks_inputs() -> None:
 
 def test_a_variable_made_anew_each_call_is_the_same_argument() -> None:
     """tinygrad's habit: `Variable("v", 0, 3).bind(i)` built at every call of the step, the last one gone."""
+
     @TinyJit
     def write_row(t: Tensor, a: Tensor, v: UOp) -> Tensor:
-        t[v:v + 1] = a
+        t[v : v + 1] = a
         return t.realize()
 
     t = Tensor.zeros(4, 2).contiguous().realize()

@@ -1,5 +1,6 @@
 """Custom kernels written with explicit loops (UOp.range, view[i], store, end, group, KernelInfo),
 Tensor.invalids, Tensor.linear_with_vars and the launch counters (GlobalCounters)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,9 @@ def test_one_loop_two_outputs_values_and_gradients():
     rng = np.random.default_rng(1)
     an, bn = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
     a, b = Tensor(an, requires_grad=True).realize(), Tensor(bn, requires_grad=True).realize()
-    c, d, _, _ = Tensor.custom_kernel(Tensor.empty(3, 5), Tensor.empty(3, 5), a, b, fxn=add_mul,
-                                      grad_fxn=add_mul_grad)
+    c, d, _, _ = Tensor.custom_kernel(
+        Tensor.empty(3, 5), Tensor.empty(3, 5), a, b, fxn=add_mul, grad_fxn=add_mul_grad
+    )
     (c * d).sum().backward()  # both outputs, interacting: d/da (a+b)ab = ab + (a+b)b
     assert a.grad is not None and b.grad is not None
     np.testing.assert_allclose(c.numpy(), an + bn, rtol=1e-6)
@@ -44,6 +46,7 @@ def test_simplify_keeps_a_kernel_runnable():
     def kernel(c: UOp, a: UOp) -> UOp:
         i = UOp.range(a.numel(), 0)
         return c[i].store(a[i] * 1.0 + 0.0).end(i).sink(arg=KernelInfo("plain")).simplify()
+
     a = Tensor([1.5, -2.0, 3.0])
     out = Tensor.custom_kernel(Tensor.empty(3), a, fxn=kernel)[0]
     np.testing.assert_array_equal(out.numpy(), [1.5, -2.0, 3.0])
@@ -53,6 +56,7 @@ def test_two_loops_of_different_sizes():
     def kernel(c: UOp, d: UOp, a: UOp) -> UOp:
         i, j = UOp.range(a.shape[0], 0), UOp.range(d.shape[0], 1)
         return UOp.sink(c[i].store(a[i] * 2.0).end(i), d[j].store(a[j]).end(j), arg=KernelInfo("two"))
+
     c, d, _ = Tensor.custom_kernel(Tensor.empty(4), Tensor.empty(3), Tensor([1.0, 2.0, 3.0, 4.0]), fxn=kernel)
     assert c.tolist() == [2, 4, 6, 8] and d.tolist() == [1, 2, 3]
 
@@ -62,6 +66,7 @@ def test_nested_loops_index_views():
     def transpose(c: UOp, a: UOp) -> UOp:
         i, j = UOp.range(6, 0), UOp.range(4, 1)
         return c.reshape((4, 6))[j, i].store(a.reshape((6, 4))[i, j]).end(i, j).sink()
+
     an = np.arange(24, dtype=np.float32).reshape(6, 4)
     out = Tensor.custom_kernel(Tensor.empty(4, 6), Tensor(an), fxn=transpose)[0]
     np.testing.assert_array_equal(out.numpy(), an.T)
@@ -71,6 +76,7 @@ def test_gather_through_a_loaded_index():
     def gather(out: UOp, idx: UOp, src: UOp) -> UOp:
         i = UOp.range(idx.numel(), 0)
         return out[i].store(src[idx[i]]).end(i).sink()
+
     src = np.array([10.0, 20.0, 30.0, 40.0], dtype=np.float32)
     idx = np.array([3, 0, 0, 2, 1], dtype=np.int32)
     out = Tensor.custom_kernel(Tensor.empty(5), Tensor(idx), Tensor(src), fxn=gather)[0]
@@ -78,8 +84,9 @@ def test_gather_through_a_loaded_index():
 
 
 def test_kernel_info_names_the_program():
-    c, _, _, _ = Tensor.custom_kernel(Tensor.empty(4), Tensor.empty(4), Tensor.ones(4), Tensor.ones(4),
-                                      fxn=add_mul)
+    c, _, _, _ = Tensor.custom_kernel(
+        Tensor.empty(4), Tensor.empty(4), Tensor.ones(4), Tensor.ones(4), fxn=add_mul
+    )
     call = c.uop.src[1]
     assert call.src[0].arg == KernelInfo("addmul")
     assert lower(call, frozenset(Ops)).name == "addmul"
@@ -131,7 +138,7 @@ def test_invalids_inside_a_precompiled_function_costs_no_kernel():
 def test_linear_with_vars_gives_the_bound_values():
     n = UOp.variable("n", 1, 8)
     x = Tensor(np.arange(8, dtype=np.float32))
-    linear, var_vals = (x[:n.bind(5)] * 2).linear_with_vars()
+    linear, var_vals = (x[: n.bind(5)] * 2).linear_with_vars()
     assert linear.op is Ops.LINEAR and var_vals == {"n": 5}
     assert all(it.op is Ops.CALL for it in linear.src)
 
@@ -143,14 +150,14 @@ def test_counters_count_a_matmul_as_two_ops_per_multiply_add():
     GlobalCounters.reset()
     assert (GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.kernel_count) == (0, 0, 0)
     (a @ b).realize()  # REFERENCE evaluates the MUL over n**3 elements and reduces them; a kernel's loop
-    assert GlobalCounters.global_ops == 2 * n ** 3  # does a MUL and an ADD per step (its addressing is free)
+    assert GlobalCounters.global_ops == 2 * n**3  # does a MUL and an ADD per step (its addressing is free)
     assert GlobalCounters.global_mem == 3 * n * n * 4  # each buffer once, however often it is re-read
 
 
 def test_estimates_use_the_bound_trip_count():
     n = UOp.variable("n", 1, 8)
     x = Tensor(np.arange(8, dtype=np.float32)).realize()
-    linear, var_vals = (x[:n.bind(3)] * 2 + 1).linear_with_vars()
+    linear, var_vals = (x[: n.bind(3)] * 2 + 1).linear_with_vars()
     (kernel,) = linear.src
     est = lower(kernel, frozenset(Ops)).estimates
     assert est.at(var_vals) == (2 * 3, 2 * 3 * 4)  # a MUL and an ADD per element; 3 floats read, 3 written
@@ -170,5 +177,5 @@ def test_backward_of_three_matmuls_does_no_matmul_twice():
     loss.backward()
     GlobalCounters.reset()
     loss.realize(*(w.grad for w in ws if w.grad is not None))
-    matmuls = 8 * 2 * n ** 3
-    assert matmuls <= GlobalCounters.global_ops < matmuls + 2 * n ** 3
+    matmuls = 8 * 2 * n**3
+    assert matmuls <= GlobalCounters.global_ops < matmuls + 2 * n**3

@@ -97,14 +97,18 @@ def test_movement_ops_keep_or_drop_the_axis() -> None:
     a = data(4, 6)
     x = Tensor(a).shard(D2, 0)
     cases = [
-        (x.reshape(2, 2, 6), a.reshape(2, 2, 6), 0), (x.reshape(4, 3, 2), a.reshape(4, 3, 2), 0),
+        (x.reshape(2, 2, 6), a.reshape(2, 2, 6), 0),
+        (x.reshape(4, 3, 2), a.reshape(4, 3, 2), 0),
         (x.permute(1, 0), a.T, 1),
         (x.reshape(4, 1, 6).expand(4, 5, 6), np.broadcast_to(a[:, None], (4, 5, 6)), 0),
         (x.pad(((0, 0), (1, 2))), np.pad(a, ((0, 0), (1, 2))), 0),
-        (x.shrink(((0, 4), (1, 3))), a[:, 1:3], 0), (x.flip(1), a[:, ::-1], 0),
+        (x.shrink(((0, 4), (1, 3))), a[:, 1:3], 0),
+        (x.flip(1), a[:, ::-1], 0),
         # across the shards: computed on the gathered value, then whole on every device
-        (x.pad(((1, 0), (0, 0))), np.pad(a, ((1, 0), (0, 0))), None), (x[1:3], a[1:3], None),
-        (x.flip(0), a[::-1], None), (x[2:], a[2:], None),
+        (x.pad(((1, 0), (0, 0))), np.pad(a, ((1, 0), (0, 0))), None),
+        (x[1:3], a[1:3], None),
+        (x.flip(0), a[::-1], None),
+        (x[2:], a[2:], None),
     ]
     for t, want, axis in cases:
         np.testing.assert_array_equal(t.numpy(), want)
@@ -298,7 +302,7 @@ def test_setitem_at_a_bound_variable_column_of_a_sharded_tensor(axis: int | None
     t = Tensor(np.zeros((4, 6), np.float32)).shard(D2, axis).contiguous().realize()
     v = UOp.variable("i", 0, 5)
     for i in (1, 4):
-        t[:, v.bind(i):v.bind(i) + 1] = Tensor(np.full((4, 1), i, np.float32)).shard(D2, axis)
+        t[:, v.bind(i) : v.bind(i) + 1] = Tensor(np.full((4, 1), i, np.float32)).shard(D2, axis)
     want = np.zeros((4, 6), np.float32)
     want[:, 1], want[:, 4] = 1, 4
     np.testing.assert_array_equal(t.numpy(), want)

@@ -39,7 +39,7 @@ def test_inplace_add_through_a_view_runs_once_and_every_view_sees_it() -> None:
 def test_assign_into_rows_of_the_sharded_axis() -> None:
     a = np.arange(32, dtype=np.float32).reshape(8, 4)
     t = Tensor(a).contiguous().realize().shard(D4, 0).realize()
-    t[1:6].assign(Tensor.full((5, 4), -1.0).shard(D4)).realize()     # crosses three shards
+    t[1:6].assign(Tensor.full((5, 4), -1.0).shard(D4)).realize()  # crosses three shards
     ref = a.copy()
     ref[1:6] = -1
     np.testing.assert_array_equal(t.numpy(), ref)

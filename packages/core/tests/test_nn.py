@@ -1,5 +1,6 @@
 """uopgrad.nn layers, uopgrad.nn.optim and uopgrad.nn.state, against PyTorch (and the safetensors package
 when it is installed); no_grad and Tensor.training."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -36,8 +37,9 @@ def _copy_into(ours: object, theirs: Any) -> None:
             getattr(theirs, name).copy_(torch.tensor(t.numpy()))
 
 
-def _compare_layer(ours: Callable[[Tensor], Tensor], theirs: Any, x: np.ndarray, *, training: bool = False,
-                   tol: float = 1e-5) -> None:
+def _compare_layer(
+    ours: Callable[[Tensor], Tensor], theirs: Any, x: np.ndarray, *, training: bool = False, tol: float = 1e-5
+) -> None:
     _copy_into(ours, theirs)
     xt = Tensor(x.astype(np.float32), requires_grad=True)
     xtt = torch.tensor(x.astype(np.float32), requires_grad=True)
@@ -55,8 +57,9 @@ def _compare_layer(ours: Callable[[Tensor], Tensor], theirs: Any, x: np.ndarray,
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), atol=tol, rtol=tol * 10)
     np.testing.assert_allclose(grads[0].numpy(), xtt.grad.numpy(), atol=tol * 10, rtol=tol * 100)
     for (name, _), g in zip(trainable.items(), grads[1:]):
-        np.testing.assert_allclose(g.numpy(), getattr(theirs, name).grad.numpy(), atol=tol * 10,
-                                   rtol=tol * 100, err_msg=name)
+        np.testing.assert_allclose(
+            g.numpy(), getattr(theirs, name).grad.numpy(), atol=tol * 10, rtol=tol * 100, err_msg=name
+        )
 
 
 RNG = np.random.default_rng(0)
@@ -70,13 +73,22 @@ def test_linear() -> None:
 
 
 def test_convs() -> None:
-    _compare_layer(Conv2d(4, 6, 3, stride=2, padding=1, groups=2), N.Conv2d(4, 6, 3, 2, 1, groups=2),
-                   RNG.standard_normal((2, 4, 7, 6)))
-    _compare_layer(Conv2d(3, 4, (3, 2), padding="same", dilation=2), N.Conv2d(3, 4, (3, 2), padding="same",
-                   dilation=2), RNG.standard_normal((2, 3, 6, 5)))
+    _compare_layer(
+        Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
+        N.Conv2d(4, 6, 3, 2, 1, groups=2),
+        RNG.standard_normal((2, 4, 7, 6)),
+    )
+    _compare_layer(
+        Conv2d(3, 4, (3, 2), padding="same", dilation=2),
+        N.Conv2d(3, 4, (3, 2), padding="same", dilation=2),
+        RNG.standard_normal((2, 3, 6, 5)),
+    )
     _compare_layer(Conv1d(3, 4, 3, padding=1), N.Conv1d(3, 4, 3, padding=1), RNG.standard_normal((2, 3, 8)))
-    _compare_layer(ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
-                   N.ConvTranspose2d(4, 6, 3, 2, 1, 1, groups=2), RNG.standard_normal((2, 4, 3, 5)))
+    _compare_layer(
+        ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2),
+        N.ConvTranspose2d(4, 6, 3, 2, 1, 1, groups=2),
+        RNG.standard_normal((2, 4, 3, 5)),
+    )
 
 
 def test_norms_and_embedding() -> None:
@@ -109,19 +121,26 @@ def test_batchnorm_training_and_eval() -> None:
     tbn.eval()
     x = RNG.standard_normal((2, 3, 4, 4))
     out = bn(Tensor(x.astype(np.float32)))  # eval mode (Tensor.training is False): running statistics
-    np.testing.assert_allclose(out.numpy(), tbn(torch.tensor(x.astype(np.float32))).detach().numpy(),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        out.numpy(), tbn(torch.tensor(x.astype(np.float32))).detach().numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 # ---------------------------------------------------------------------- optimisers
 OPTS = [
     ("SGD", dict(lr=0.1), dict(lr=0.1)),
     ("SGD", dict(lr=0.05, momentum=0.9), dict(lr=0.05, momentum=0.9)),
-    ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
-     dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1)),
+    (
+        "SGD",
+        dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+        dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+    ),
     ("Adam", dict(lr=0.01), dict(lr=0.01)),
-    ("Adam", dict(lr=0.02, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.1),
-     dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    (
+        "Adam",
+        dict(lr=0.02, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.1),
+        dict(lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+    ),
     ("AdamW", dict(lr=0.01), dict(lr=0.01)),
     ("AdamW", dict(lr=0.03, weight_decay=0.2), dict(lr=0.03, weight_decay=0.2)),
 ]
@@ -227,6 +246,7 @@ def test_no_grad() -> None:
     @no_grad()
     def f(t: Tensor) -> Tensor:
         return t.exp()
+
     assert f(w).requires_grad is False
     assert Tensor.no_grad is no_grad
 
@@ -252,8 +272,18 @@ class _Model:
 def test_state_dict_names_and_load() -> None:
     m = _Model()
     names = list(get_state_dict(m))
-    assert names == ["conv.weight", "conv.bias", "layers.0.weight", "layers.0.bias", "layers.1.weight",
-                     "bn.weight", "bn.bias", "bn.num_batches_tracked", "bn.running_mean", "bn.running_var"]
+    assert names == [
+        "conv.weight",
+        "conv.bias",
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.1.weight",
+        "bn.weight",
+        "bn.bias",
+        "bn.num_batches_tracked",
+        "bn.running_mean",
+        "bn.running_var",
+    ]
     other = _Model()
     w = other.conv.weight
     load_state_dict(other, get_state_dict(m))
@@ -270,12 +300,15 @@ def test_state_dict_names_and_load() -> None:
 
 def test_safetensors_roundtrip(tmp_path: Any) -> None:
     rng = np.random.default_rng(2)
-    tensors = {"f32": Tensor(rng.standard_normal((3, 4)).astype(np.float32)),
-               "f16": Tensor(rng.standard_normal(5).astype(np.float16)),
-               "i64": Tensor(np.arange(6, dtype=np.int64).reshape(2, 3)),
-               "u8": Tensor(np.arange(7, dtype=np.uint8)),
-               "bool": Tensor(np.array([True, False, True])), "scalar": Tensor(np.float64(2.5)),
-               "bf16": Tensor([1.0, -2.5, 3.140625], dtype=dtypes.bfloat16)}
+    tensors = {
+        "f32": Tensor(rng.standard_normal((3, 4)).astype(np.float32)),
+        "f16": Tensor(rng.standard_normal(5).astype(np.float16)),
+        "i64": Tensor(np.arange(6, dtype=np.int64).reshape(2, 3)),
+        "u8": Tensor(np.arange(7, dtype=np.uint8)),
+        "bool": Tensor(np.array([True, False, True])),
+        "scalar": Tensor(np.float64(2.5)),
+        "bf16": Tensor([1.0, -2.5, 3.140625], dtype=dtypes.bfloat16),
+    }
     fn = tmp_path / "m.safetensors"
     safe_save(tensors, fn, metadata={"format": "pt"})
     back = safe_load(fn)

@@ -4,6 +4,7 @@ Muon, LAMB, LARS (and SGD/Adam/AdamW built from them), OptimizerGroup, fused ste
 LayerNorm2d, ConvTranspose1d; max_pool2d(return_indices=) and max_unpool2d; einsum with '...';
 scaled_dot_product_attention(enable_gqa=); sparse_categorical_crossentropy's options; Tensor.from_blob,
 Tensor(bytes), Tensor.replace, Tensor.to_; load_state_dict's reference behaviour."""
+
 from __future__ import annotations
 
 import struct
@@ -51,11 +52,18 @@ def _train(make_opt: Any, steps: int, tensor: Any) -> list:
     return [x.detach().numpy(), w.detach().numpy()]
 
 
-@pytest.mark.parametrize("kw,steps,tol", [
-    (dict(lr=0.001), 1, 1e-5),
-    (dict(lr=0.01, weight_decay=5.0), 5, 1e-3),  # a decay that the weights show: applied, as torch does
-    (dict(lr=0.001, nesterov=False, momentum=0.8, ns_steps=3, ns_coefficients=(2.0, -1.5, 0.5)), 10, 1e-3),
-])
+@pytest.mark.parametrize(
+    "kw,steps,tol",
+    [
+        (dict(lr=0.001), 1, 1e-5),
+        (dict(lr=0.01, weight_decay=5.0), 5, 1e-3),  # a decay that the weights show: applied, as torch does
+        (
+            dict(lr=0.001, nesterov=False, momentum=0.8, ns_steps=3, ns_coefficients=(2.0, -1.5, 0.5)),
+            10,
+            1e-3,
+        ),
+    ],
+)
 def test_muon_matches_torch(kw: dict[str, Any], steps: int, tol: float) -> None:
     # (torch keeps an EMA of the gradients where Muon here sums them, as the reference does; Newton-Schulz
     # normalises the update, so the two agree to the tolerance)
@@ -80,8 +88,9 @@ def test_muon_defaults_and_newton_schulz() -> None:
     np.testing.assert_allclose(tall.numpy(), (u @ vt).T, atol=1e-4)
 
 
-def _lamb_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, eps: float,
-                wd: float, adam: bool) -> np.ndarray:
+def _lamb_numpy(
+    p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2: float, eps: float, wd: float, adam: bool
+) -> np.ndarray:
     m, v = np.zeros_like(p), np.zeros_like(p)
     for t, g in enumerate(grads, 1):
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
@@ -94,8 +103,9 @@ def _lamb_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, b1: float, b2
     return p
 
 
-def _lars_numpy(p: np.ndarray, grads: list[np.ndarray], lr: float, momentum: float, wd: float,
-                tcoef: float) -> np.ndarray:
+def _lars_numpy(
+    p: np.ndarray, grads: list[np.ndarray], lr: float, momentum: float, wd: float, tcoef: float
+) -> np.ndarray:
     b = np.zeros_like(p)
     for g in grads:
         r1, r2 = np.linalg.norm(p), np.linalg.norm(g)
@@ -153,8 +163,14 @@ def test_classic_sgd_momentum_puts_lr_inside_the_buffer() -> None:
     np.testing.assert_allclose(ours, p, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name,kw", [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
-                                     ("AdamW", dict(lr=0.01)), ("Adam", dict(lr=0.01, weight_decay=0.1))])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)),
+        ("AdamW", dict(lr=0.01)),
+        ("Adam", dict(lr=0.01, weight_decay=0.1)),
+    ],
+)
 def test_fused_and_grouped_steps_match_torch(name: str, kw: dict[str, Any]) -> None:
     """fused=True concatenates every parameter for the step; an OptimizerGroup steps two optimisers (each
     with its own parameters) as one: both give what torch gives."""
@@ -212,8 +228,11 @@ def test_lamb_state_moved_with_to_() -> None:
     opt.step()
     assert t.device == Device.DEFAULT and opt.m[0].device == other and opt.b1_t.device == other
     np.testing.assert_allclose(opt.m[0].numpy(), 0.1 * np.ones((1, 4)), rtol=1e-6)
-    np.testing.assert_allclose(t.numpy(), _lamb_numpy(before.astype(np.float64), [np.ones((1, 4))], 0.001,
-                                                      0.9, 0.999, 1e-6, 0.0, False), rtol=1e-5)
+    np.testing.assert_allclose(
+        t.numpy(),
+        _lamb_numpy(before.astype(np.float64), [np.ones((1, 4))], 0.001, 0.9, 0.999, 1e-6, 0.0, False),
+        rtol=1e-5,
+    )
 
 
 def _has(device: str) -> bool:
@@ -290,8 +309,9 @@ def test_layernorm2d_normalises_channels() -> None:
     _close(layer.weight.grad, tw.grad, 1e-5)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1, output_padding=1),
-                                dict(stride=3, dilation=2, groups=2)])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(stride=2, padding=1, output_padding=1), dict(stride=3, dilation=2, groups=2)]
+)
 def test_convtranspose1d_matches_torch(kw: dict[str, int]) -> None:
     layer = ConvTranspose1d(4, 6, 3, **kw)
     layer.weight.requires_grad = True
@@ -319,13 +339,16 @@ def test_conv_same_padding_and_embedding_errors() -> None:
 
 
 # ---------------------------------------------------------------------- pooling
-@pytest.mark.parametrize("shape,kw", [
-    ((2, 3, 6, 6), dict(kernel_size=(2, 2))),
-    ((1, 1, 10, 10), dict(kernel_size=(3, 2), dilation=(2, 3))),
-    ((1, 2, 5, 5), dict(kernel_size=(3, 3), padding=1)),
-    ((1, 1, 7, 7), dict(kernel_size=(2, 2), stride=(2, 2), ceil_mode=True)),
-    ((1, 1, 5, 6), dict(kernel_size=(3, 3), stride=1)),
-])
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((2, 3, 6, 6), dict(kernel_size=(2, 2))),
+        ((1, 1, 10, 10), dict(kernel_size=(3, 2), dilation=(2, 3))),
+        ((1, 2, 5, 5), dict(kernel_size=(3, 3), padding=1)),
+        ((1, 1, 7, 7), dict(kernel_size=(2, 2), stride=(2, 2), ceil_mode=True)),
+        ((1, 1, 5, 6), dict(kernel_size=(3, 3), stride=1)),
+    ],
+)
 def test_max_pool2d_return_indices_and_unpool(shape: tuple[int, ...], kw: dict[str, Any]) -> None:
     vals = RNG.integers(0, 4, shape).astype(np.float64)  # few distinct values: ties in most windows
     x = Tensor(vals, requires_grad=True)
@@ -342,28 +365,35 @@ def test_max_pool2d_return_indices_and_unpool(shape: tuple[int, ...], kw: dict[s
         _close(un, F.max_unpool2d(tout, tidx, **unkw))
     if "dilation" not in kw:  # (torch's unpool has no dilation to size its output with)
         size = shape[-2:]
-        _close(out.max_unpool2d(idx, output_size=(9, 9, *size), **unkw),
-               F.max_unpool2d(tout, tidx, output_size=size, **unkw))
+        _close(
+            out.max_unpool2d(idx, output_size=(9, 9, *size), **unkw),
+            F.max_unpool2d(tout, tidx, output_size=size, **unkw),
+        )
 
 
 def test_max_unpool2d_of_infinities() -> None:
     data = [[[[np.inf, -np.inf, 7.0], [1.0, 2.0, 3.0]]]]
     out, idx = Tensor(data).max_pool2d(kernel_size=(2, 2), return_indices=True)
     tout, tidx = F.max_pool2d(torch.tensor(data), kernel_size=(2, 2), return_indices=True)
-    np.testing.assert_array_equal(Tensor.max_unpool2d(out, idx, kernel_size=(2, 2)).numpy(),
-                                  F.max_unpool2d(tout, tidx, kernel_size=(2, 2)).numpy())
+    np.testing.assert_array_equal(
+        Tensor.max_unpool2d(out, idx, kernel_size=(2, 2)).numpy(),
+        F.max_unpool2d(tout, tidx, kernel_size=(2, 2)).numpy(),
+    )
 
 
 # ---------------------------------------------------------------------- einsum with an ellipsis
-@pytest.mark.parametrize("formula,shapes", [
-    ("...id,...jd->...ij", [(3, 4, 5), (3, 6, 5)]),
-    ("...id, ...jd", [(2, 3, 4, 5), (3, 6, 5)]),  # implicit output: the ellipsis first; broadcast batch
-    ("i...j,ji...->...", [(2, 3, 4, 5), (5, 2, 4)]),
-    ("ij...,ij...->ij", [(2, 3, 4, 5), (2, 3, 4, 5)]),
-    ("...ii->...i", [(3, 4, 4)]),
-    ("...ii->...", [(2, 3, 4, 4)]),
-    ("b...,b->...", [(2, 1, 3), (2,)]),
-])
+@pytest.mark.parametrize(
+    "formula,shapes",
+    [
+        ("...id,...jd->...ij", [(3, 4, 5), (3, 6, 5)]),
+        ("...id, ...jd", [(2, 3, 4, 5), (3, 6, 5)]),  # implicit output: the ellipsis first; broadcast batch
+        ("i...j,ji...->...", [(2, 3, 4, 5), (5, 2, 4)]),
+        ("ij...,ij...->ij", [(2, 3, 4, 5), (2, 3, 4, 5)]),
+        ("...ii->...i", [(3, 4, 4)]),
+        ("...ii->...", [(2, 3, 4, 4)]),
+        ("b...,b->...", [(2, 1, 3), (2,)]),
+    ],
+)
 def test_einsum_ellipsis_matches_torch(formula: str, shapes: list[tuple[int, ...]]) -> None:
     xs = [Tensor(RNG.standard_normal(s), requires_grad=True) for s in shapes]
     y = Tensor.einsum(formula, *xs)
@@ -400,13 +430,22 @@ def test_sdpa_grouped_query_attention_matches_torch() -> None:
     for a, b in ((q, tq), (k, tk), (v, tv)):
         _close(a.grad, b.grad)
     with pytest.raises(ValueError, match="multiple"):
-        Tensor.ones(1, 5, 2, 4).scaled_dot_product_attention(Tensor.ones(1, 2, 2, 4), Tensor.ones(1, 2, 2, 4),
-                                                             enable_gqa=True)
+        Tensor.ones(1, 5, 2, 4).scaled_dot_product_attention(
+            Tensor.ones(1, 2, 2, 4), Tensor.ones(1, 2, 2, 4), enable_gqa=True
+        )
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(reduction="sum"), dict(reduction="none"), dict(ignore_index=2),
-                                dict(label_smoothing=0.3), dict(ignore_index=0, label_smoothing=0.7,
-                                                                reduction="mean")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(reduction="sum"),
+        dict(reduction="none"),
+        dict(ignore_index=2),
+        dict(label_smoothing=0.3),
+        dict(ignore_index=0, label_smoothing=0.7, reduction="mean"),
+    ],
+)
 def test_sparse_categorical_crossentropy_options_match_torch(kw: dict[str, Any]) -> None:
     logits = Tensor(RNG.standard_normal((3, 8, 5)), requires_grad=True)  # classes on the last axis
     y = Tensor(RNG.integers(0, 5, (3, 8)).astype(np.int32))
@@ -476,8 +515,11 @@ def test_from_blob_shares_host_memory() -> None:
 # ---------------------------------------------------------------------- load_state_dict
 def test_load_state_dict_reference_behaviour() -> None:
     layer = Linear(2, 2, bias=False)
-    with pytest.raises(ValueError, match=r"Shape mismatch in layer `weight`: Expected shape \(2, 2\), but "
-                                         r"found \(4, 4\) in state dict\."):
+    with pytest.raises(
+        ValueError,
+        match=r"Shape mismatch in layer `weight`: Expected shape \(2, 2\), but "
+        r"found \(4, 4\) in state dict\.",
+    ):
         load_state_dict(layer, {"weight": Tensor.ones(4, 4)})
     sd = {"weight": Tensor(np.arange(4, dtype=np.float32).reshape(2, 2))}
     loaded = load_state_dict(layer, sd, consume=True)
@@ -487,6 +529,7 @@ def test_load_state_dict_reference_behaviour() -> None:
     class Counter:
         def __init__(self) -> None:
             self.steps = Tensor(np.zeros((), np.int64))
+
     c = Counter()
     load_state_dict(c, {"steps": Tensor([5.0])})  # a (1,) entry fits a () tensor (and is cast)
     assert c.steps.shape == () and c.steps.dtype == dtypes.int64 and c.steps.item() == 5

@@ -1,6 +1,7 @@
 """The opt pass (uopgrad.codegen.opt, spec/opt.md), structurally: which nests it rewrites and into what,
 for a backend with 64-byte vectors; the C it renders to. Values are checked against OPT=0 on the CPU
 backend in spec/test_opt_props.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +20,7 @@ from uopgrad.schedule import schedule
 def loops(width: int, scratch: int = 0, ops: frozenset[Ops] = REFERENCE_OPS) -> Target:
     """A loop-style target with vectors of `width` bytes (REFERENCE's ops unless told)."""
     return Target(frozenset(), ops, vector_width=width, scratch=scratch)
+
 
 pytestmark = pytest.mark.usefixtures("reference_default")
 COLS = columns(64)  # the vectors of a tile's row with AVX-512: one cache line
@@ -40,8 +42,11 @@ def test_split_keeps_the_range_number_and_covers_every_index():
     r = UOp(Ops.RANGE, dtypes.index, (UOp(Ops.CONST, dtypes.index, (), 12),), (3, "loop"))
     outer, exprs = split(r, 4)
     assert outer.arg == (3, "loop") and outer.src[0].arg == 3 and len(exprs) == 4
-    got = sorted(int(e.substitute({outer: UOp(Ops.CONST, dtypes.index, (), o)}).simplify().arg)
-                 for o in range(3) for e in exprs)
+    got = sorted(
+        int(e.substitute({outer: UOp(Ops.CONST, dtypes.index, (), o)}).simplify().arg)
+        for o in range(3)
+        for e in exprs
+    )
     assert got == list(range(12))
 
 
@@ -169,8 +174,15 @@ def vector_ops(prg: Program) -> set[Ops]:
     return {u.op for u in prg.uops if u.dtype.count > 1}
 
 
-@pytest.mark.parametrize("epilogue", [lambda mm: mm.relu(), lambda mm: (mm < 1).where(mm, -mm),
-                                      lambda mm: mm.maximum(0.5), lambda mm: (mm > 0).cast(dtypes.float64)])
+@pytest.mark.parametrize(
+    "epilogue",
+    [
+        lambda mm: mm.relu(),
+        lambda mm: (mm < 1).where(mm, -mm),
+        lambda mm: mm.maximum(0.5),
+        lambda mm: (mm > 0).cast(dtypes.float64),
+    ],
+)
 def test_a_matmul_with_a_training_epilogue_stays_a_register_tile(epilogue):
     prg = program(epilogue(ones(32, 32) @ ones(32, 32)))
     assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == ROWS * COLS
@@ -261,20 +273,22 @@ def test_a_matmul_packs_the_right_operands_panel_once_per_column_tile():
     # columns, then (inside them, one after the other) the copy over the reduce steps and the row tiles
     assert [u.src[0].arg for u in loops] == [512 // 16, 512, 64 // NARROW_ROWS, 512]
     copy, rows = loops[1], loops[2]
-    between = prg.uops[prg.uops.index(copy):prg.uops.index(rows)]
+    between = prg.uops[prg.uops.index(copy) : prg.uops.index(rows)]
     stores = [u for u in between if u.op is Ops.STORE]
     assert len(stores) == columns(32) and all(s.src[0].src[0] is local[0] for s in stores)
     # the row tiles read the panel only from the scratch array; the left operand still from its buffer
-    inner = prg.uops[prg.uops.index(loops[3]):]
+    inner = prg.uops[prg.uops.index(loops[3]) :]
     vec_loads = [u for u in inner if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
     assert len(vec_loads) == columns(32)
     assert all(ld.src[0].src[0].op is Ops.AFTER and ld.src[0].src[0].src[0] is local[0] for ld in vec_loads)
 
 
-@pytest.mark.parametrize("case", ["no scratch", "too few row tiles", "panel too large", "rows outside",
-                                  "operand within L2"])
+@pytest.mark.parametrize(
+    "case", ["no scratch", "too few row tiles", "panel too large", "rows outside", "operand within L2"]
+)
 def test_the_panel_is_packed_only_where_it_pays_and_fits(case: str):
     from uopgrad.codegen.opt import PACK_MIN_ROWS, PACK_MIN_SPAN, Choice
+
     m = NARROW_ROWS * (PACK_MIN_ROWS - 1) if case == "too few row tiles" else 64
     k = {"panel too large": 2048, "operand within L2": 256}.get(case, 512)  # 2048 steps x 64 bytes: 128 KB
     n = 256 if case == "operand within L2" else 512  # a panel over 256 rows of 1 KB (x @ W of a step)
@@ -284,7 +298,6 @@ def test_the_panel_is_packed_only_where_it_pays_and_fits(case: str):
     prg = lower(sink, loops(32, 0 if case == "no scratch" else 64 * 1024), choice)
     assert not any(u.op is Ops.DEFINE_LOCAL for u in prg.uops)
     assert any(u.op is Ops.DEFINE_REG and u.dtype.count > 1 for u in prg.uops)  # still a register tile
-
 
 
 def test_a_transposed_right_operand_is_gathered_into_the_panel_once_and_the_tile_reads_vectors():
@@ -297,20 +310,22 @@ def test_a_transposed_right_operand_is_gathered_into_the_panel_once_and_the_tile
     assert not any(u.op is Ops.GEP for u in prg.uops)  # each output's reduce in its own order
     loops = [u for u in prg.uops if u.op is Ops.RANGE]
     copy, rows = loops[1], loops[2]
-    between = prg.uops[prg.uops.index(copy):prg.uops.index(rows)]
+    between = prg.uops[prg.uops.index(copy) : prg.uops.index(rows)]
     assert any(u.op is Ops.STACK and u.src[0].op is Ops.LOAD for u in between)  # the gather, in the copy
-    after = prg.uops[prg.uops.index(rows):]
+    after = prg.uops[prg.uops.index(rows) :]
     assert not any(u.op is Ops.STACK and len({id(s) for s in u.src}) > 1 for u in after)  # none in the tile
 
 
 @pytest.mark.parametrize("width", [32, 64])
 @pytest.mark.parametrize("rows", [8, 64])
-def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_reduce_order(width: int,
-                                                                                          rows: int):
+def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_reduce_order(
+    width: int, rows: int
+):
     # x @ W.T goes through the gathered panel (each output's reduce in order) or the dot tile (reordered);
     # which one is the heuristic's decision: with 8 rows its row loop is too short to pack, with 64 it packs.
     # A tile of fewer rows would pack the 8-row product: BEAM picked such a kernel and changed its bits
     from uopgrad.codegen.opt import choices
+
     sink = schedule((ones(rows, 256) @ ones(256, 256).T).uop.sink()).kernels[-1]
 
     def reordered(choice: object) -> bool:

@@ -60,6 +60,7 @@ def test_verify_names_the_pass_that_broke_the_graph():
     # a pass that leaves a movement op in a lowered kernel, where no rule of the lowered form accepts it
     def broken(sink: UOp, _ctx: LowerContext) -> UOp:
         return sink.replace(src=(*sink.src, UOp(Ops.PERMUTE, dtypes.float32, (), (0,))))
+
     passes = (CODEGEN_PASSES[0], dataclasses.replace(CODEGEN_PASSES[0], name="broken", run=broken))
     with Context(VERIFY=1), pytest.raises(VerifyError, match="after the 'broken' pass"):
         run_passes(kernel().src[0], passes, LowerContext(ALL))
@@ -93,14 +94,16 @@ def test_the_former_arguments_of_lower_still_work():
     assert lower(k, ops) is lower(k, ALL)
     grid = GridLimits(local_size=2, local_memory=1024)
     assert lower(k, ops, grid) is lower(k, Target(frozenset(), ops, grid, local_memory=1024))
-    assert Target.for_ops(ops, grid, 16, 64) == Target(frozenset(), ops, grid, vector_width=16, scratch=64,
-                                                       local_memory=1024)
+    assert Target.for_ops(ops, grid, 16, 64) == Target(
+        frozenset(), ops, grid, vector_width=16, scratch=64, local_memory=1024
+    )
 
 
 def test_a_renderer_builds_the_target_and_capabilities_is_its_former_name():
     class Grid(CStyleRenderer):
         grid = GridLimits(local_memory=4096)
         vector_width, scratch, warp_size = 16, 128, 32
+
     f32 = frozenset({dtypes.float32})
     t = Grid().target(f32)
     assert t == Target(f32, Grid().supports, Grid.grid, True, 16, 128, 4096, 32, ())
@@ -123,9 +126,17 @@ def test_a_target_has_one_canonical_form_that_every_field_changes() -> None:
     a = Target(frozenset([dtypes.float32, dtypes.int32]), frozenset(ops), vector_width=32, scratch=64)
     b = Target(frozenset([dtypes.int32, dtypes.float32]), frozenset(ops[::-1]), vector_width=32, scratch=64)
     assert repr(a.canonical()) == repr(b.canonical())
-    changed = {"dtypes": a.dtypes | {dtypes.int8}, "ops": a.ops | {Ops.SUB}, "grid": GridLimits(),
-               "compiled": False, "vector_width": 64, "scratch": 128, "local_memory": 1024, "warp_size": 32,
-               "tensor_cores": ((16, 8, 16),)}
+    changed = {
+        "dtypes": a.dtypes | {dtypes.int8},
+        "ops": a.ops | {Ops.SUB},
+        "grid": GridLimits(),
+        "compiled": False,
+        "vector_width": 64,
+        "scratch": 128,
+        "local_memory": 1024,
+        "warp_size": 32,
+        "tensor_cores": ((16, 8, 16),),
+    }
     assert set(changed) == {f.name for f in dataclasses.fields(Target)}
     for name, value in changed.items():
         assert repr(dataclasses.replace(a, **{name: value}).canonical()) != repr(a.canonical()), name

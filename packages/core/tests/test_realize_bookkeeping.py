@@ -30,10 +30,10 @@ def graphs() -> list[UOp]:
     w, x = rnd(3, 4, seed=1), rnd(3, 4, seed=2)
     a = (w * x).relu()
     out = [a.uop]
-    w.assign(w + 1)             # an assign not run yet: an AFTER with its STORE
+    w.assign(w + 1)  # an assign not run yet: an AFTER with its STORE
     b = a + w.sum(0)
     out.append(b.uop)
-    b.realize()                 # realized: its reads no longer count for what is built on it
+    b.realize()  # realized: its reads no longer count for what is built on it
     c = b * 2 + x.T.T
     out.append(c.uop)
     d = c.sum() + Tensor(np.ones(1, np.float32)).sum()
@@ -63,8 +63,9 @@ def test_the_memo_keeps_no_buffer_alive() -> None:
 
 # strip_realized by definition: one bottom-up walk, a realized value becomes its view (not entered), call
 # bodies are kept
-_strip_by_rule = PatternMatcher([(UPat(Ops.AFTER, name="x"),
-                                  lambda x: realized_view(x) if is_realized_after(x) else None)])
+_strip_by_rule = PatternMatcher(
+    [(UPat(Ops.AFTER, name="x"), lambda x: realized_view(x) if is_realized_after(x) else None)]
+)
 
 
 def test_the_remembered_strip_equals_a_fresh_walk() -> None:
@@ -95,13 +96,13 @@ def test_the_schedule_key_tells_constants_and_sharing_apart() -> None:
     clear_schedule_cache()
     a, b = rnd(4, seed=4).realize(), rnd(4, seed=5).realize()
     schedule((a * 0.0).uop.sink())
-    schedule((a * -0.0).uop.sink())       # equal under ==, another constant for the kernel
+    schedule((a * -0.0).uop.sink())  # equal under ==, another constant for the kernel
     assert schedule_cache_info()["misses"] == 2
     schedule((a + b).uop.sink())
-    schedule((a + a).uop.sink())          # one buffer read twice is another graph than two buffers
+    schedule((a + a).uop.sink())  # one buffer read twice is another graph than two buffers
     assert schedule_cache_info()["misses"] == 4
     c = rnd(4, seed=6).realize()
-    s = schedule((c + b).uop.sink())      # the structure of a + b with other buffers: a hit
+    s = schedule((c + b).uop.sink())  # the structure of a + b with other buffers: a hit
     assert schedule_cache_info() == {"hits": 1, "misses": 4, "size": 4}
     (cbuf,) = reads(c.uop)
     assert any(cbuf in it.src[1:] for it in s.items)  # the cached schedule, on this graph's buffers

@@ -3,6 +3,7 @@ intermediate; accumulate over micro-batches; update in place) give PyTorch's gra
 
 Each test builds the same program in torch and in uopgrad and compares values and gradients. torch is a test
 dependency of the `tests` session; without it these tests skip (they need an oracle that is not us)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -111,8 +112,9 @@ def test_realize_does_not_recompute_what_it_computed(monkeypatch: pytest.MonkeyP
     ran: list[set[Ops]] = []
     backend = Device[DEV]
     real = backend.realize
-    monkeypatch.setattr(backend, "realize",
-                        lambda sink: (ran.append({u.op for u in sink.toposort()}), real(sink)))
+    monkeypatch.setattr(
+        backend, "realize", lambda sink: (ran.append({u.op for u in sink.toposort()}), real(sink))
+    )
     w = ours(arr(4), True)
     h = w.exp2()
     h.realize()
@@ -187,8 +189,9 @@ def test_a_realized_implicit_input_passes_its_gradient_on() -> None:
 # ---------------------------------------------------------------------- a training loop in PyTorch's order
 def _train_ours(data: dict[str, np.ndarray], steps: int) -> tuple[list[float], dict[str, np.ndarray]]:
     params = {k: ours(v, True) for k, v in data.items() if k.startswith(("w", "b"))}
-    bufs = {k: Tensor.zeros(*p.shape, device=DEV, dtype=F64).contiguous().realize()
-            for k, p in params.items()}
+    bufs = {
+        k: Tensor.zeros(*p.shape, device=DEV, dtype=F64).contiguous().realize() for k, p in params.items()
+    }
     x, y = ours(data["x"]), ours(data["y"])
     losses = []
     for _ in range(steps):
@@ -226,9 +229,14 @@ def _train_torch(data: dict[str, np.ndarray], steps: int) -> tuple[list[float], 
 
 def test_training_loop_in_pytorch_order_matches_torch() -> None:
     rng = np.random.default_rng(3)  # its own data: the module's generator's state depends on test order
-    data = {"x": rng.standard_normal((8, 4)), "y": rng.standard_normal((8, 1)),
-            "w1": rng.standard_normal((4, 5)) * 0.5, "b1": rng.standard_normal(5) * 0.1,
-            "w2": rng.standard_normal((5, 1)) * 0.5, "b2": rng.standard_normal(1) * 0.1}
+    data = {
+        "x": rng.standard_normal((8, 4)),
+        "y": rng.standard_normal((8, 1)),
+        "w1": rng.standard_normal((4, 5)) * 0.5,
+        "b1": rng.standard_normal(5) * 0.1,
+        "w2": rng.standard_normal((5, 1)) * 0.5,
+        "b2": rng.standard_normal(1) * 0.1,
+    }
     got_losses, got = _train_ours(data, steps=4)
     want_losses, want = _train_torch(data, steps=4)
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-12)
@@ -240,14 +248,14 @@ def test_training_loop_in_pytorch_order_matches_torch() -> None:
 def test_values_built_before_an_in_place_update_keep_the_old_contents() -> None:
     wn = arr(3)
     w = ours(wn, True)
-    doubled = w * 2           # built from w as it is now
+    doubled = w * 2  # built from w as it is now
     w.assign(w + 1).realize()  # then w changes in place
     tw = theirs(wn)
     tdoubled = tw * 2
     tw += 1
     close(doubled, tdoubled)  # PyTorch's order: the value was computed before the update
     close(w, tw)
-    view = w[1:]              # a view of the buffer sees later writes, as in PyTorch
+    view = w[1:]  # a view of the buffer sees later writes, as in PyTorch
     w.assign(w * 3).realize()
     close(view, tw[1:] * 3)
 
@@ -286,6 +294,7 @@ def test_a_gradient_that_needs_overwritten_contents_raises() -> None:
 # ---------------------------------------------------------------------- no_grad keeps no history
 def test_a_loss_read_under_no_grad_still_backpropagates() -> None:
     from uopgrad.nn import no_grad
+
     w_np = arr(3, 4)
     w, tw = ours(w_np, grad=True), theirs(w_np, grad=True)
     loss, tloss = ((w * w).sum() * 0.5), (tw * tw).sum() * 0.5
@@ -305,6 +314,7 @@ def test_an_inference_loop_under_no_grad_holds_one_step_of_buffers() -> None:
 
     from uopgrad.nn import no_grad
     from uopgrad.realized import reads, realized_view
+
     x_np = arr(4, 5)
     x, tx = ours(x_np), theirs(x_np)
     first = None
@@ -319,6 +329,6 @@ def test_an_inference_loop_under_no_grad_holds_one_step_of_buffers() -> None:
     gc.collect()
     assert first is not None and first() is None, "an old step's buffer is still held"
     w = ours(arr(5), grad=True)
-    y = (x * w).realize()           # a value realized under no_grad, used in a graph that needs gradients
+    y = (x * w).realize()  # a value realized under no_grad, used in a graph that needs gradients
     (g,) = y.sum().gradient(w)
     close(g, x.numpy().sum(0))

@@ -72,7 +72,7 @@ def test_unsigned_division():
 
 
 def test_int_min_divided_by_minus_one_wraps():
-    lo = -(2 ** 31)
+    lo = -(2**31)
     np.testing.assert_array_equal(alu(Ops.FLOORDIV, t([lo], dtypes.int32), t([-1], dtypes.int32)), [lo])
     np.testing.assert_array_equal(alu(Ops.FLOORMOD, t([lo], dtypes.int32), t([-1], dtypes.int32)), [0])
 
@@ -83,7 +83,7 @@ def test_float_floor_division_and_modulo():
     mod = alu(Ops.FLOORMOD, a, b)
     np.testing.assert_array_equal(mod[:3], [1.0, -1.0, 0.5])
     assert math.isnan(mod[3])  # x % 0.0
-    assert mod[4] == 1.0       # 1 % inf keeps the dividend (same signs)
+    assert mod[4] == 1.0  # 1 % inf keeps the dividend (same signs)
 
 
 # ---------------------------------------------------------------------- casts
@@ -98,14 +98,15 @@ def test_float_to_int_casts_truncate_toward_zero():
 def test_float_to_int_out_of_range_wraps_and_nan_inf_give_zero():
     x = t([300.0, -1.0, 256.0, np.nan, np.inf, -np.inf], dtypes.float64)
     np.testing.assert_array_equal(ev(x.cast(dtypes.uint8)), [44, 255, 0, 0, 0, 0])
-    np.testing.assert_array_equal(ev(t([2.0 ** 31], dtypes.float64).cast(dtypes.int32)), [-(2 ** 31)])
-    big = t([2.0 ** 64 + 2.0 ** 12], dtypes.float64)
-    np.testing.assert_array_equal(ev(big.cast(dtypes.int64)), [2 ** 12])
+    np.testing.assert_array_equal(ev(t([2.0**31], dtypes.float64).cast(dtypes.int32)), [-(2**31)])
+    big = t([2.0**64 + 2.0**12], dtypes.float64)
+    np.testing.assert_array_equal(ev(big.cast(dtypes.int64)), [2**12])
 
 
 def test_casts_to_bool_and_between_ints_and_floats():
-    np.testing.assert_array_equal(ev(t([0.0, -0.0, 2.0, np.nan], dtypes.float32).cast(dtypes.bool)),
-                                  [False, False, True, True])
+    np.testing.assert_array_equal(
+        ev(t([0.0, -0.0, 2.0, np.nan], dtypes.float32).cast(dtypes.bool)), [False, False, True, True]
+    )
     np.testing.assert_array_equal(ev(t([300, -1], dtypes.int32).cast(dtypes.uint8)), [44, 255])
     np.testing.assert_array_equal(ev(t([True, False], dtypes.bool).cast(dtypes.float32)), [1.0, 0.0])
     assert ev(t([1e10], dtypes.float64).cast(dtypes.float16))[0] == np.inf
@@ -114,9 +115,9 @@ def test_casts_to_bool_and_between_ints_and_floats():
 
 
 def test_bfloat16_rounds_to_nearest_even():
-    x = t([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 3.0e38, np.nan], dtypes.float32)
+    x = t([1.0 + 2**-8, 1.0 + 3 * 2**-8, 3.0e38, np.nan], dtypes.float32)
     out = ev(x.cast(dtypes.bfloat16))
-    np.testing.assert_array_equal(out[:2], [1.0, 1.0 + 2 ** -6])
+    np.testing.assert_array_equal(out[:2], [1.0, 1.0 + 2**-6])
     assert out[2] == truncate(dtypes.bfloat16, float(np.float32(3.0e38)))  # the scalar rounding of dtype.py
     assert np.isnan(out[3])
     s = ev(x.cast(dtypes.bfloat16) + x.cast(dtypes.bfloat16))  # arithmetic rounds again
@@ -127,8 +128,9 @@ def test_bitcast():
     bits = ev(t([1.0, -2.0], dtypes.float32).bitcast(dtypes.int32))
     np.testing.assert_array_equal(bits, [0x3F800000, -0x40000000])
     np.testing.assert_array_equal(ev(t([0x3F800000], dtypes.uint32).bitcast(dtypes.float32)), [1.0])
-    np.testing.assert_array_equal(ev(t([1.0], dtypes.float32).cast(dtypes.bfloat16).bitcast(dtypes.uint16)),
-                                  [0x3F80])
+    np.testing.assert_array_equal(
+        ev(t([1.0], dtypes.float32).cast(dtypes.bfloat16).bitcast(dtypes.uint16)), [0x3F80]
+    )
     with pytest.raises(RuntimeError, match="BITCAST"):
         ev(UOp(Ops.BITCAST, dtypes.int64, (t([1.0], dtypes.float32),)))
 
@@ -150,7 +152,7 @@ def test_empty_reductions():
     # a REDUCE of MAX over nothing is its identity, the dtype's lowest value; Tensor.max raises there instead
     # (docs/semantics.md §5), so the node is built with the private _reduce
     assert Tensor.zeros(0)._reduce(Ops.MAX, None, False).item() == -math.inf
-    assert Tensor.zeros(0, dtype=dtypes.int32)._reduce(Ops.MAX, None, False).item() == -(2 ** 31)
+    assert Tensor.zeros(0, dtype=dtypes.int32)._reduce(Ops.MAX, None, False).item() == -(2**31)
     assert Tensor.zeros(0, dtype=dtypes.uint8)._reduce(Ops.MAX, None, False).item() == 0
     assert Tensor.zeros(0, dtype=dtypes.int32).sum().item() == 0
     np.testing.assert_array_equal(Tensor.zeros(3, 0).sum(1).numpy(), [0.0, 0.0, 0.0])
@@ -182,7 +184,7 @@ def test_comparisons_with_nan():
 
 
 def test_integer_overflow_wraps():
-    np.testing.assert_array_equal((Tensor([2 ** 31 - 1], dtype=dtypes.int32) + 1).numpy(), [-(2 ** 31)])
+    np.testing.assert_array_equal((Tensor([2**31 - 1], dtype=dtypes.int32) + 1).numpy(), [-(2**31)])
     np.testing.assert_array_equal((Tensor([100], dtype=dtypes.int8) * 3).numpy(), [44])
     np.testing.assert_array_equal((Tensor([0], dtype=dtypes.uint8) - 1).numpy(), [255])
     np.testing.assert_array_equal((-Tensor([-128], dtype=dtypes.int8)).numpy(), [-128])
@@ -236,9 +238,12 @@ def _threefry_py(x: int, key: int) -> int:
 
 
 def test_threefry_matches_a_python_implementation():
-    xs, key = [0, 1, 2 ** 40 + 5, 2 ** 64 - 1], 0x1234_5678_9ABC_DEF0
-    out = alu(Ops.THREEFRY, t(np.array(xs, dtype=np.uint64), dtypes.uint64),
-              t(np.array([key] * 4, dtype=np.uint64), dtypes.uint64))
+    xs, key = [0, 1, 2**40 + 5, 2**64 - 1], 0x1234_5678_9ABC_DEF0
+    out = alu(
+        Ops.THREEFRY,
+        t(np.array(xs, dtype=np.uint64), dtypes.uint64),
+        t(np.array([key] * 4, dtype=np.uint64), dtypes.uint64),
+    )
     assert [int(v) for v in out] == [_threefry_py(x, key) for x in xs]
 
 
@@ -269,8 +274,9 @@ def test_movement_ops_match_numpy():
     np.testing.assert_array_equal(ev(u.shrink(((1, 2), (0, 2), (1, 4)))), x[1:2, 0:2, 1:4])
     np.testing.assert_array_equal(ev(u.flip(0, 2)), x[::-1, :, ::-1])
     np.testing.assert_array_equal(ev(u.pad(((0, 1), (2, 0), (0, 0)))), np.pad(x, ((0, 1), (2, 0), (0, 0))))
-    np.testing.assert_array_equal(ev(u.shrink(((0, 1), None, None)).expand(3, 3, 4)),
-                                  np.broadcast_to(x[0:1], (3, 3, 4)))
+    np.testing.assert_array_equal(
+        ev(u.shrink(((0, 1), None, None)).expand(3, 3, 4)), np.broadcast_to(x[0:1], (3, 3, 4))
+    )
 
 
 def test_symbolic_sizes_evaluate_with_the_bound_value():
@@ -304,8 +310,8 @@ def test_unsupported_ops_name_the_op_and_node():
 def test_store_into_views_of_a_buffer():
     b = Tensor.zeros(2, 4).contiguous().realize()
     b[:, 0:2] = Tensor([[1.0, 2.0], [3.0, 4.0]])
-    b[1, ::-2] = Tensor([7.0, 8.0])      # a flipped, strided view (PAD in the view chain)
-    b.T[3, 0] = 9.0                       # through a PERMUTE
+    b[1, ::-2] = Tensor([7.0, 8.0])  # a flipped, strided view (PAD in the view chain)
+    b.T[3, 0] = 9.0  # through a PERMUTE
     np.testing.assert_array_equal(b.numpy(), [[1, 2, 0, 9], [3, 8, 0, 7]])
 
 
@@ -317,8 +323,8 @@ def test_plain_buffer_reads_see_the_contents_from_before_the_run():
         roots = (after, buf * 1.0) if after_first else (buf * 1.0, after)
         out = dict(zip(roots, evaluate(*roots)))
         np.testing.assert_array_equal(out[buf * 1.0], [1, 2, 3])  # a plain read, in either order
-        np.testing.assert_array_equal(out[after], [5, 5, 5])      # a read through AFTER sees the write
-        np.testing.assert_array_equal(b.numpy(), [5, 5, 5])       # and the write was committed
+        np.testing.assert_array_equal(out[after], [5, 5, 5])  # a read through AFTER sees the write
+        np.testing.assert_array_equal(b.numpy(), [5, 5, 5])  # and the write was committed
 
 
 def test_copy_between_logical_devices():
@@ -392,6 +398,7 @@ def test_custom_kernel_call_writes_into_its_argument_buffers():
 def test_custom_kernel_into_a_view_and_a_partial_store():
     def kernel(out: UOp, x: UOp) -> UOp:
         return out.shrink(((1, 3),)).store(x.shrink(((0, 2),)) * 2.0).sink()
+
     buf = Tensor([0.0, 0.0, 0.0, 0.0]).realize()
     out, _ = buf.custom_kernel(Tensor([5.0, 6.0, 7.0, 8.0]), fxn=kernel)
     np.testing.assert_array_equal(out.numpy(), [0.0, 10.0, 12.0, 0.0])
@@ -435,6 +442,7 @@ def test_rounding_noise_scatters_float_results_within_an_ulp_and_only_while_set(
     `rounding_noise`, float results move by about an ulp per rounding, differently per seed; integer
     results and runs outside the context are untouched."""
     from uopgrad.backends.evaluator import rounding_noise
+
     x = np.linspace(0.5, 2.0, 64, dtype=np.float32)
 
     def run() -> tuple[np.ndarray, np.ndarray]:
@@ -472,6 +480,7 @@ class _FakeDist:
 def _fake_entry_points(*eps):
     def entry_points(group=None):
         return [ep for ep in eps if ep.group == group]
+
     return entry_points
 
 
@@ -485,23 +494,34 @@ class FakeBackend(Backend):
 
 
 def test_plugins_come_from_entry_points(monkeypatch):
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        _fake_entry_points(_ep("fake", f"{__name__}:FakeBackend", "uopgrad-fake")))
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        _fake_entry_points(_ep("fake", f"{__name__}:FakeBackend", "uopgrad-fake")),
+    )
     reg = DeviceRegistry()
     assert reg.installed() == ["REFERENCE", "FAKE"]
     assert isinstance(reg["fake:3"], FakeBackend) and reg["fake:3"].name == "FAKE:3"
 
 
 def test_duplicate_backend_names_are_an_error(monkeypatch):
-    monkeypatch.setattr(importlib.metadata, "entry_points", _fake_entry_points(
-        _ep("DUP", "pkg_a:A", "dist-a"), _ep("dup", "pkg_b:B", "dist-b")))
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        _fake_entry_points(_ep("DUP", "pkg_a:A", "dist-a"), _ep("dup", "pkg_b:B", "dist-b")),
+    )
     with pytest.raises(RuntimeError, match=r"DUP is provided twice.*dist-a.*dist-b"):
         DeviceRegistry().installed()
 
 
 def test_a_broken_plugin_gives_a_clear_error(monkeypatch):
-    monkeypatch.setattr(importlib.metadata, "entry_points", _fake_entry_points(
-        _ep("broken", "no_such_module_anywhere:X", "dist-broken"), _ep("notabackend", "math:pi", "dist-x")))
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        _fake_entry_points(
+            _ep("broken", "no_such_module_anywhere:X", "dist-broken"), _ep("notabackend", "math:pi", "dist-x")
+        ),
+    )
     reg = DeviceRegistry()
     with pytest.raises(RuntimeError, match=r"BROKEN.*dist-broken.*failed to load.*ModuleNotFoundError"):
         reg["broken"]
@@ -510,13 +530,15 @@ def test_a_broken_plugin_gives_a_clear_error(monkeypatch):
 
 
 def test_importing_uopgrad_imports_no_backend():
-    code = ("import sys, uopgrad, uopgrad.tensor\n"
-            "ref = 'uopgrad.backends.reference'\n"
-            "bad = [m for m in sys.modules if m.startswith('uopgrad_') or m == ref]\n"
-            "assert not bad, bad\n"
-            "from uopgrad.tensor import Tensor\n"
-            "Tensor([1.0], device='REFERENCE').numpy()\n"
-            "assert 'uopgrad.backends.reference' in sys.modules\n")
+    code = (
+        "import sys, uopgrad, uopgrad.tensor\n"
+        "ref = 'uopgrad.backends.reference'\n"
+        "bad = [m for m in sys.modules if m.startswith('uopgrad_') or m == ref]\n"
+        "assert not bad, bad\n"
+        "from uopgrad.tensor import Tensor\n"
+        "Tensor([1.0], device='REFERENCE').numpy()\n"
+        "assert 'uopgrad.backends.reference' in sys.modules\n"
+    )
     src = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "src")
     env = {**__import__("os").environ, "PYTHONPATH": src}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -1,5 +1,6 @@
 """Regressions of issue 14 (reliability and security) that core alone can show; the CPU package tests the
 rest (threads on first use, 64-bit arguments, kernel symbols, the disk cache, unloading kernels)."""
+
 from __future__ import annotations
 
 import gc
@@ -74,6 +75,7 @@ def test_a_sneaky_constant_is_refused_also_after_the_same_graph_with_a_plain_int
 
 def test_a_repeated_step_is_verified_once_and_a_new_malformed_graph_still_is(monkeypatch):
     import uopgrad.schedule as schedule_module
+
     calls: list[int] = []
     real = schedule_module.verify_new
     monkeypatch.setattr(schedule_module, "verify_new", lambda sink: (calls.append(1), real(sink))[1])

@@ -38,13 +38,19 @@ def rng(i: int, n: int | UOp, kind: str = "loop") -> UOp:
 
 
 def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)),
-                                          *(() if gate is None else (gate,))))
+    return UOp(
+        Ops.LOAD,
+        buf.dtype.base,
+        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), *(() if gate is None else (gate,))),
+    )
 
 
 def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val,
-                                        *(() if gate is None else (gate,))))
+    return UOp(
+        Ops.STORE,
+        dtypes.void,
+        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val, *(() if gate is None else (gate,))),
+    )
 
 
 def alu(op: Ops, *srcs: UOp) -> UOp:
@@ -82,7 +88,9 @@ def test_golden_elementwise():
     r = rng(0, 16)
     x = load(a, r)
     val = alu(Ops.MAX, alu(Ops.MUL, x, const(f32, 2.0)), const(f32, -0.0))
-    assert render("E_16", store(out, r, val), end(r)) == """\
+    assert (
+        render("E_16", store(out, r, val), end(r))
+        == """\
 #include <math.h>
 
 void E_16(float* restrict data0, const float* restrict data1) {
@@ -94,6 +102,7 @@ void E_16(float* restrict data0, const float* restrict data1) {
   }
 }
 """
+    )
 
 
 def test_golden_reduce_with_register_and_variable():
@@ -109,7 +118,9 @@ def test_golden_reduce_with_register_and_variable():
     final = UOp(Ops.LOAD, f32, (acc, e1))
     uops = linear(out, a, n, r0, acc, r1, cur, upd, e1, final, store(out, r0, final), end(r0))
     src = CStyleRenderer().render(prog("r_4_n", uops))
-    assert src == """\
+    assert (
+        src
+        == """\
 #include <math.h>
 
 void r_4_n(float* restrict data0, const float* restrict data1, const long long n) {
@@ -128,6 +139,7 @@ void r_4_n(float* restrict data0, const float* restrict data1, const long long n
   }
 }
 """
+    )
 
 
 def test_golden_gated_load_and_store():
@@ -153,17 +165,32 @@ def test_read_only_buffers_are_const_and_unused_slots_keep_their_place():
 
 
 # ---------------------------------------------------------------------- constants
-@pytest.mark.parametrize(("value", "dt", "text"), [
-    (math.inf, f32, "INFINITY"), (-math.inf, f32, "(-INFINITY)"), (math.nan, f32, "NAN"),
-    (-0.0, f32, "(-0.0f)"), (0.0, dtypes.float64, "0.0"), (-0.0, dtypes.float64, "(-0.0)"),
-    (0.1, f32, "0.10000000149011612f"), (1e-45, f32, "1.401298464324817e-45f"),
-    (1e300, dtypes.float64, "1e+300"),
-    (math.inf, f16, "((_Float16)INFINITY)"), (0.5, f16, "((_Float16)0.5f)"),
-    (True, dtypes.bool, "1"), (False, dtypes.bool, "0"),
-    (-5, i32, "(-5)"), (-2**31, i32, "(-2147483647-1)"), (-2**63, dtypes.int64, "(-9223372036854775807ll-1)"),
-    (2**64 - 1, dtypes.uint64, "18446744073709551615ull"), (7, dtypes.uint32, "7u"), (5, dtypes.int64, "5ll"),
-    (-3, dtypes.int8, "((signed char)-3)"), (255, dtypes.uint8, "((unsigned char)255)"),
-])
+@pytest.mark.parametrize(
+    ("value", "dt", "text"),
+    [
+        (math.inf, f32, "INFINITY"),
+        (-math.inf, f32, "(-INFINITY)"),
+        (math.nan, f32, "NAN"),
+        (-0.0, f32, "(-0.0f)"),
+        (0.0, dtypes.float64, "0.0"),
+        (-0.0, dtypes.float64, "(-0.0)"),
+        (0.1, f32, "0.10000000149011612f"),
+        (1e-45, f32, "1.401298464324817e-45f"),
+        (1e300, dtypes.float64, "1e+300"),
+        (math.inf, f16, "((_Float16)INFINITY)"),
+        (0.5, f16, "((_Float16)0.5f)"),
+        (True, dtypes.bool, "1"),
+        (False, dtypes.bool, "0"),
+        (-5, i32, "(-5)"),
+        (-(2**31), i32, "(-2147483647-1)"),
+        (-(2**63), dtypes.int64, "(-9223372036854775807ll-1)"),
+        (2**64 - 1, dtypes.uint64, "18446744073709551615ull"),
+        (7, dtypes.uint32, "7u"),
+        (5, dtypes.int64, "5ll"),
+        (-3, dtypes.int8, "((signed char)-3)"),
+        (255, dtypes.uint8, "((unsigned char)255)"),
+    ],
+)
 def test_constants(value, dt, text):
     assert CStyleRenderer().render_const(dtypes.as_const(value, dt), dt) == text
 
@@ -211,13 +238,16 @@ def test_comparisons_of_half_are_bool_and_not_rounded():
     assert "const _Bool alu0 = (((float)val0)<((float)val1));" in src
 
 
-@pytest.mark.parametrize(("src_dt", "dst_dt", "text"), [
-    (f32, i32, "((int)__uopgrad_f2i((double)val0))"),
-    (dtypes.float64, dtypes.uint8, "((unsigned char)__uopgrad_f2i((double)val0))"),
-    (f32, dtypes.bool, "(val0!=0)"),
-    (i32, f16, "((_Float16)val0)"),
-    (dtypes.int64, dtypes.int8, "((signed char)val0)"),
-])
+@pytest.mark.parametrize(
+    ("src_dt", "dst_dt", "text"),
+    [
+        (f32, i32, "((int)__uopgrad_f2i((double)val0))"),
+        (dtypes.float64, dtypes.uint8, "((unsigned char)__uopgrad_f2i((double)val0))"),
+        (f32, dtypes.bool, "(val0!=0)"),
+        (i32, f16, "((_Float16)val0)"),
+        (dtypes.int64, dtypes.int8, "((signed char)val0)"),
+    ],
+)
 def test_casts(src_dt, dst_dt, text):
     out, a = param(0, dst_dt, 4), param(1, src_dt, 4)
     r = rng(0, 4)
@@ -345,9 +375,25 @@ def test_codegen_kernel_names_are_kept(name):
     assert CStyleRenderer().function_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["long", "sinf", "my kernel!", "3d", "__x", "main", "exp2", "", "E_4_x",
-                                  "omp_set_dynamic", "GOMP_parallel", "x" * 300, "é;system(1)",
-                                  "E" + "_1" * 40])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "long",
+        "sinf",
+        "my kernel!",
+        "3d",
+        "__x",
+        "main",
+        "exp2",
+        "",
+        "E_4_x",
+        "omp_set_dynamic",
+        "GOMP_parallel",
+        "x" * 300,
+        "é;system(1)",
+        "E" + "_1" * 40,
+    ],
+)
 def test_other_kernel_names_get_a_prefix_a_cap_and_a_hash(name):
     ident = CStyleRenderer().function_name(name)
     assert re.fullmatch(r"k_[A-Za-z0-9_]{0,32}_[0-9a-f]{8}", ident), ident
@@ -378,8 +424,12 @@ def _through_local() -> tuple[UOp, ...]:
 def test_local_memory_and_barriers_go_through_the_dialect_hooks():
     src = _SharedDialect().render(prog("k", _through_local()))
     lines = [line.strip() for line in src.splitlines()]
-    assert lines.index("LOCAL float temp0[4];") < lines.index("temp0[ridx0] = val0;") < \
-        lines.index("BARRIER();") < lines.index("const float val1 = temp0[alu0];")
+    assert (
+        lines.index("LOCAL float temp0[4];")
+        < lines.index("temp0[ridx0] = val0;")
+        < lines.index("BARRIER();")
+        < lines.index("const float val1 = temp0[alu0];")
+    )
 
 
 def test_a_dialect_without_local_memory_says_so():

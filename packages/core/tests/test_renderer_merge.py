@@ -1,4 +1,5 @@
 """uopgrad.renderer.merge: rendered kernels as one source (helpers once, pragmas first, names apart)."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,9 @@ OTHER = "static inline float half(float x) {\n  return x * 0.5f;\n}"
 
 
 def kernel(name: str, *helpers: str, pragma: str = "#pragma OPENCL FP_CONTRACT OFF") -> str:
-    return "\n".join([pragma, *helpers, "", f"__kernel void {name}(__global float* a) {{", "  a[0] = 1.0f;",
-                      "}", ""])
+    return "\n".join(
+        [pragma, *helpers, "", f"__kernel void {name}(__global float* a) {{", "  a[0] = 1.0f;", "}", ""]
+    )
 
 
 def test_split_finds_the_items_and_the_kernel():

@@ -12,8 +12,15 @@ from test_style import ROOT, python_files
 # a citation of a design note: `ARCHITECTURE.md`, `docs/semantics.md`, `style.md P7`, ...
 CITED = re.compile(r"\b(ARCHITECTURE|semantics|conformance|pipeline|style)\.md\b")
 OUTSIDE = re.compile(r"\.\./" + "shared|/work/" + "shared")  # in pieces, so this file does not match
-PACKAGES = ["packages/core", "packages/backend-cpu", "packages/backend-opencl", "packages/backend-cuda",
-            "conformance", "examples/out_of_tree_backend", "conformance/meta_tests/broken_backend"]
+PACKAGES = [
+    "packages/core",
+    "packages/backend-cpu",
+    "packages/backend-opencl",
+    "packages/backend-cuda",
+    "conformance",
+    "examples/out_of_tree_backend",
+    "conformance/meta_tests/broken_backend",
+]
 
 
 def texts() -> list[Path]:

@@ -20,8 +20,19 @@ from uopgrad.tensor import Tensor
 
 DEV = "REFERENCE"
 # ops a scheduled kernel body never holds (spec/kernels.md §1)
-NOT_IN_KERNELS = {Ops.FUNCTION, Ops.GETTUPLE, Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.COPY,
-                  Ops.AFTER, Ops.BUFFER, Ops.BIND, Ops.DEVICE, Ops.TUPLE}
+NOT_IN_KERNELS = {
+    Ops.FUNCTION,
+    Ops.GETTUPLE,
+    Ops.CONTIGUOUS,
+    Ops.DETACH,
+    Ops.CONTIGUOUS_BACKWARD,
+    Ops.COPY,
+    Ops.AFTER,
+    Ops.BUFFER,
+    Ops.BIND,
+    Ops.DEVICE,
+    Ops.TUPLE,
+}
 
 
 pytestmark = pytest.mark.usefixtures("reference_default")
@@ -73,11 +84,11 @@ def test_softmax_is_at_most_three_kernels(fn: str):
 
 def test_a_broadcast_reduce_ends_a_kernel():
     x, w = rnd(4, 6), rnd(6, 5, seed=1)
-    assert n_kernels(x.sum(1, keepdim=True) + x) == 2   # the reduce is read through an EXPAND
+    assert n_kernels(x.sum(1, keepdim=True) + x) == 2  # the reduce is read through an EXPAND
     assert n_kernels(x - x.mean()) == 2
-    assert n_kernels((x @ w).relu()) == 1                  # matmul: a reduce of a broadcast multiply
+    assert n_kernels((x @ w).relu()) == 1  # matmul: a reduce of a broadcast multiply
     assert n_kernels((x @ w).T + 1) == 1
-    assert n_kernels(x.max(0) + x.prod(0)) == 1            # two reduces, one kernel
+    assert n_kernels(x.max(0) + x.prod(0)) == 1  # two reduces, one kernel
     same_as_direct(x.sum(1, keepdim=True) + x, (x @ w).relu(), x.max(0) + x.prod(0))
 
 
@@ -85,6 +96,7 @@ def test_an_embedding_lookup_is_one_kernel():
     # the one-hot mask `arange == idx` is a compare per element of one small int buffer: it stays fused into
     # the lookup's reduce (as in the reference) instead of getting a buffer and a launch of its own
     from uopgrad.nn import Embedding
+
     emb = Embedding(20, 30)
     emb.weight = Tensor(np.random.default_rng(0).standard_normal((20, 30)).astype(np.float32))
     idx = np.array([[1, 5, 9, 11], [12, 19, 8, 1]])
@@ -114,6 +126,7 @@ def test_a_big_reduce_under_another_reduce_gets_its_own_kernel():
     # the matmul one output at a time (no lanes, no threads); a nested reduce of >= NESTED_OUTPUTS outputs
     # is realized. Small ones (and a sum of a sum) stay fused: a launch costs more than they do.
     from uopgrad.schedule import NESTED_OUTPUTS
+
     x, w, y = rnd(64, 32), rnd(32, 32, seed=1), rnd(64, 32, seed=2)
     assert 64 * 32 >= NESTED_OUTPUTS
     loss = ((x @ w - y) ** 2).mean()
@@ -170,8 +183,8 @@ def test_kernel_form():
 
 def test_identical_kernels_are_one_node():
     a, b = rnd(3, 4), rnd(3, 4, seed=1)
-    ka, = sched(a * 2 + 1).items
-    kb, = sched(b * 2 + 1).items
+    (ka,) = sched(a * 2 + 1).items
+    (kb,) = sched(b * 2 + 1).items
     assert ka.src[0] is kb.src[0] and ka is not kb  # same body, other buffers
 
 
@@ -190,6 +203,7 @@ def test_function_is_inlined():
     @function
     def f(a: Tensor, b: Tensor) -> Tensor:
         return (a * b + 1).exp()
+
     x, y = rnd(3, 4), rnd(3, 4, seed=1)
     out = f(x, y) * 2
     assert n_kernels(out) == 1
@@ -200,13 +214,14 @@ def test_precompiled_function_is_a_unit_and_reused():
     @function(precompile=True)
     def f(a: Tensor) -> Tensor:
         return (a * 2 + 1).sum(0)
+
     x1, x2 = rnd(3, 4), rnd(3, 4, seed=1)
     out = f(x1) + f(x2)
     clear_schedule_cache()
     s = sched(out)
     info = schedule_cache_info()
-    assert len(s.kernels) == 3           # one kernel per call (not fused into the add), plus the add
-    assert info["hits"] >= 1             # the second call's body came from the cache
+    assert len(s.kernels) == 3  # one kernel per call (not fused into the add), plus the add
+    assert info["hits"] >= 1  # the second call's body came from the cache
     same_as_direct(out)
 
 
@@ -214,6 +229,7 @@ def test_precompiled_function_with_several_outputs_and_gradient():
     @function(precompile=True, precompile_backward=True)
     def f(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
         return a @ b, (a * 2).sum()
+
     a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
     b = Tensor(np.ones((3, 2), dtype=np.float32), requires_grad=True)
     p, q = f(a, b)
@@ -263,7 +279,7 @@ def test_assign_into_a_computed_value():
 def test_a_plain_read_runs_before_a_later_write():
     b = Tensor(np.arange(4, dtype=np.float32)).realize()
     old = b.uop
-    before = Tensor(old) + 1                           # reads b as it was
+    before = Tensor(old) + 1  # reads b as it was
     st = old.store((Tensor(old) * 10).uop)
     s = schedule(before.uop.sink(st))
     run_schedule(s, lower_kernels=False)
@@ -289,7 +305,7 @@ def test_a_shared_value_stored_whole_into_an_untouched_buffer_is_computed_into_i
 def test_a_shared_value_stored_into_a_buffer_read_elsewhere_keeps_its_own_buffer():
     a = Tensor(np.arange(4, dtype=np.float32)).realize()
     g = (Tensor(np.ones((4, 4), np.float32)) @ a.reshape(4, 1)).reshape(4)
-    before = Tensor(a.uop) + g                          # reads a as it was, and g
+    before = Tensor(a.uop) + g  # reads a as it was, and g
     s = schedule(a.uop.store(g.uop).sink(before.uop))
     assert len(s.items) == 3  # g, before, then g copied into a (a is read: g can't be computed into it)
     run_schedule(s, lower_kernels=False)
@@ -302,7 +318,7 @@ def test_a_shared_value_stored_into_a_view_that_is_also_read_keeps_its_own_buffe
     a = Tensor(np.arange(8, dtype=np.float32)).realize()
     view = a.reshape(2, 4)
     g = Tensor(np.ones((2, 3), np.float32)) @ Tensor(np.ones((3, 4), np.float32))
-    before = view + g                                   # reads the view as it was, and g
+    before = view + g  # reads the view as it was, and g
     s = schedule(view.uop.store(g.uop).sink(before.uop))
     run_schedule(s, lower_kernels=False)
     np.testing.assert_array_equal(evaluate(s.outputs[before.uop])[0], np.arange(8).reshape(2, 4) + 3)
@@ -334,7 +350,7 @@ def test_custom_kernel_passes_through():
 def test_bound_variable_becomes_a_kernel_argument():
     n = UOp.variable("n", 1, 8)
     a = Tensor(np.arange(8, dtype=np.float32))
-    out = a[:n.bind(5)] * 2
+    out = a[: n.bind(5)] * 2
     s = sched(out)
     (k,) = s.kernels
     assert s.var_vals == {"n": 5}
@@ -371,7 +387,7 @@ def test_a_cache_hit_takes_the_bound_values_of_its_graph():
     n = UOp.variable("n", 1, 8)
     a = Tensor(np.arange(8, dtype=np.float32))
     for v in (5, 3):
-        out = a[:n.bind(v)] * 2
+        out = a[: n.bind(v)] * 2
         s = sched(out)
         assert s.var_vals == {"n": v}
         run_schedule(s, lower_kernels=False)
@@ -383,7 +399,7 @@ def test_a_cache_hit_gets_fresh_output_buffers():
     s1, s2 = sched(x + 1), sched(x + 1)
     assert s1.items[0].src[0] is s2.items[0].src[0]
     assert s1.items[0].src[1] is not s2.items[0].src[1]  # the output buffer
-    assert s1.items[0].src[2] is s2.items[0].src[2]      # the input buffer
+    assert s1.items[0].src[2] is s2.items[0].src[2]  # the input buffer
 
 
 # ---------------------------------------------------------------------- whole programs and scale

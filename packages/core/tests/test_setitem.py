@@ -2,6 +2,7 @@
 in-place ops on a slice, symbolic offsets, sequence indices, sharded tensors, dtypes. Values are compared
 with numpy/torch (float64), gradients with torch where it allows the same program and otherwise with the
 reference's rule (tinygrad ffa1aac7b1, Tensor.__setitem__)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -90,6 +91,7 @@ def test_gradient_through_setitem_on_a_nonleaf_matches_torch(name: str) -> None:
         z[torch_idx if lib is torch else ours_idx] = yt * 3
         wt = torch.tensor(w) if lib is torch else Tensor(w.astype(np.float32))
         return (z * wt).sum()
+
     for ours, theirs in zip(_our_grads(build, x, y), _torch_grads(build, x, y)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
@@ -123,6 +125,7 @@ def test_gradient_through_advanced_setitem_matches_torch() -> None:
         idx = torch.tensor([3, 0]) if lib is torch else Tensor([3, 0])
         z[idx] = yt * yt
         return (z * z).sum()
+
     for ours, theirs in zip(_our_grads(build, x, y), _torch_grads(build, x, y)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
@@ -156,6 +159,7 @@ def test_inplace_op_on_a_slice_of_a_nonleaf_matches_torch(op: str) -> None:
             view *= xt
         z[1:3] = view
         return (z * z).sum()
+
     for ours, theirs in zip(_our_grads(build, a, x), _torch_grads(build, a, x)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
@@ -216,13 +220,13 @@ def test_setitem_at_a_variable_offset(realized: bool) -> None:
     ref[2] = [1, 2, 3]
     np.testing.assert_array_equal(t.numpy(), ref)
     w = UOp.variable("j", 0, 3).bind(1)
-    t[w:w + 2] = 7.0
+    t[w : w + 2] = 7.0
     ref[1:3] = 7
     np.testing.assert_array_equal(t.numpy(), ref)
-    t[w:w + 2, 1] = Tensor([8.0, 9.0])
+    t[w : w + 2, 1] = Tensor([8.0, 9.0])
     ref[1:3, 1] = [8, 9]
     np.testing.assert_array_equal(t.numpy(), ref)
-    assert t[w:w + 2].shape == (2, 3)
+    assert t[w : w + 2].shape == (2, 3)
 
 
 def test_gradient_through_setitem_at_a_variable_offset() -> None:
@@ -230,7 +234,7 @@ def test_gradient_through_setitem_at_a_variable_offset() -> None:
     y = Tensor([10.0, 20.0], requires_grad=True)
     z = x * 2
     w = UOp.variable("k", 0, 3).bind(2)
-    z[w:w + 2] = y
+    z[w : w + 2] = y
     assert z.tolist() == [2.0, 4.0, 10.0, 20.0, 10.0]
     z.sum().backward()
     assert x.grad is not None and x.grad.tolist() == [2.0, 2.0, 0.0, 0.0, 2.0]
@@ -272,8 +276,15 @@ def test_setitem_into_a_sharded_tensor(axis: int | None, realized: bool) -> None
     def fresh() -> Tensor:
         t = Tensor.arange(16).contiguous()
         return t.realize().shard(DEVICES, axis=axis).realize() if realized else t.shard(DEVICES, axis=axis)
-    cases = [(1, 99), (slice(2, 10), 99), (slice(None), 42), (slice(None, None, 4), 0), (13, 7),
-             ([3, 12, 3], Tensor([1, 2, 3]))]
+
+    cases = [
+        (1, 99),
+        (slice(2, 10), 99),
+        (slice(None), 42),
+        (slice(None, None, 4), 0),
+        (13, 7),
+        ([3, 12, 3], Tensor([1, 2, 3])),
+    ]
     for idx, v in cases:
         t, ref = fresh(), np.arange(16)
         t[idx] = v if not isinstance(v, Tensor) else v.to(DEVICES)

@@ -3,6 +3,7 @@ again and have that save fail (disk full, Ctrl-C, a failed sync or rename), then
 checkpoint byte for byte, with no temporary file left. Also what safe_save refuses before it writes, and the
 errors of safe_load and load_state_dict on bad input (the hostile-file comparison with the safetensors
 package is spec/test_hostile_safetensors.py)."""
+
 from __future__ import annotations
 
 import errno
@@ -85,14 +86,19 @@ def _failing_write(after: int, exc: BaseException) -> Callable[[int, Any], int]:
         n = real(fd, memoryview(data)[:room])
         written[0] += n
         return n
+
     return write
 
 
-@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()],
-                         ids=["disk full", "Ctrl-C"])
+@pytest.mark.parametrize(
+    "exc",
+    [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()],
+    ids=["disk full", "Ctrl-C"],
+)
 @pytest.mark.parametrize("after", [0, 5, 100, 400])
-def test_a_save_that_fails_midway_keeps_the_last_checkpoint(trained: Any, monkeypatch: pytest.MonkeyPatch,
-                                                            exc: BaseException, after: int) -> None:
+def test_a_save_that_fails_midway_keeps_the_last_checkpoint(
+    trained: Any, monkeypatch: pytest.MonkeyPatch, exc: BaseException, after: int
+) -> None:
     net, _, ckpt, before, saved = trained
     with monkeypatch.context() as m:
         m.setattr(os, "write", _failing_write(after, exc))
@@ -102,12 +108,14 @@ def test_a_save_that_fails_midway_keeps_the_last_checkpoint(trained: Any, monkey
 
 
 @pytest.mark.parametrize("step", ["fsync", "replace"])
-def test_a_failed_sync_or_rename_keeps_the_last_checkpoint(trained: Any, monkeypatch: pytest.MonkeyPatch,
-                                                           step: str) -> None:
+def test_a_failed_sync_or_rename_keeps_the_last_checkpoint(
+    trained: Any, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
     net, _, ckpt, before, saved = trained
 
     def fail(*args: Any) -> None:
         raise OSError(errno.EIO, f"{step} failed")
+
     with monkeypatch.context() as m:
         m.setattr(os, step, fail)
         with pytest.raises(OSError, match=f"{step} failed"):
@@ -139,8 +147,9 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("tensors", "metadata", "err", "phrase"), BAD_INPUT, ids=[b[3] for b in BAD_INPUT])
-def test_bad_input_is_refused_before_anything_is_written(trained: Any, tensors: Any, metadata: Any,
-                                                         err: type[Exception], phrase: str) -> None:
+def test_bad_input_is_refused_before_anything_is_written(
+    trained: Any, tensors: Any, metadata: Any, err: type[Exception], phrase: str
+) -> None:
     _, _, ckpt, before, saved = trained
     good = {"ok": Tensor(np.arange(3, dtype=np.float32))}  # the bad entry comes last: all is checked first
     with pytest.raises(err, match=phrase):
@@ -186,11 +195,16 @@ def test_a_symlinked_checkpoint_is_replaced_through_the_link(tmp_path: Path) -> 
 
 def test_every_dtype_and_odd_shapes_round_trip(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    tensors = {"f32": Tensor(rng.standard_normal((3, 4)).astype(np.float32)),
-               "empty": Tensor(np.zeros((0, 5))), "scalar": Tensor(np.float64(2.5)),
-               "bf16": Tensor([1.0, -2.5, float("nan")], dtype=dtypes.bfloat16),
-               "bool": Tensor(np.array([True, False])), "u64": Tensor(np.array([2**64 - 1], np.uint64)),
-               "f16": Tensor(np.array([65504, -0.0], np.float16)), "i8": Tensor(np.array([-128], np.int8))}
+    tensors = {
+        "f32": Tensor(rng.standard_normal((3, 4)).astype(np.float32)),
+        "empty": Tensor(np.zeros((0, 5))),
+        "scalar": Tensor(np.float64(2.5)),
+        "bf16": Tensor([1.0, -2.5, float("nan")], dtype=dtypes.bfloat16),
+        "bool": Tensor(np.array([True, False])),
+        "u64": Tensor(np.array([2**64 - 1], np.uint64)),
+        "f16": Tensor(np.array([65504, -0.0], np.float16)),
+        "i8": Tensor(np.array([-128], np.int8)),
+    }
     fn = tmp_path / "all.safetensors"
     safe_save(tensors, fn)
     back = safe_load(fn)

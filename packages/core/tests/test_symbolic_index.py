@@ -1,6 +1,7 @@
 """Index arithmetic as a kernel author meets it: build an index expression, simplify it, read it back (render,
 vmin/vmax, sym_infer), and check it against brute force over every value of its variables (the reference's
 semantics: floor division, Python's %)."""
+
 from __future__ import annotations
 
 import builtins
@@ -39,7 +40,8 @@ CASES = [  # (expression, its simplified text) -- the reference's normal form
 
 @pytest.mark.parametrize("build, text", CASES)
 def test_simplified_index_renders_like_the_reference_and_keeps_every_value(
-        build: Callable[[UOp, UOp, UOp], UOp], text: str) -> None:
+    build: Callable[[UOp, UOp, UOp], UOp], text: str
+) -> None:
     a, b, c = V("a", 0, 8), V("b", 0, 3), V("c", 0, 1)
     if text.startswith("(a*2+(b"):
         a, b = V("a", 0, 2), V("b", 0, 31)
@@ -52,8 +54,9 @@ def test_simplified_index_renders_like_the_reference_and_keeps_every_value(
     assert (simple.vmin, simple.vmax) == (builtins.min(got), builtins.max(got))
 
 
-@pytest.mark.parametrize("lo, hi, dlo, dhi",
-                         [(-10, 0, -10, -1), (-10, 0, 1, 10), (0, 10, -10, -1), (-7, 9, 2, 2)])
+@pytest.mark.parametrize(
+    "lo, hi, dlo, dhi", [(-10, 0, -10, -1), (-10, 0, 1, 10), (0, 10, -10, -1), (-7, 9, 2, 2)]
+)
 def test_floor_div_and_mod_bounds_are_the_exact_range(lo: int, hi: int, dlo: int, dhi: int) -> None:
     x, y = V("x", lo, hi), V("y", dlo, dhi)
     for u in (x // y, x % y):
@@ -109,6 +112,7 @@ def test_sym_infer_and_variables() -> None:
 def test_simplification_is_proved_equal_by_z3() -> None:
     z3 = pytest.importorskip("z3", reason="z3-solver is not installed (pip install z3-solver)")
     from uopgrad.z3check import uops_to_z3
+
     a, b = V("a", 0, 100), V("b", -7, 7)
     for expr in ((a * 12 + b + 7) // 6, (a * 12 + b + 7) % 6, (a // 3 + 2) // 4, (a * 4 + 3) // 4 < 20):
         solver = z3.Solver()
@@ -123,12 +127,14 @@ def test_missing_z3_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
     from uopgrad import z3check
+
     real = importlib.import_module
 
     def no_z3(name: str, *args: object) -> object:
         if name == "z3":
             raise ImportError("No module named 'z3'")
         return real(name, *args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(importlib, "import_module", no_z3)
     with pytest.raises(ImportError, match="pip install z3-solver"):
         z3check.uops_to_z3(None, V("a", 0, 1))
@@ -136,6 +142,7 @@ def test_missing_z3_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_vector_constants_fold_lane_by_lane_and_invalid_lanes_stay_invalid():
     from uopgrad.dtype import Invalid
+
     a = UOp.const(dtypes.weakint.vec(4), (1, 1, Invalid, Invalid))
     b = UOp.const(dtypes.weakint.vec(4), (1, Invalid, 1, 1))
     assert a.op is Ops.VCONST and a.arg == (1, 1, Invalid, Invalid)

@@ -95,8 +95,19 @@ def test_full_zeros_ones_are_unique_constants():
     np.testing.assert_array_equal(x.full_like(5).numpy(), [[5, 5]])
 
 
-ARANGE = [(5,), (0,), (2, 9), (2, 9, 3), (10, 0, -3), (0, 1, 0.25), (-1.5, 2.5, 0.5), (1,), (3, 3), (17,),
-          (1, 0)]
+ARANGE = [
+    (5,),
+    (0,),
+    (2, 9),
+    (2, 9, 3),
+    (10, 0, -3),
+    (0, 1, 0.25),
+    (-1.5, 2.5, 0.5),
+    (1,),
+    (3, 3),
+    (17,),
+    (1, 0),
+]
 
 
 @pytest.mark.parametrize("args", ARANGE)
@@ -155,7 +166,7 @@ POS = np.array([[0.1, 0.5, 1.0, 2.0], [3.0, 4.5, 7.0, 10.0]], dtype=np.float32)
 
 
 def _gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 UNARY = [
@@ -212,7 +223,7 @@ BINARY = [
     ("sub", lambda a, b: a - b, np.subtract),
     ("mul", lambda a, b: a * b, np.multiply),
     ("div", lambda a, b: a / b, np.divide),
-    ("pow", lambda a, b: a ** b, np.power),
+    ("pow", lambda a, b: a**b, np.power),
     ("maximum", Tensor.maximum, np.maximum),
     ("minimum", Tensor.minimum, np.minimum),
     ("lt", lambda a, b: a < b, np.less),
@@ -230,8 +241,10 @@ def test_binary_forward(name, fn, ref):
     b = np.array([[2.0, 1.0, 0.5], [-1.0, 1.0, 4.0]], dtype=np.float32)
     close(fn(Tensor(a), Tensor(b)), ref(a, b))
     close(fn(Tensor(a), 2.0), ref(a, np.float32(2.0)))
-    close(fn(2.0, Tensor(b)) if name not in ("maximum", "minimum") else fn(Tensor(b), 2.0),
-          ref(np.float32(2.0), b) if name not in ("maximum", "minimum") else ref(b, np.float32(2.0)))
+    close(
+        fn(2.0, Tensor(b)) if name not in ("maximum", "minimum") else fn(Tensor(b), 2.0),
+        ref(np.float32(2.0), b) if name not in ("maximum", "minimum") else ref(b, np.float32(2.0)),
+    )
 
 
 def test_where():
@@ -293,16 +306,19 @@ def test_mismatched_shapes_name_both():
         Tensor([True, False, True]).where(Tensor([1.0, 2.0]), 0.0)
 
 
-@pytest.mark.parametrize("a,b,expected", [
-    (dtypes.int32, dtypes.float32, dtypes.float32),
-    (dtypes.int8, dtypes.int16, dtypes.int16),
-    (dtypes.uint8, dtypes.int8, dtypes.int16),
-    (dtypes.bool, dtypes.int32, dtypes.int32),
-    (dtypes.float16, dtypes.float32, dtypes.float32),
-    (dtypes.int64, dtypes.float16, dtypes.float16),
-    (dtypes.float32, dtypes.float64, dtypes.float64),
-    (dtypes.uint32, dtypes.int32, dtypes.int64),
-])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [
+        (dtypes.int32, dtypes.float32, dtypes.float32),
+        (dtypes.int8, dtypes.int16, dtypes.int16),
+        (dtypes.uint8, dtypes.int8, dtypes.int16),
+        (dtypes.bool, dtypes.int32, dtypes.int32),
+        (dtypes.float16, dtypes.float32, dtypes.float32),
+        (dtypes.int64, dtypes.float16, dtypes.float16),
+        (dtypes.float32, dtypes.float64, dtypes.float64),
+        (dtypes.uint32, dtypes.int32, dtypes.int64),
+    ],
+)
 def test_dtype_promotion(a, b, expected):
     x, y = Tensor([1, 2], dtype=a), Tensor([1, 0], dtype=b)
     assert (x + y).dtype == expected and (y * x).dtype == expected
@@ -480,11 +496,30 @@ def test_bad_movement_arguments():
 # ---------------------------------------------------------------------- indexing
 
 IDX = [
-    0, -1, 1, (0, 1), (1, -2, 3), slice(None), slice(1, None), slice(None, -1), slice(None, None, -1),
-    (slice(None), slice(None, None, 2)), (slice(None), slice(2, 0, -1)), (Ellipsis, 1), (1, Ellipsis),
-    (None, 0), (slice(None), None, slice(None), None), (Ellipsis, None), (0, slice(None), slice(1, 4, 2)),
-    (slice(None), slice(None), slice(None, None, -3)), (slice(None), slice(None), slice(-1, 0, -2)),
-    (slice(None), slice(5, 9)), (slice(None), slice(2, 1)), (slice(-100, 100),), (1, 2, 3), (Ellipsis,),
+    0,
+    -1,
+    1,
+    (0, 1),
+    (1, -2, 3),
+    slice(None),
+    slice(1, None),
+    slice(None, -1),
+    slice(None, None, -1),
+    (slice(None), slice(None, None, 2)),
+    (slice(None), slice(2, 0, -1)),
+    (Ellipsis, 1),
+    (1, Ellipsis),
+    (None, 0),
+    (slice(None), None, slice(None), None),
+    (Ellipsis, None),
+    (0, slice(None), slice(1, 4, 2)),
+    (slice(None), slice(None), slice(None, None, -3)),
+    (slice(None), slice(None), slice(-1, 0, -2)),
+    (slice(None), slice(5, 9)),
+    (slice(None), slice(2, 1)),
+    (slice(-100, 100),),
+    (1, 2, 3),
+    (Ellipsis,),
     (slice(None), 0, None, slice(None, None, 3)),
 ]
 
@@ -512,9 +547,13 @@ def test_getitem_errors():
 
 
 SET = [
-    (1, 5.0), ((0, 1), [7.0, 8.0, 9.0, 10.0]), ((slice(None), slice(None), slice(1, 3)), -1.0),
-    ((slice(None), slice(None, None, 2)), 3.0), ((Ellipsis, slice(None, None, -2)), [1.0, 2.0]),
-    ((0, slice(None), 1), [[4.0], [5.0], [6.0]][0]), (slice(None), 0.5),
+    (1, 5.0),
+    ((0, 1), [7.0, 8.0, 9.0, 10.0]),
+    ((slice(None), slice(None), slice(1, 3)), -1.0),
+    ((slice(None), slice(None, None, 2)), 3.0),
+    ((Ellipsis, slice(None, None, -2)), [1.0, 2.0]),
+    ((0, slice(None), 1), [[4.0], [5.0], [6.0]][0]),
+    (slice(None), 0.5),
 ]
 
 
@@ -601,8 +640,18 @@ def test_clone_is_a_copy_in_a_fresh_buffer():
 # ---------------------------------------------------------------------- matmul
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
-                                   ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((5, 1, 3, 4), (2, 4, 6))])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((3, 4), (4, 5)),
+        ((4,), (4, 2)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 3, 4), (2, 4, 5)),
+        ((5, 1, 3, 4), (2, 4, 6)),
+    ],
+)
 def test_matmul(sa, sb):
     a, b = rng(0).standard_normal(sa).astype(np.float32), rng(1).standard_normal(sb).astype(np.float32)
     close(Tensor(a) @ Tensor(b), a @ b, rtol=1e-5, atol=1e-5)
@@ -625,15 +674,23 @@ def _composed_dot(a: Tensor, b: Tensor, dtype=None) -> Tensor:
     n2 = b.ndim
     ones = (1,) * min(a.ndim - 1, n2 - 1, 1)
     x = a.reshape(a.shape[:-1] + ones + a.shape[-1:])
-    wt = b.reshape(b.shape[:-2] + ones + b.shape[-min(n2, 2):]).transpose(-1, -min(n2, 2))
+    wt = b.reshape(b.shape[:-2] + ones + b.shape[-min(n2, 2) :]).transpose(-1, -min(n2, 2))
     out = least_upper_dtype(x.dtype, wt.dtype) if dtype is None else dtype
     return (x * wt).sum(-1, dtype=dtype).cast(out)
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
-                                   ((5, 1, 3, 4), (2, 4, 6))])
-@pytest.mark.parametrize("da,db", [(dtypes.float32, dtypes.float32), (dtypes.half, dtypes.half),
-                                   (dtypes.int32, dtypes.float32), (dtypes.int8, dtypes.int8)])
+@pytest.mark.parametrize(
+    "sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)), ((5, 1, 3, 4), (2, 4, 6))]
+)
+@pytest.mark.parametrize(
+    "da,db",
+    [
+        (dtypes.float32, dtypes.float32),
+        (dtypes.half, dtypes.half),
+        (dtypes.int32, dtypes.float32),
+        (dtypes.int8, dtypes.int8),
+    ],
+)
 def test_matmul_builds_the_graph_of_its_tensor_ops(sa, sb, da, db):
     # dot builds its nodes directly; they must be the very nodes of the Tensor ops it stands for, so
     # kernels and gradients are the same as for a hand-written multiply-and-sum
@@ -876,8 +933,9 @@ def test_custom_kernel_outputs_and_gradients():
     an = rng(0).standard_normal((4, 4)).astype(np.float32)
     bn = rng(1).standard_normal((4, 4)).astype(np.float32)
     a, b = Tensor(an, requires_grad=True), Tensor(bn, requires_grad=True)
-    c, d, _, _ = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul,
-                                      grad_fxn=add_mul_grad)
+    c, d, _, _ = Tensor.custom_kernel(
+        Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul, grad_fxn=add_mul_grad
+    )
     assert c.requires_grad is True and c.uop.op is Ops.AFTER and c.uop.src[1].op is Ops.CALL
     (c * d).sum().backward()  # before realizing c and d: realizing replaces their graphs by buffers
     close(c, an + bn, rtol=1e-6)
@@ -943,9 +1001,9 @@ GRAD_CASES = [
     ("sqrt", Tensor.sqrt, [_pos(5)]),
     ("rsqrt", Tensor.rsqrt, [_pos(5)]),
     ("reciprocal", Tensor.reciprocal, [_pos(5)]),
-    ("pow", lambda a, b: a ** b, [_pos(4), _r(4, seed=1)]),
-    ("pow_scalar_exponent", lambda a: a ** 3.0, [_r(4)]),
-    ("pow_scalar_base", lambda b: 2.0 ** b, [_r(4)]),
+    ("pow", lambda a, b: a**b, [_pos(4), _r(4, seed=1)]),
+    ("pow_scalar_exponent", lambda a: a**3.0, [_r(4)]),
+    ("pow_scalar_base", lambda b: 2.0**b, [_r(4)]),
     ("square", Tensor.square, [_r(5)]),
     ("maximum", Tensor.maximum, [_r(6), _r(6, seed=1)]),
     ("minimum", Tensor.minimum, [_r(6), _r(6, seed=1)]),
@@ -1006,8 +1064,11 @@ GRAD_CASES = [
     ("clone", lambda a: a.clone() * a, [_r(3)]),
     ("to_device", lambda a: (a.to("REFERENCE:1") * 2).to("REFERENCE").exp(), [_r(3)]),
     ("crossentropy", lambda a: a.sparse_categorical_crossentropy(Tensor([1, 0, 2])), [_r(3, 4)]),
-    ("mlp", lambda x, w1, w2: (x @ w1).tanh().matmul(w2).log_softmax().mean(),
-     [_r(4, 3), _r(3, 5, seed=1), _r(5, 2, seed=2)]),
+    (
+        "mlp",
+        lambda x, w1, w2: (x @ w1).tanh().matmul(w2).log_softmax().mean(),
+        [_r(4, 3), _r(3, 5, seed=1), _r(5, 2, seed=2)],
+    ),
 ]
 
 

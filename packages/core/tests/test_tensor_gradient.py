@@ -1,6 +1,7 @@
 """Tensor-level gradients on REFERENCE (docs/semantics.md §4.1, §3.1-3.4): `gradient`, `backward`,
 custom kernels with several outputs (CALL + grad_fxn, the AFTER rule, TUPLE merging) and gradients of
 intermediate views."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -167,8 +168,9 @@ def _eager_grads(a: Tensor, b: Tensor, loss_fn) -> tuple[np.ndarray, np.ndarray]
 
 def test_custom_kernel_multi_output_backward():
     a, b = _inputs()
-    c, d, _, _ = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel,
-                                      grad_fxn=add_mul_grad)
+    c, d, _, _ = Tensor.custom_kernel(
+        Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel, grad_fxn=add_mul_grad
+    )
     assert c.uop.op is Ops.AFTER and c.uop.src[1] is d.uop.src[1] and c.uop.src[1].op is Ops.CALL
     (c.sum() + d.sum()).backward()
     assert a.grad is not None and b.grad is not None
@@ -180,8 +182,9 @@ def test_custom_kernel_multi_output_backward():
 
 def test_custom_kernel_multi_output_backward_interacting():
     a, b = _inputs()
-    c, d, _, _ = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel,
-                                      grad_fxn=add_mul_grad)
+    c, d, _, _ = Tensor.custom_kernel(
+        Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel, grad_fxn=add_mul_grad
+    )
     (c * d).sum().backward()
     assert a.grad is not None and b.grad is not None
     na, nb = a.numpy(), b.numpy()
@@ -191,8 +194,15 @@ def test_custom_kernel_multi_output_backward_interacting():
 
 def test_custom_kernel_three_output_backward():
     a, b = _inputs()
-    outs = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), Tensor.empty(4, 4), a, b,
-                                fxn=add_mul_sub_kernel, grad_fxn=add_mul_sub_grad)
+    outs = Tensor.custom_kernel(
+        Tensor.empty(4, 4),
+        Tensor.empty(4, 4),
+        Tensor.empty(4, 4),
+        a,
+        b,
+        fxn=add_mul_sub_kernel,
+        grad_fxn=add_mul_sub_grad,
+    )
     c, d, e = outs[:3]
     (c.sum() + d.sum() + e.sum()).backward()
     assert a.grad is not None and b.grad is not None
@@ -210,8 +220,9 @@ def test_custom_kernel_outputs_merge_into_one_call_gradient():
         return add_mul_grad(gs[0], gs[1], call) if call is not None else (None,) * 4
 
     a, b = _inputs()
-    c, d, _, _ = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel,
-                                      grad_fxn=grad)
+    c, d, _, _ = Tensor.custom_kernel(
+        Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_mul_kernel, grad_fxn=grad
+    )
     (c.sum() * 2 + d.sum()).gradient(a, b)
     assert seen == [(2, True)]
 

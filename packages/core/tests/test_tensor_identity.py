@@ -2,6 +2,7 @@
 a leaf the user made is its own node even when its value equals another's; a write reaches every tensor that
 shares the storage (a view, a realized view, `detach()`); a lazy copy to another device taken before a write
 keeps the old values (spec/realize.md, spec/ir.md "Interning and leaves")."""
+
 import numpy as np
 import pytest
 import torch
@@ -18,12 +19,16 @@ def close(t: Tensor, want: object) -> None:
 
 
 # ---------------------------------------------------------------------- equal values, separate leaves
-@pytest.mark.parametrize("make", [
-    lambda: Tensor(3.0, dtype=F64),
-    lambda: Tensor([1.0, 2.0], dtype=F64),
-    lambda: Tensor.ones(2, dtype=F64),
-    lambda: Tensor(np.float64(3.0)),
-], ids=["scalar", "list", "ones", "numpy-scalar"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Tensor(3.0, dtype=F64),
+        lambda: Tensor([1.0, 2.0], dtype=F64),
+        lambda: Tensor.ones(2, dtype=F64),
+        lambda: Tensor(np.float64(3.0)),
+    ],
+    ids=["scalar", "list", "ones", "numpy-scalar"],
+)
 def test_equal_leaves_with_requires_grad_set_later_get_their_own_gradients(make):
     a, b = make(), make()
     print(a.numpy(), b.numpy())  # read first, as a user does
@@ -40,8 +45,10 @@ def test_equal_leaves_with_requires_grad_set_later_get_their_own_gradients(make)
 def test_requires_grad_underscore_on_equal_scalars():
     a, b = Tensor(-1.5, dtype=F64).requires_grad_(), Tensor(-1.5, dtype=F64).requires_grad_()
     (a * a * 3 + b).backward()
-    ta, tb = torch.tensor(-1.5, dtype=torch.float64, requires_grad=True), \
-        torch.tensor(-1.5, dtype=torch.float64, requires_grad=True)
+    ta, tb = (
+        torch.tensor(-1.5, dtype=torch.float64, requires_grad=True),
+        torch.tensor(-1.5, dtype=torch.float64, requires_grad=True),
+    )
     (ta * ta * 3 + tb).backward()
     close(a.grad, ta.grad)
     close(b.grad, tb.grad)
@@ -86,13 +93,17 @@ def test_a_detached_view_of_a_realized_parameter_is_written_through():
 
 
 # ---------------------------------------------------------------------- realized views keep aliasing
-@pytest.mark.parametrize("view", [
-    (lambda t: t[1:3], lambda a: a[1:3]),
-    (lambda t: t[::2], lambda a: a[::2]),
-    (lambda t: t.flip(0), lambda a: np.flip(a, 0)),
-    (lambda t: t.reshape(2, 2).permute(1, 0), lambda a: a.reshape(2, 2).transpose(1, 0)),
-    (lambda t: t.reshape(1, 4).expand(2, 4), lambda a: np.broadcast_to(a.reshape(1, 4), (2, 4))),
-], ids=["slice", "stride", "flip", "permute", "expand"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        (lambda t: t[1:3], lambda a: a[1:3]),
+        (lambda t: t[::2], lambda a: a[::2]),
+        (lambda t: t.flip(0), lambda a: np.flip(a, 0)),
+        (lambda t: t.reshape(2, 2).permute(1, 0), lambda a: a.reshape(2, 2).transpose(1, 0)),
+        (lambda t: t.reshape(1, 4).expand(2, 4), lambda a: np.broadcast_to(a.reshape(1, 4), (2, 4))),
+    ],
+    ids=["slice", "stride", "flip", "permute", "expand"],
+)
 def test_a_realized_view_sees_later_writes_into_its_base(view):
     # numpy is the oracle: all five are views there (torch copies on flip)
     ours, theirs = view

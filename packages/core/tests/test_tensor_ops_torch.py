@@ -1,5 +1,6 @@
 """The Tensor ops of tensor_elementwise / tensor_index / tensor_shape / tensor_nn against PyTorch: each
 op's forward value and its gradient (for a random cotangent) on odd shapes, in float32."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,8 +24,15 @@ def _arr(shape: tuple[int, ...], seed: int, kind: str = "normal") -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-def check(ours: Callable[..., Any], theirs: Callable[..., Any], *inputs: np.ndarray, grad: bool = True,
-          atol: float = 1e-5, rtol: float = 1e-4, consts: tuple[int, ...] = ()) -> None:
+def check(
+    ours: Callable[..., Any],
+    theirs: Callable[..., Any],
+    *inputs: np.ndarray,
+    grad: bool = True,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    consts: tuple[int, ...] = (),
+) -> None:
     """ours(*Tensors) against theirs(*torch tensors): values, then gradients of <out, v> for every input
     (but `consts`, the inputs torch can't differentiate)."""
     arrays = [np.asarray(a, np.float32) for a in inputs]
@@ -89,10 +97,16 @@ ELEMENTWISE: dict[str, tuple[Callable[..., Any], Callable[..., Any], np.ndarray]
     "diagonal dims": (lambda x: x.diagonal(-1, 1, 3), lambda x: x.diagonal(-1, 1, 3), X4),
     "diag": (lambda x: x[0].diag(), lambda x: x[0].diag(), X),
     "unfold": (lambda x: x.unfold(2, 3, 2), lambda x: x.unfold(2, 3, 2), X4),
-    "view pad_to shrink_to": (lambda x: x.view(5, 3).pad_to(6, 4).shrink_to(None, 2),
-                              lambda x: F.pad(x.view(5, 3), (0, 1, 0, 1))[:, :2], X),
-    "softmax float64": (lambda x: x.softmax(1, dtype=dtypes.float64).float(),
-                        lambda x: F.softmax(x, 1, dtype=torch.float64).float(), X),
+    "view pad_to shrink_to": (
+        lambda x: x.view(5, 3).pad_to(6, 4).shrink_to(None, 2),
+        lambda x: F.pad(x.view(5, 3), (0, 1, 0, 1))[:, :2],
+        X,
+    ),
+    "softmax float64": (
+        lambda x: x.softmax(1, dtype=dtypes.float64).float(),
+        lambda x: F.softmax(x, 1, dtype=torch.float64).float(),
+        X,
+    ),
     "log_softmax": (lambda x: x.log_softmax(0), lambda x: F.log_softmax(x, 0), X),
 }
 
@@ -106,9 +120,16 @@ def test_elementwise(name: str) -> None:
 def test_tests_and_boolean_reductions() -> None:
     a = np.array([[1.0, np.nan, -np.inf], [np.inf, 0.0, -2.0]], np.float32)
     t, tt = Tensor(a), torch.tensor(a)
-    for ours, theirs in [(t.isnan(), tt.isnan()), (t.isinf(), tt.isinf()), (t.isfinite(), tt.isfinite()),
-                         (t.isinf(detect_negative=False), tt.isposinf()), (t.any(1), tt.any(1)),
-                         (t.all(0), tt.all(0)), (t.any(), tt.any()), (t.all(), tt.all())]:
+    for ours, theirs in [
+        (t.isnan(), tt.isnan()),
+        (t.isinf(), tt.isinf()),
+        (t.isfinite(), tt.isfinite()),
+        (t.isinf(detect_negative=False), tt.isposinf()),
+        (t.any(1), tt.any(1)),
+        (t.all(0), tt.all(0)),
+        (t.any(), tt.any()),
+        (t.all(), tt.all()),
+    ]:
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
@@ -120,13 +141,23 @@ def test_div_rounding_mode(mode: str | None) -> None:
     want = torch.div(torch.tensor(a), torch.tensor(b), rounding_mode=mode)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
     assert got.dtype == (dtypes.int32 if mode else dtypes.float32)
-    check(lambda x, y: x.div(y, rounding_mode=mode) if mode else x.div(y),
-          lambda x, y: torch.div(x, y, rounding_mode=mode), X * 4, _arr((3, 5), 3, "positive") + 0.5)
+    check(
+        lambda x, y: x.div(y, rounding_mode=mode) if mode else x.div(y),
+        lambda x, y: torch.div(x, y, rounding_mode=mode),
+        X * 4,
+        _arr((3, 5), 3, "positive") + 0.5,
+    )
 
 
 # ---------------------------------------------------------------------- convolution and pooling
-CONV = [dict(), dict(stride=2), dict(padding=1), dict(dilation=2, padding=(1, 2)), dict(groups=3),
-        dict(stride=(2, 1), padding=2, dilation=(1, 2), groups=3)]
+CONV = [
+    dict(),
+    dict(stride=2),
+    dict(padding=1),
+    dict(dilation=2, padding=(1, 2)),
+    dict(groups=3),
+    dict(stride=(2, 1), padding=2, dilation=(1, 2), groups=3),
+]
 
 
 @pytest.mark.parametrize("kw", CONV, ids=str)
@@ -138,25 +169,41 @@ def test_conv2d(kw: dict[str, Any]) -> None:
 
 def test_conv1d_shape() -> None:
     x, w = _arr((2, 4, 9), 6), _arr((5, 4, 3), 7)
-    check(lambda x, w: x.conv2d(w, stride=2, padding=1), lambda x, w: F.conv1d(x, w, stride=2, padding=1),
-          x, w)
+    check(
+        lambda x, w: x.conv2d(w, stride=2, padding=1), lambda x, w: F.conv1d(x, w, stride=2, padding=1), x, w
+    )
 
 
-CONVT = [dict(), dict(stride=2), dict(stride=2, padding=1, output_padding=1), dict(dilation=2, groups=3),
-         dict(stride=(2, 3), padding=(1, 0), groups=3)]
+CONVT = [
+    dict(),
+    dict(stride=2),
+    dict(stride=2, padding=1, output_padding=1),
+    dict(dilation=2, groups=3),
+    dict(stride=(2, 3), padding=(1, 0), groups=3),
+]
 
 
 @pytest.mark.parametrize("kw", CONVT, ids=str)
 def test_conv_transpose2d(kw: dict[str, Any]) -> None:
     g = kw.get("groups", 1)
     x, w, b = _arr((2, 3, 4, 5), 8), _arr((3, 6 // g, 3, 2), 9), _arr((6,), 10)
-    check(lambda x, w, b: x.conv_transpose2d(w, b, **kw), lambda x, w, b: F.conv_transpose2d(x, w, b, **kw),
-          x, w, b)
+    check(
+        lambda x, w, b: x.conv_transpose2d(w, b, **kw),
+        lambda x, w, b: F.conv_transpose2d(x, w, b, **kw),
+        x,
+        w,
+        b,
+    )
 
 
-POOL = [dict(kernel_size=2), dict(kernel_size=3, stride=2), dict(kernel_size=(3, 2), stride=1, padding=1),
-        dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=2, stride=1, dilation=2),
-        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)]
+POOL = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2),
+    dict(kernel_size=(3, 2), stride=1, padding=1),
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+    dict(kernel_size=2, stride=1, dilation=2),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+]
 
 
 @pytest.mark.parametrize("kw", POOL, ids=str)
@@ -165,9 +212,15 @@ def test_max_pool2d(kw: dict[str, Any]) -> None:
     check(lambda x: x.max_pool2d(**kw), lambda x: F.max_pool2d(x, **kw), x)
 
 
-@pytest.mark.parametrize("kw", [*(k for k in POOL if "dilation" not in k), dict(kernel_size=3, padding=1,
-                                count_include_pad=False), dict(kernel_size=3, stride=2, padding=1,
-                                ceil_mode=True, count_include_pad=False)], ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        *(k for k in POOL if "dilation" not in k),
+        dict(kernel_size=3, padding=1, count_include_pad=False),
+        dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    ],
+    ids=str,
+)
 def test_avg_pool2d(kw: dict[str, Any]) -> None:
     check(lambda x: x.avg_pool2d(**kw), lambda x: F.avg_pool2d(x, **kw), X4)
 
@@ -175,8 +228,16 @@ def test_avg_pool2d(kw: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- normalisation and losses
 def test_batchnorm_and_layernorm() -> None:
     w, b, m, v = _arr((3,), 12), _arr((3,), 13), _arr((3,), 14), _arr((3,), 15, "positive")
-    check(lambda x, w, b, m, v: x.batchnorm(w, b, m, (v + 1e-5).rsqrt()),
-          lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, eps=1e-5), X4, w, b, m, v, consts=(3, 4))
+    check(
+        lambda x, w, b, m, v: x.batchnorm(w, b, m, (v + 1e-5).rsqrt()),
+        lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, eps=1e-5),
+        X4,
+        w,
+        b,
+        m,
+        v,
+        consts=(3, 4),
+    )
     check(lambda x: x.layernorm((-2, -1)), lambda x: F.layer_norm(x, (7, 6)), X4)
 
 
@@ -184,18 +245,34 @@ LOGITS = _arr((6, 4), 16)
 TARGETS = np.array([0, 3, 1, 1, 2, 3])
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(reduction="sum"), dict(reduction="none"),
-                                dict(label_smoothing=0.2), dict(ignore_index=1),
-                                dict(ignore_index=3, label_smoothing=0.1, reduction="sum")], ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(reduction="sum"),
+        dict(reduction="none"),
+        dict(label_smoothing=0.2),
+        dict(ignore_index=1),
+        dict(ignore_index=3, label_smoothing=0.1, reduction="sum"),
+    ],
+    ids=str,
+)
 def test_cross_entropy(kw: dict[str, Any]) -> None:
-    check(lambda x: x.cross_entropy(Tensor(TARGETS), **kw),
-          lambda x: F.cross_entropy(x, torch.tensor(TARGETS), **kw), LOGITS)
+    check(
+        lambda x: x.cross_entropy(Tensor(TARGETS), **kw),
+        lambda x: F.cross_entropy(x, torch.tensor(TARGETS), **kw),
+        LOGITS,
+    )
 
 
 def test_cross_entropy_probabilities_and_spatial() -> None:
     p = np.random.default_rng(0).dirichlet(np.ones(4), 6)
-    check(lambda x, p: x.cross_entropy(p, label_smoothing=0.1), lambda x, p: F.cross_entropy(
-        x, p, label_smoothing=0.1), LOGITS, p)
+    check(
+        lambda x, p: x.cross_entropy(p, label_smoothing=0.1),
+        lambda x, p: F.cross_entropy(x, p, label_smoothing=0.1),
+        LOGITS,
+        p,
+    )
     y = np.random.default_rng(1).integers(0, 3, (2, 7, 6))
     check(lambda x: x.cross_entropy(Tensor(y)), lambda x: F.cross_entropy(x, torch.tensor(y)), X4)
 
@@ -203,19 +280,30 @@ def test_cross_entropy_probabilities_and_spatial() -> None:
 @pytest.mark.parametrize("kw", [dict(), dict(ignore_index=1), dict(reduction="none")], ids=str)
 def test_nll_loss(kw: dict[str, Any]) -> None:
     w = _arr((4,), 17, "positive")
-    check(lambda x, w: x.log_softmax(1).nll_loss(Tensor(TARGETS), w, **kw),
-          lambda x, w: F.nll_loss(F.log_softmax(x, 1), torch.tensor(TARGETS), w, **kw), LOGITS, w,
-          consts=(1,))
+    check(
+        lambda x, w: x.log_softmax(1).nll_loss(Tensor(TARGETS), w, **kw),
+        lambda x, w: F.nll_loss(F.log_softmax(x, 1), torch.tensor(TARGETS), w, **kw),
+        LOGITS,
+        w,
+        consts=(1,),
+    )
 
 
 def test_binary_crossentropy() -> None:
     y = (np.random.default_rng(2).random((3, 5)) < 0.5).astype(np.float32)
-    check(lambda x: x.sigmoid().binary_crossentropy(Tensor(y)),
-          lambda x: F.binary_cross_entropy(torch.sigmoid(x), torch.tensor(y)), X)
+    check(
+        lambda x: x.sigmoid().binary_crossentropy(Tensor(y)),
+        lambda x: F.binary_cross_entropy(torch.sigmoid(x), torch.tensor(y)),
+        X,
+    )
     pw = _arr((5,), 18, "positive")
-    check(lambda x, pw: x.binary_crossentropy_logits(Tensor(y), "sum", pw),
-          lambda x, pw: F.binary_cross_entropy_with_logits(x, torch.tensor(y), reduction="sum",
-                                                           pos_weight=pw), X * 4, pw, consts=(1,))
+    check(
+        lambda x, pw: x.binary_crossentropy_logits(Tensor(y), "sum", pw),
+        lambda x, pw: F.binary_cross_entropy_with_logits(x, torch.tensor(y), reduction="sum", pos_weight=pw),
+        X * 4,
+        pw,
+        consts=(1,),
+    )
 
 
 def test_dropout_only_while_training() -> None:
@@ -233,12 +321,22 @@ def test_dropout_only_while_training() -> None:
 @pytest.mark.parametrize("causal", [False, True])
 def test_scaled_dot_product_attention(causal: bool) -> None:
     q, k, v = _arr((2, 3, 5, 4), 19), _arr((2, 3, 5, 4), 20), _arr((2, 3, 5, 6), 21)
-    check(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=causal),
-          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
+    check(
+        lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=causal),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        q,
+        k,
+        v,
+    )
     mask = np.random.default_rng(3).random((5, 5)) < 0.7
     np.fill_diagonal(mask, True)
-    check(lambda q, k, v: q.scaled_dot_product_attention(k, v, Tensor(mask)),
-          lambda q, k, v: F.scaled_dot_product_attention(q, k, v, torch.tensor(mask)), q, k, v)
+    check(
+        lambda q, k, v: q.scaled_dot_product_attention(k, v, Tensor(mask)),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, torch.tensor(mask)),
+        q,
+        k,
+        v,
+    )
 
 
 # ---------------------------------------------------------------------- indexing
@@ -254,21 +352,29 @@ def test_gather() -> None:
 def test_scatter() -> None:
     perm = np.array([[2, 0, 1], [0, 1, 2]])  # distinct per column: torch's result is defined
     src = _arr((2, 3), 22)
-    check(lambda x, s: x.scatter(0, Tensor(perm), s), lambda x, s: x.scatter(0, torch.tensor(perm), s),
-          X, src)
+    check(
+        lambda x, s: x.scatter(0, Tensor(perm), s), lambda x, s: x.scatter(0, torch.tensor(perm), s), X, src
+    )
     check(lambda x: x.scatter(1, Tensor(perm), 2.5), lambda x: x.scatter(1, torch.tensor(perm), 2.5), X)
     # a tensor src with reduce= is scatter_reduce's job (scatter refuses it, as the reference)
-    check(lambda x, s: x.scatter_reduce(0, Tensor(IDX), s, "sum"),
-          lambda x, s: x.scatter_add(0, torch.tensor(IDX), s), X, _arr((2, 5), 23))
+    check(
+        lambda x, s: x.scatter_reduce(0, Tensor(IDX), s, "sum"),
+        lambda x, s: x.scatter_add(0, torch.tensor(IDX), s),
+        X,
+        _arr((2, 5), 23),
+    )
 
 
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_scatter_reduce(reduce: str, include_self: bool) -> None:
     src = _arr((2, 5), 24, "distinct")
-    check(lambda x, s: x.scatter_reduce(0, Tensor(IDX), s, reduce, include_self),
-          lambda x, s: x.scatter_reduce(0, torch.tensor(IDX), s, reduce, include_self=include_self),
-          _arr((3, 5), 25, "distinct") * 0.5, src)
+    check(
+        lambda x, s: x.scatter_reduce(0, Tensor(IDX), s, reduce, include_self),
+        lambda x, s: x.scatter_reduce(0, torch.tensor(IDX), s, reduce, include_self=include_self),
+        _arr((3, 5), 25, "distinct") * 0.5,
+        src,
+    )
 
 
 def test_tensor_index_getitem() -> None:
@@ -277,18 +383,27 @@ def test_tensor_index_getitem() -> None:
     check(lambda w: w[Tensor(tokens)], lambda w: w[torch.tensor(tokens)], emb)
     x = _arr((4, 5, 6), 27)
     i, j = np.array([3, 0, 1]), np.array([[2], [3]])
-    for key in [lambda T: (slice(None), T(i)), lambda T: (T(i), slice(1, 4), T(i)),
-                lambda T: (1, T(j), T(i)), lambda T: (T(j), T(i)), lambda T: (Ellipsis, T(i)),
-                lambda T: (slice(None), T(j), T(i)), lambda T: (None, T(i), 2)]:
+    for key in [
+        lambda T: (slice(None), T(i)),
+        lambda T: (T(i), slice(1, 4), T(i)),
+        lambda T: (1, T(j), T(i)),
+        lambda T: (T(j), T(i)),
+        lambda T: (Ellipsis, T(i)),
+        lambda T: (slice(None), T(j), T(i)),
+        lambda T: (None, T(i), 2),
+    ]:
         check(lambda x, key=key: x[key(Tensor)], lambda x, key=key: x[key(torch.tensor)], x)
     assert Tensor(x)[[0, 2]].shape == (2, 5, 6)
 
 
 def test_tensor_index_setitem() -> None:
     x = _arr((4, 5, 6), 28)
-    cases = [((np.array([3, 0]),), _arr((2, 5, 6), 29)), ((slice(None), np.array([4, 1])), 7.0),
-             ((1, np.array([0, 2]), np.array([5, 1])), _arr((2,), 30)),
-             ((slice(1, 3), np.array([0, 2]), slice(None)), _arr((2, 2, 6), 31))]
+    cases = [
+        ((np.array([3, 0]),), _arr((2, 5, 6), 29)),
+        ((slice(None), np.array([4, 1])), 7.0),
+        ((1, np.array([0, 2]), np.array([5, 1])), _arr((2,), 30)),
+        ((slice(1, 3), np.array([0, 2]), slice(None)), _arr((2, 2, 6), 31)),
+    ]
     for key, v in cases:
         ours, theirs = Tensor(x.astype(np.float32)), torch.tensor(x.astype(np.float32))
         k_ours = tuple(Tensor(k) if isinstance(k, np.ndarray) else k for k in key)
@@ -326,8 +441,10 @@ def test_sort(descending: bool) -> None:
     check(lambda x: x.sort(1, descending), lambda x: tuple(torch.sort(x, 1, descending)), xd)
     check(lambda x: x.sort(0, descending), lambda x: tuple(torch.sort(x, 0, descending)), xd)
     ties = np.array([2.0, 1.0, 2.0, 0.0, 1.0], np.float32)
-    np.testing.assert_array_equal(Tensor(ties).argsort(descending=descending).numpy(),
-                                  torch.sort(torch.tensor(ties), descending=descending, stable=True)[1])
+    np.testing.assert_array_equal(
+        Tensor(ties).argsort(descending=descending).numpy(),
+        torch.sort(torch.tensor(ties), descending=descending, stable=True)[1],
+    )
 
 
 def test_topk() -> None:
@@ -360,9 +477,15 @@ def test_tril_triu() -> None:
         check(lambda x, d=d: x.triu(d), lambda x, d=d: x.triu(d), X)
 
 
-EINSUM = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]),
-          ("ij,ij->", [(3, 4), (3, 4)]), ("ii->i", [(4, 4)]), ("i,j", [(3,), (4,)]),
-          ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)])]
+EINSUM = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij,ij->", [(3, 4), (3, 4)]),
+    ("ii->i", [(4, 4)]),
+    ("i,j", [(3,), (4,)]),
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+]
 
 
 @pytest.mark.parametrize("formula,shapes", EINSUM)
@@ -378,8 +501,14 @@ def test_pad_modes(mode: str) -> None:
     check(lambda x: x.pad((1, -2, -1, 2), value=0.5), lambda x: F.pad(x, (1, -2, -1, 2), value=0.5), X4)
 
 
-INTERP = [("linear", (9,), False), ("linear", (4,), True), ("bilinear", (11, 4), False),
-          ("bilinear", (5, 9), True), ("nearest", (10, 4), False), ("nearest-exact", (3, 13), False)]
+INTERP = [
+    ("linear", (9,), False),
+    ("linear", (4,), True),
+    ("bilinear", (11, 4), False),
+    ("bilinear", (5, 9), True),
+    ("nearest", (10, 4), False),
+    ("nearest-exact", (3, 13), False),
+]
 
 
 @pytest.mark.parametrize("mode,size,align", INTERP)
@@ -392,8 +521,9 @@ def test_interpolate(mode: str, size: tuple[int, ...], align: bool) -> None:
 # ---------------------------------------------------------------------- creation
 def test_creation() -> None:
     for start, stop, n in [(0.0, 1.0, 5), (-3.0, 7.5, 11), (2.0, 2.0, 1), (1.0, 0.0, 0), (0.0, 1.0, 100)]:
-        np.testing.assert_allclose(Tensor.linspace(start, stop, n).numpy(),
-                                   torch.linspace(start, stop, n).numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            Tensor.linspace(start, stop, n).numpy(), torch.linspace(start, stop, n).numpy(), atol=1e-6
+        )
     x = Tensor.ones(3, 4, dtype=dtypes.float16)
     for t in (x.empty_like(), x.rand_like(), x.randn_like()):
         assert t.shape == (3, 4) and t.dtype == dtypes.float16
@@ -414,14 +544,22 @@ def test_binary_extras() -> None:
     check(lambda a, b: a.fmod(b), lambda a, b: torch.fmod(a, b), X * 5, _arr((3, 5), 51, "positive") + 0.5)
     check(lambda a: a.mod(1.5), lambda a: torch.remainder(a, 1.5), X * 5)
     zs = np.array([0.0, -0.0, 3.0], np.float32)
-    np.testing.assert_array_equal(Tensor([1.0, 1.0, -1.0]).copysign(Tensor(zs)).numpy(),
-                                  torch.copysign(torch.tensor([1.0, 1.0, -1.0]), torch.tensor(zs)))
+    np.testing.assert_array_equal(
+        Tensor([1.0, 1.0, -1.0]).copysign(Tensor(zs)).numpy(),
+        torch.copysign(torch.tensor([1.0, 1.0, -1.0]), torch.tensor(zs)),
+    )
     a, b = np.array([12, -7, 5, 0], np.int32), np.array([3, 2, 1, 7], np.int32)
     ta, tb, pa, pb = Tensor(a), Tensor(b), torch.tensor(a), torch.tensor(b)
-    for ours, theirs in [(ta.bitwise_and(tb), pa & pb), (ta.bitwise_or(tb), pa | pb),
-                         (ta.bitwise_xor(tb), pa ^ pb), (ta.bitwise_not(), ~pa), (ta.lshift(tb), pa << pb),
-                         (ta.rshift(1), pa >> 1),
-                         (ta.fmod(tb), torch.fmod(pa, pb)), (ta.mod(tb), torch.remainder(pa, pb))]:
+    for ours, theirs in [
+        (ta.bitwise_and(tb), pa & pb),
+        (ta.bitwise_or(tb), pa | pb),
+        (ta.bitwise_xor(tb), pa ^ pb),
+        (ta.bitwise_not(), ~pa),
+        (ta.lshift(tb), pa << pb),
+        (ta.rshift(1), pa >> 1),
+        (ta.fmod(tb), torch.fmod(pa, pb)),
+        (ta.mod(tb), torch.remainder(pa, pb)),
+    ]:
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     # the reference's form: a 0-d bool tensor (torch's is a Python bool), so `if t.allclose(u)` raises
     close, far = Tensor(X).allclose(Tensor(X) + 1e-9), Tensor(X).allclose(Tensor(X) + 1e-3)
@@ -451,8 +589,9 @@ def test_meshgrid() -> None:
 def test_nonzero_randperm_multinomial() -> None:
     m = np.array([[0, 1.5, 0], [2, 0, -1]], np.float32)
     np.testing.assert_array_equal(Tensor(m).nonzero().numpy(), torch.tensor(m).nonzero().numpy())
-    np.testing.assert_array_equal(Tensor(m).nonzero(size=4, fill_value=-1).numpy(),
-                                  [[0, 1], [1, 0], [1, 2], [-1, -1]])
+    np.testing.assert_array_equal(
+        Tensor(m).nonzero(size=4, fill_value=-1).numpy(), [[0, 1], [1, 0], [1, 2], [-1, -1]]
+    )
     p = Tensor.randperm(20).numpy()
     assert sorted(p.tolist()) == list(range(20))
     w = np.array([0.1, 0.0, 0.6, 0.3], np.float32)
@@ -461,7 +600,6 @@ def test_nonzero_randperm_multinomial() -> None:
     np.testing.assert_allclose(freq, w, atol=0.03)
     rows = Tensor(np.stack([w] * 50 + [w[::-1]] * 50)).multinomial().numpy()[:, 0]
     assert (rows[:50] != 1).all() and (rows[50:] != 2).all()  # a zero weight is never drawn
-
 
 
 def test_errors_name_the_problem() -> None:
@@ -478,8 +616,11 @@ def test_errors_name_the_problem() -> None:
         (lambda: x.cross_entropy(Tensor([0, 1]), label_smoothing=2.0), ValueError, "label_smoothing"),
         (lambda: x.gather(1, Tensor([[0, 1]])), ValueError, "gather index"),
         (lambda: x.gather(1, Tensor.ones(2, 3, 1, 1)), TypeError, "integer index"),
-        (lambda: x.scatter_reduce(1, Tensor.zeros(2, 3, 1, 1, dtype=dtypes.int32), x, "median"), ValueError,
-         "scatter_reduce reduce"),
+        (
+            lambda: x.scatter_reduce(1, Tensor.zeros(2, 3, 1, 1, dtype=dtypes.int32), x, "median"),
+            ValueError,
+            "scatter_reduce reduce",
+        ),
         (lambda: x.topk(10, 1), ValueError, "topk k=10"),
         (lambda: x.split([1, 1], 1), ValueError, "don't add up"),
         (lambda: Tensor.einsum("ij,jk->ik", x), ValueError, "names 2 operands"),
@@ -488,8 +629,11 @@ def test_errors_name_the_problem() -> None:
         (lambda: x.div(2, rounding_mode="round"), ValueError, "rounding_mode"),
         (lambda: x.gelu(approximate="erf"), ValueError, "approximate"),
         (lambda: x[Tensor([[True]])], IndexError, "masked_select"),
-        (lambda: x.scaled_dot_product_attention(x, x, Tensor.ones(7, 6), is_causal=True), ValueError,
-         "not both"),
+        (
+            lambda: x.scaled_dot_product_attention(x, x, Tensor.ones(7, 6), is_causal=True),
+            ValueError,
+            "not both",
+        ),
     ]
     for fn, err, match in cases:
         with pytest.raises(err, match=match):

@@ -1,6 +1,7 @@
 """Tensor behaviour a tinygrad user relies on, written as such a user writes it and checked against numpy,
 torch and values the reference (tinygrad ffa1aac7b1) computes: lists of numpy arrays as data, a dtype's
 element size, clones in buffers of their own, and the seeded random stream."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,14 +14,17 @@ pytestmark = pytest.mark.usefixtures("reference_default")
 
 
 # ---------------------------------------------------------------------- data
-@pytest.mark.parametrize("data,kind", [
-    ([np.array([1, 2, 3]), np.array([4, 5, 6])], dtypes.int32),
-    ([np.array([1.5, 2.0, 3.0]), np.array([1, 2, 3])], dtypes.float32),
-    ([np.array(1.0), np.array(2.0), np.array(3.0)], dtypes.float32),
-    ([np.array([True, False]), np.array([False, False])], dtypes.bool),
-    ([np.int64(7), np.int64(-2)], dtypes.int32),
-    ([[np.float32(0.5)], [np.float32(2.0)]], dtypes.float32),
-])
+@pytest.mark.parametrize(
+    "data,kind",
+    [
+        ([np.array([1, 2, 3]), np.array([4, 5, 6])], dtypes.int32),
+        ([np.array([1.5, 2.0, 3.0]), np.array([1, 2, 3])], dtypes.float32),
+        ([np.array(1.0), np.array(2.0), np.array(3.0)], dtypes.float32),
+        ([np.array([True, False]), np.array([False, False])], dtypes.bool),
+        ([np.int64(7), np.int64(-2)], dtypes.int32),
+        ([[np.float32(0.5)], [np.float32(2.0)]], dtypes.float32),
+    ],
+)
 def test_a_list_of_numpy_arrays_or_scalars_is_data(data: list, kind: object) -> None:
     t = Tensor(data)
     want = np.array(data)
@@ -68,16 +72,35 @@ def test_clone_is_stored_in_a_buffer_of_its_own() -> None:
 def test_rand_draws_the_reference_stream_after_manual_seed() -> None:
     # values the reference prints for the same calls
     Tensor.manual_seed(1337)
-    np.testing.assert_array_equal(Tensor.rand(7).numpy(), np.array(
-        [0.4886598587036133, 0.3479880094528198, 0.6593245267868042, 0.6364744901657104, 0.4711652994155884,
-         0.14146876335144043, 0.27809083461761475], np.float32))
-    np.testing.assert_array_equal(Tensor.rand(2, 2).numpy(), np.array(  # the stream goes on
-        [[0.28590357303619385, 0.546087384223938], [0.9001840353012085, 0.6165095567703247]], np.float32))
+    np.testing.assert_array_equal(
+        Tensor.rand(7).numpy(),
+        np.array(
+            [
+                0.4886598587036133,
+                0.3479880094528198,
+                0.6593245267868042,
+                0.6364744901657104,
+                0.4711652994155884,
+                0.14146876335144043,
+                0.27809083461761475,
+            ],
+            np.float32,
+        ),
+    )
+    np.testing.assert_array_equal(
+        Tensor.rand(2, 2).numpy(),
+        np.array(  # the stream goes on
+            [[0.28590357303619385, 0.546087384223938], [0.9001840353012085, 0.6165095567703247]], np.float32
+        ),
+    )
     Tensor.manual_seed(2)
-    np.testing.assert_array_equal(Tensor.rand(3, dtype=dtypes.float16).numpy(),
-                                  np.array([0.294921875, 0.6142578125, 0.623046875], np.float16))
-    np.testing.assert_array_equal(Tensor.rand(2, dtype=dtypes.float64).numpy(),
-                                  [0.7124053854561765, 0.24078813941096144])
+    np.testing.assert_array_equal(
+        Tensor.rand(3, dtype=dtypes.float16).numpy(),
+        np.array([0.294921875, 0.6142578125, 0.623046875], np.float16),
+    )
+    np.testing.assert_array_equal(
+        Tensor.rand(2, dtype=dtypes.float64).numpy(), [0.7124053854561765, 0.24078813941096144]
+    )
 
 
 def test_each_device_has_its_own_stream() -> None:
@@ -85,12 +108,15 @@ def test_each_device_has_its_own_stream() -> None:
     first = Tensor.rand(3).numpy()
     other = Tensor.rand(3, device="REFERENCE:1").numpy()
     then = Tensor.rand(3).numpy()  # the draw on the other device did not move this one
-    np.testing.assert_array_equal(first, np.array([0.3820037841796875, 0.4123044013977051,
-                                                   0.4209791421890259], np.float32))
-    np.testing.assert_array_equal(other, np.array([0.7402219772338867, 0.6731693744659424,
-                                                   0.315280556678772], np.float32))
-    np.testing.assert_array_equal(then, np.array([0.9723021984100342, 0.1385207176208496,
-                                                  0.5825724601745605], np.float32))
+    np.testing.assert_array_equal(
+        first, np.array([0.3820037841796875, 0.4123044013977051, 0.4209791421890259], np.float32)
+    )
+    np.testing.assert_array_equal(
+        other, np.array([0.7402219772338867, 0.6731693744659424, 0.315280556678772], np.float32)
+    )
+    np.testing.assert_array_equal(
+        then, np.array([0.9723021984100342, 0.1385207176208496, 0.5825724601745605], np.float32)
+    )
 
 
 def test_randperm_and_randint_follow_the_stream() -> None:

@@ -1,5 +1,6 @@
 """The live-tensor registry: a realize looks only at unrealized tensors, an assign only at the tensors stored
 in the buffer it writes, and neither index keeps a dead tensor or grows with a long loop."""
+
 from __future__ import annotations
 
 import gc

@@ -1,6 +1,7 @@
 """Edge cases of Tensor ops against PyTorch in float64 (and in the integer dtypes where an op keeps them):
 the special norms of normalize, mixed-dtype maximum / minimum, pooling with padding per side, nonzero with
 a size and bilinear interpolation of uint8 images."""
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,9 @@ def test_maximum_minimum_promote_like_pytorch(case: str, op: str) -> None:
 
 @pytest.mark.parametrize("pad", [(0, 1, 0, 1), (2, 1, 2, 1), (2, 0, 2, 1), (1, 2, 0, 1)])
 @pytest.mark.parametrize("kernel,stride", [((3, 3), None), ((3, 2), (2, 1))])
-def test_pooling_takes_pytorchs_flat_padding_as_f_pad(pad: tuple[int, ...], kernel: tuple[int, int],
-                                                     stride: tuple[int, int] | None) -> None:
+def test_pooling_takes_pytorchs_flat_padding_as_f_pad(
+    pad: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int] | None
+) -> None:
     # padding=(left, right, top, bottom) pools as the input padded by F.pad (-inf for max, counted 0s for avg)
     x, v = _x(2, 3, 13, 11), _x(1, seed=1)
     t, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
@@ -105,7 +107,8 @@ def test_nonzero_with_a_size_keeps_int_indices_whatever_the_fill() -> None:
 @pytest.mark.parametrize("shape,size", [((64, 64), (10, 10)), ((7, 9), (13, 20)), ((5, 33), (17, 8))])
 @pytest.mark.parametrize("align", [False, True])
 def test_bilinear_interpolation_of_uint8_images_is_pytorchs_to_the_bit(
-        channels: int, shape: tuple[int, int], size: tuple[int, int], align: bool) -> None:
+    channels: int, shape: tuple[int, int], size: tuple[int, int], align: bool
+) -> None:
     x = np.random.default_rng(2).integers(0, 256, (2, channels, *shape)).astype(np.uint8)
     want = F.interpolate(torch.tensor(x), size=size, mode="bilinear", align_corners=align).numpy()
     got = Tensor(x).interpolate(size, mode="linear", align_corners=align).numpy()

@@ -2,6 +2,7 @@
 scan, `Tensor.cat([a, b])` / `Tensor.stack((a, b))` on the class, and the typed error of a non-scalar
 backward(). Each case is written as a PyTorch user writes it and checked against PyTorch, values and
 gradients, in float64."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,10 +39,16 @@ CASES: list[tuple[str, Op, Op]] = [
     ("var dim", lambda x: x.var(dim=0), lambda x: x.var(dim=0)),
     ("var dim correction", lambda x: x.var(dim=2, correction=0), lambda x: x.var(dim=2, correction=0)),
     ("std dim keepdim", lambda x: x.std(dim=1, keepdim=True), lambda x: x.std(dim=1, keepdim=True)),
-    ("var_mean dim", lambda x: x.var_mean(dim=1)[0] + x.var_mean(dim=1)[1],
-     lambda x: sum(torch.var_mean(x, dim=1))),
-    ("std_mean dim", lambda x: x.std_mean(dim=-1, keepdim=True)[0],
-     lambda x: torch.std_mean(x, dim=-1, keepdim=True)[0]),
+    (
+        "var_mean dim",
+        lambda x: x.var_mean(dim=1)[0] + x.var_mean(dim=1)[1],
+        lambda x: sum(torch.var_mean(x, dim=1)),
+    ),
+    (
+        "std_mean dim",
+        lambda x: x.std_mean(dim=-1, keepdim=True)[0],
+        lambda x: torch.std_mean(x, dim=-1, keepdim=True)[0],
+    ),
     ("logsumexp dim", lambda x: x.logsumexp(dim=1), lambda x: x.logsumexp(dim=1)),
     ("softmax dim", lambda x: x.softmax(dim=-1), lambda x: x.softmax(dim=-1)),
     ("log_softmax dim", lambda x: x.log_softmax(dim=0), lambda x: x.log_softmax(dim=0)),
@@ -70,13 +77,19 @@ def test_dim_spelling_matches_pytorch_values_and_gradients(uop_call: Op, torch_c
 
 INDEX_CASES: list[tuple[str, Op, Op]] = [
     ("argmax dim", lambda x: x.argmax(dim=0), lambda x: x.argmax(dim=0)),
-    ("argmax dim keepdim", lambda x: x.argmax(dim=-1, keepdim=True),
-     lambda x: x.argmax(dim=-1, keepdim=True)),
+    (
+        "argmax dim keepdim",
+        lambda x: x.argmax(dim=-1, keepdim=True),
+        lambda x: x.argmax(dim=-1, keepdim=True),
+    ),
     ("argmin dim", lambda x: x.argmin(dim=1), lambda x: x.argmin(dim=1)),
     ("cummax indices", lambda x: x.cummax(dim=2)[1], lambda x: x.cummax(dim=2).indices),
     ("any dim", lambda x: (x > 1).any(dim=1), lambda x: (x > 1).any(dim=1)),
-    ("all dim keepdim", lambda x: (x > -2).all(dim=0, keepdim=True),
-     lambda x: (x > -2).all(dim=0, keepdim=True)),
+    (
+        "all dim keepdim",
+        lambda x: (x > -2).all(dim=0, keepdim=True),
+        lambda x: (x > -2).all(dim=0, keepdim=True),
+    ),
 ]
 
 
@@ -108,23 +121,33 @@ def test_the_reference_spellings_keep_working() -> None:
 
 
 JOIN_CASES: list[tuple[str, Callable[[Any, Any, Any], Any], Callable[[Any, Any, Any], Any]]] = [
-    ("cat list dim", lambda a, b, c: Tensor.cat([a, b, c], dim=1),
-     lambda a, b, c: torch.cat([a, b, c], dim=1)),
+    (
+        "cat list dim",
+        lambda a, b, c: Tensor.cat([a, b, c], dim=1),
+        lambda a, b, c: torch.cat([a, b, c], dim=1),
+    ),
     ("cat tuple", lambda a, b, c: Tensor.cat((a, b)), lambda a, b, c: torch.cat((a, b))),
     ("cat one", lambda a, b, c: Tensor.cat([c], dim=-1), lambda a, b, c: torch.cat([c], dim=-1)),
     ("cat reference", lambda a, b, c: a.cat(b, c, dim=0), lambda a, b, c: torch.cat([a, b, c], dim=0)),
     ("stack tuple", lambda a, b, c: Tensor.stack((a, b)), lambda a, b, c: torch.stack((a, b))),
-    ("stack list dim", lambda a, b, c: Tensor.stack([a, b, c], dim=1),
-     lambda a, b, c: torch.stack([a, b, c], dim=1)),
-    ("stack negative dim", lambda a, b, c: Tensor.stack([a, c], dim=-1),
-     lambda a, b, c: torch.stack([a, c], dim=-1)),
+    (
+        "stack list dim",
+        lambda a, b, c: Tensor.stack([a, b, c], dim=1),
+        lambda a, b, c: torch.stack([a, b, c], dim=1),
+    ),
+    (
+        "stack negative dim",
+        lambda a, b, c: Tensor.stack([a, c], dim=-1),
+        lambda a, b, c: torch.stack([a, c], dim=-1),
+    ),
     ("stack reference", lambda a, b, c: a.stack(b, dim=2), lambda a, b, c: torch.stack([a, b], dim=2)),
 ]
 
 
 @pytest.mark.parametrize("uop_call,torch_call", [c[1:] for c in JOIN_CASES], ids=[c[0] for c in JOIN_CASES])
-def test_cat_and_stack_on_the_class_match_pytorch(uop_call: Callable[[Any, Any, Any], Any],
-                                                  torch_call: Callable[[Any, Any, Any], Any]) -> None:
+def test_cat_and_stack_on_the_class_match_pytorch(
+    uop_call: Callable[[Any, Any, Any], Any], torch_call: Callable[[Any, Any, Any], Any]
+) -> None:
     xs = [_x(2, 3, seed=s) for s in range(3)]
     ts = [Tensor(x, requires_grad=True) for x in xs]
     tts = [torch.tensor(x, requires_grad=True) for x in xs]

@@ -254,8 +254,10 @@ def test_broadcast_constants_built_again_are_the_same_nodes_and_keep_the_sign_of
     b = UOp.const(dtypes.float, other, "CPU", (2, 3))
     assert math.copysign(1, a.base.arg) == math.copysign(1, first)
     assert math.copysign(1, b.base.arg) == math.copysign(1, other)
-    assert UOp.const(dtypes.int, True, "CPU", (2,)).base.arg == 1 and \
-        type(UOp.const(dtypes.int, True, "CPU", (2,)).base.arg) is int
+    assert (
+        UOp.const(dtypes.int, True, "CPU", (2,)).base.arg == 1
+        and type(UOp.const(dtypes.int, True, "CPU", (2,)).base.arg) is int
+    )
     assert type(UOp.const(dtypes.bool, 1, "CPU", (2,)).base.arg) is bool
 
 
@@ -295,13 +297,14 @@ def test_const_like_shape_device_dtype():
 
 # ---------------------------------------------------------------------- the Ops enum
 
+
 def _semantics_ops_order() -> list[str]:
     """docs/semantics.md §1.4's list of the ops, its `ALU` the rows of the ALU table in their order."""
     text = (Path(__file__).parents[3] / "docs" / "semantics.md").read_text()
-    section = text[text.index("### 1.4 The Ops enum"):text.index("### 1.5")]
+    section = text[text.index("### 1.4 The Ops enum") : text.index("### 1.5")]
     listed = [name.strip() for name in section.split("```")[1].replace("\n", " ").split(",")]
     i = listed.index("ALU")
-    return [*listed[:i], *(op.name for op in ALU), *listed[i + 1:]]
+    return [*listed[:i], *(op.name for op in ALU), *listed[i + 1 :]]
 
 
 def test_ops_order_matches_the_semantics_list_exactly():
@@ -313,7 +316,7 @@ def test_ops_order_matches_the_semantics_list_exactly():
 def test_reference_spec_lists_every_alu_op_once():
     # spec/reference.md §3 is the one list of the ALU ops (numerics and gradient): a row each, as ALU has
     text = (Path(__file__).parents[3] / "spec" / "reference.md").read_text()
-    section = text[text.index("## 3. ALU ops"):text.index("## 4.")]
+    section = text[text.index("## 3. ALU ops") : text.index("## 4.")]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| ")]
     listed = [name.strip() for row in rows[1:] for name in row.split(",")]  # rows[0] is the header
     assert sorted(listed) == sorted(op.name for op in ALU)
@@ -324,8 +327,17 @@ def test_reference_spec_lists_every_alu_op_once():
 
 def test_shapeless_ops():
     x = buf(4)
-    shapeless = [UOp(Ops.UNIQUE, arg=99), UOp(Ops.DEVICE, arg="CPU"), UOp(Ops.LUNIQUE, arg=0), x.sink(),
-                 UOp.maketuple(x), UOp(Ops.NOOP), UOp(Ops.MULTI, arg=0), (x + 1).call(), x.sink().call()]
+    shapeless = [
+        UOp(Ops.UNIQUE, arg=99),
+        UOp(Ops.DEVICE, arg="CPU"),
+        UOp(Ops.LUNIQUE, arg=0),
+        x.sink(),
+        UOp.maketuple(x),
+        UOp(Ops.NOOP),
+        UOp(Ops.MULTI, arg=0),
+        (x + 1).call(),
+        x.sink().call(),
+    ]
     for u in shapeless:
         assert u._shape is None, u.op
         with pytest.raises(RuntimeError):
@@ -346,8 +358,14 @@ def test_scalar_and_leaf_shapes():
 def test_pass_through_shapes():
     x = buf(2, 3)
     dep = UOp.new_buffer("CPU", 1, dtypes.int)
-    for u in (x.detach(), x.contiguous_backward(), UOp(Ops.CONTIGUOUS, dtypes.float, (x,)), x.after(dep),
-              x.copy_to_device("CPU:1"), UOp(Ops.REDUCE, dtypes.float, (x,), (Ops.ADD, ()))):
+    for u in (
+        x.detach(),
+        x.contiguous_backward(),
+        UOp(Ops.CONTIGUOUS, dtypes.float, (x,)),
+        x.after(dep),
+        x.copy_to_device("CPU:1"),
+        UOp(Ops.REDUCE, dtypes.float, (x,), (Ops.ADD, ())),
+    ):
         assert u.shape == (2, 3), u.op
 
 
@@ -389,20 +407,23 @@ def test_movement_methods_return_self_when_nothing_changes():
     assert x.pad(((0, 0), (0, 0))) is x and x.shrink(((0, 2), (0, 3))) is x and x.flip() is x
 
 
-@pytest.mark.parametrize("make", [
-    lambda x: UOp(Ops.RESHAPE, x.dtype, (x, shape_vec((4,)))),           # element count differs
-    lambda x: UOp(Ops.RESHAPE, x.dtype, (x, shape_vec((6, -1)))),        # negative dimension
-    lambda x: UOp(Ops.EXPAND, x.dtype, (x, shape_vec((6, 2)))),          # rank differs
-    lambda x: UOp(Ops.EXPAND, x.dtype, (x, shape_vec((7,)))),            # 6 can't grow
-    lambda x: UOp(Ops.PERMUTE, x.dtype, (x,), (1, 0)),                   # too many axes
-    lambda x: UOp(Ops.PAD, x.dtype, (x, shape_vec((-1,)), shape_vec((0,)))),   # negative pad
-    lambda x: UOp(Ops.PAD, x.dtype, (x, shape_vec((1, 1)), shape_vec((0, 0)))),  # pairs != rank
-    lambda x: UOp(Ops.SHRINK, x.dtype, (x, shape_vec((2,)), shape_vec((1,)))),   # start > end
-    lambda x: UOp(Ops.SHRINK, x.dtype, (x, shape_vec((0,)), shape_vec((7,)))),   # out of bounds
-    lambda x: UOp(Ops.FLIP, x.dtype, (x,), (True, False)),                # flags != rank
-    lambda x: UOp(Ops.REDUCE, x.dtype, (x,), (Ops.ADD, (1,))),           # axis out of range
-    lambda x: UOp(Ops.EXPAND, x.dtype, (x.reshape(6, 1), shape_vec((6, -3)))),  # negative size
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: UOp(Ops.RESHAPE, x.dtype, (x, shape_vec((4,)))),  # element count differs
+        lambda x: UOp(Ops.RESHAPE, x.dtype, (x, shape_vec((6, -1)))),  # negative dimension
+        lambda x: UOp(Ops.EXPAND, x.dtype, (x, shape_vec((6, 2)))),  # rank differs
+        lambda x: UOp(Ops.EXPAND, x.dtype, (x, shape_vec((7,)))),  # 6 can't grow
+        lambda x: UOp(Ops.PERMUTE, x.dtype, (x,), (1, 0)),  # too many axes
+        lambda x: UOp(Ops.PAD, x.dtype, (x, shape_vec((-1,)), shape_vec((0,)))),  # negative pad
+        lambda x: UOp(Ops.PAD, x.dtype, (x, shape_vec((1, 1)), shape_vec((0, 0)))),  # pairs != rank
+        lambda x: UOp(Ops.SHRINK, x.dtype, (x, shape_vec((2,)), shape_vec((1,)))),  # start > end
+        lambda x: UOp(Ops.SHRINK, x.dtype, (x, shape_vec((0,)), shape_vec((7,)))),  # out of bounds
+        lambda x: UOp(Ops.FLIP, x.dtype, (x,), (True, False)),  # flags != rank
+        lambda x: UOp(Ops.REDUCE, x.dtype, (x,), (Ops.ADD, (1,))),  # axis out of range
+        lambda x: UOp(Ops.EXPAND, x.dtype, (x.reshape(6, 1), shape_vec((6, -3)))),  # negative size
+    ],
+)
 def test_bad_movement_arguments_raise_value_error(make):
     with pytest.raises(ValueError):
         make(UOp.new_buffer("CPU", 6, dtypes.float)).shape
@@ -410,8 +431,11 @@ def test_bad_movement_arguments_raise_value_error(make):
 
 def test_movement_on_a_shapeless_node_raises_runtime_error():
     d = UOp(Ops.DEVICE, arg="CPU")
-    for u in (UOp(Ops.RESHAPE, dtypes.float, (d, shape_vec((1,)))), UOp(Ops.PERMUTE, dtypes.float, (d,), ()),
-              UOp(Ops.REDUCE, dtypes.float, (d,), (Ops.ADD, (0,)))):
+    for u in (
+        UOp(Ops.RESHAPE, dtypes.float, (d, shape_vec((1,)))),
+        UOp(Ops.PERMUTE, dtypes.float, (d,), ()),
+        UOp(Ops.REDUCE, dtypes.float, (d,), (Ops.ADD, (0,))),
+    ):
         with pytest.raises(RuntimeError):
             u.shape
 
@@ -433,6 +457,7 @@ def test_threads_asking_facts_of_one_new_graph_all_get_them():
     """Facts of a fresh graph filled by several threads at once, each walking it in its own order: every
     thread gets every node's fact, and every node ends up holding it."""
     import threading
+
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
     try:
@@ -445,8 +470,12 @@ def test_threads_asking_facts_of_one_new_graph_all_get_them():
             start = threading.Barrier(8)
             op_fact: Fact[Ops] = Fact("test_threads", lambda n: n.op)
 
-            def ask(order: list[UOp], start: threading.Barrier = start,
-                    errors: list[BaseException] = errors, op_fact: Fact[Ops] = op_fact) -> None:
+            def ask(
+                order: list[UOp],
+                start: threading.Barrier = start,
+                errors: list[BaseException] = errors,
+                op_fact: Fact[Ops] = op_fact,
+            ) -> None:
                 try:
                     start.wait()
                     for u in order:
@@ -497,7 +526,6 @@ def test_a_fact_is_computed_once_per_node_sources_first():
     assert len(calls) == len([u for u in w.toposort() if u not in z.toposort()])
 
 
-
 def test_facts_start_not_computed_and_are_kept_by_the_node():
     """Every fact slot of a new node holds NOT_COMPUTED (no slot is left unset), and a Fact without a rule
     is filled by its module's own walk through known/get/put."""
@@ -514,6 +542,7 @@ def test_facts_start_not_computed_and_are_kept_by_the_node():
 
 def test_a_failed_fact_is_kept_and_raised_where_asked():
     from uopgrad.errors import ShapeError
+
     asked: list[UOp] = []
 
     def fails(u: UOp) -> int:
@@ -578,8 +607,13 @@ def test_param_like_of_a_bind_is_a_variable_param():
     # observed at the reference: PARAM(arg=5, src=(STACK<empty>, NOOP, CONST 0, CONST 7, NOOP('sp')))
     p = UOp.variable("sp", 0, 7).bind(3).param_like(5)
     assert p.arg == 5 and p.dtype == dtypes.index
-    assert p.src == (UOp(Ops.STACK, dtypes.index.vec(0)), UOp(Ops.NOOP), UOp(Ops.CONST, dtypes.index, (), 0),
-                     UOp(Ops.CONST, dtypes.index, (), 7), UOp(Ops.NOOP, arg="sp"))
+    assert p.src == (
+        UOp(Ops.STACK, dtypes.index.vec(0)),
+        UOp(Ops.NOOP),
+        UOp(Ops.CONST, dtypes.index, (), 0),
+        UOp(Ops.CONST, dtypes.index, (), 7),
+        UOp(Ops.NOOP, arg="sp"),
+    )
     assert p.shape == ()
 
 
@@ -661,8 +695,13 @@ def test_call_info_equality_hash_and_pickling():
     a, b = CallInfo(grad, (), "f", True, False), CallInfo(grad, (), "f", True, False)
     assert a == b and hash(a) == hash(b)
     assert a != CallInfo(grad, (), "g", True, False) and a != CallInfo(None, (), "f", True, False)
-    assert [f.name for f in a.__dataclass_fields__.values()] == \
-        ["grad_fxn", "metadata", "name", "precompile", "precompile_backward"]
+    assert [f.name for f in a.__dataclass_fields__.values()] == [
+        "grad_fxn",
+        "metadata",
+        "name",
+        "precompile",
+        "precompile_backward",
+    ]
     restored = pickle.loads(pickle.dumps(a))
     assert restored.grad_fxn is None and restored == CallInfo(None, (), "f", True, False)
     assert "grad_fxn 0x" in repr(a) and "grad at" not in repr(a)
@@ -686,14 +725,27 @@ def test_contiguous_buffer_identity():
     p = UOp.param(0, dtypes.float, (6,), "CPU")
     view = UOp(Ops.BUFFER_VIEW, dtypes.float, (x,), (6, 0))
     multi = UOp(Ops.MULTI, dtypes.float, (x,), 0)
-    kept = [x, p, view, x.reshape(2, 3), multi, multi.reshape(2, 3), UOp.maketuple(x).gettuple(0),
-            UOp.maketuple(x.reshape(3, 2)).gettuple(0)]
+    kept = [
+        x,
+        p,
+        view,
+        x.reshape(2, 3),
+        multi,
+        multi.reshape(2, 3),
+        UOp.maketuple(x).gettuple(0),
+        UOp.maketuple(x.reshape(3, 2)).gettuple(0),
+    ]
     for u in kept:
         assert u.contiguous() is u, u.op
     c = (x + 1).contiguous()
     assert c.op is Ops.CONTIGUOUS and c.contiguous() is c
-    for u in (x.reshape(2, 3).permute(1, 0), x.reshape(1, 6).expand(2, 6), x.flip(0), x + 1,
-              (x.param_like(0) + 1).call(x).gettuple(0)):
+    for u in (
+        x.reshape(2, 3).permute(1, 0),
+        x.reshape(1, 6).expand(2, 6),
+        x.flip(0),
+        x + 1,
+        (x.param_like(0) + 1).call(x).gettuple(0),
+    ):
         assert u.contiguous().op is Ops.CONTIGUOUS and u.contiguous().src == (u,)
 
 

@@ -1,5 +1,6 @@
 """VIZ pages as a user gets them: UOPGRAD_VIZ=DIR in a fresh process, and the API; checked by parsing the
 HTML (and the SVG inside it as XML), and by a screenshot in headless Chromium where one is installed."""
+
 import os
 import re
 import shutil
@@ -52,8 +53,11 @@ def svgs_of(text: str) -> list[ET.Element]:
 
 
 def node_texts(svg: ET.Element) -> list[str]:
-    return [" ".join(t.text or "" for t in g.iter(f"{SVG}text")) for g in svg.iter(f"{SVG}g")
-            if g.get("class") == "node"]
+    return [
+        " ".join(t.text or "" for t in g.iter(f"{SVG}text"))
+        for g in svg.iter(f"{SVG}g")
+        if g.get("class") == "node"
+    ]
 
 
 def program(device="REFERENCE"):
@@ -82,8 +86,12 @@ def test_capture_writes_one_page_per_realize_with_every_section(tmp_path):
     assert sum(t.startswith("REFERENCE") for t in schedule) == 3  # 2 inputs, 1 output
     steps = [c for c in page.figcaptions]
     assert steps[0] == "step 1/5: as scheduled"
-    assert [re.sub(r".*: ", "", s) for s in steps[1:]] == \
-        ["after 'index'", "after 'reduce'", "after 'index dtype'", "after 'decompositions'"]
+    assert [re.sub(r".*: ", "", s) for s in steps[1:]] == [
+        "after 'index'",
+        "after 'reduce'",
+        "after 'index dtype'",
+        "after 'decompositions'",
+    ]
     assert len(svgs) == 2 + len(steps)  # tensor graph, schedule, one per step
     # the steps differ: lowering replaces the tensor-level body with loops and loads
     ops_before = {t.split()[0] for t in node_texts(svgs[2])}
@@ -94,7 +102,7 @@ def test_capture_writes_one_page_per_realize_with_every_section(tmp_path):
 
 
 def test_every_edge_ends_on_a_node_and_labels_are_escaped(tmp_path):
-    u = UOp.variable("n<&>\"", 1, 8) * 2 + 1
+    u = UOp.variable('n<&>"', 1, 8) * 2 + 1
     path = viz.write_page(u.sink(), tmp_path / "sym.html")
     svg = svgs_of(path.read_text())[0]  # parses as XML: every text was escaped
     assert any('n<&>"' in t for t in node_texts(svg))
@@ -147,9 +155,21 @@ def test_screenshot_in_headless_chromium(tmp_path):
     with viz.capture(tmp_path) as written:
         program().numpy()
     shot = tmp_path / "page.png"
-    subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1200,1600", f"--screenshot={shot}", written[0].resolve().as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            _browser(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,1600",
+            f"--screenshot={shot}",
+            written[0].resolve().as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
@@ -164,9 +184,14 @@ def test_the_page_script_opens_the_step_a_link_names(tmp_path):
     with viz.capture(tmp_path) as written:
         program().numpy()
     url = written[0].resolve().as_uri() + "#kernel-0-step-3"
-    dom = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    kernel = dom[dom.index('<section id="kernel-0"'):]
+    dom = subprocess.run(
+        [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    kernel = dom[dom.index('<section id="kernel-0"') :]
     figures = re.findall(r'<figure class="step" data-step="(\d+)"( hidden(?:="")?)?>', kernel)
     assert len(figures) == 5
     assert [s for s, hidden in figures if not hidden] == ["2"]  # the script ran: only step 3 shows

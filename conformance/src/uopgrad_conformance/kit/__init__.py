@@ -14,6 +14,7 @@ package runs it with one test module, the way ONNX's `BackendTest(backend)` is u
 Dtypes the backend does not claim are skipped with the reason. What is a backend's own (compiler flags,
 runtime quirks, renderer goldens) stays in its own tests.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -38,11 +39,18 @@ def private_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 def backend_tests(device: str) -> dict[str, Any]:
     """The kit's tests and fixtures for `device`, to put in a test module's globals."""
+
     def kit_device() -> str:
         return device
 
     found: dict[str, Callable[..., Any]] = {
-        name: fn for mod in (kernels, pipeline) for name, fn in vars(mod).items()
-        if name.startswith("test_") and callable(fn)}
-    return {**found, "kit_device": pytest.fixture(scope="session")(kit_device),
-            "private_compile_cache": private_compile_cache}
+        name: fn
+        for mod in (kernels, pipeline)
+        for name, fn in vars(mod).items()
+        if name.startswith("test_") and callable(fn)
+    }
+    return {
+        **found,
+        "kit_device": pytest.fixture(scope="session")(kit_device),
+        "private_compile_cache": private_compile_cache,
+    }

@@ -1,6 +1,7 @@
 """Data and probes for a grid backend's tests of grouped reductions (uopgrad.codegen.group, spec/opt.md §4):
 the reference bits of an unoptimised float MAX, rows that stress them (ties of ±0, NaN payloads), and the
 sources a renderer printed during a test. Shared by the OpenCL and CUDA backends' `test_group_reduce.py`."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -51,5 +52,6 @@ def recorded_sources(monkeypatch: pytest.MonkeyPatch, renderer: type[Renderer]) 
         src = real(self, program)
         seen.append(src)
         return src
+
     monkeypatch.setattr(renderer, "render", recording)
     return seen

@@ -7,6 +7,7 @@ over-wide shifts, division by zero). Results must match bit for bit, except the 
 (the device's math library and numpy may differ in the last places), which must agree to a few ulps. A
 dtype the backend does not claim is skipped with the reason.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,15 +47,45 @@ def pool(dt: DType) -> np.ndarray:
         return np.array([False, True])
     if dtypes.is_float(dt):
         info = np.finfo(npdt)
-        vals = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 7.75, -7.75, 1e-3, 100.0, 1e4, float(info.max),
-                float(info.smallest_subnormal), -float(info.smallest_subnormal), float(info.tiny), math.inf,
-                -math.inf, math.nan]
+        vals = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -2.5,
+            3.0,
+            7.75,
+            -7.75,
+            1e-3,
+            100.0,
+            1e4,
+            float(info.max),
+            float(info.smallest_subnormal),
+            -float(info.smallest_subnormal),
+            float(info.tiny),
+            math.inf,
+            -math.inf,
+            math.nan,
+        ]
         return np.array(vals, dtype=npdt)
     info2 = np.iinfo(npdt)
     bits = 8 * dt.itemsize
-    vals2 = [0, 1, 2, 3, 7, 100, bits - 1, bits, int(info2.max), int(info2.max) - 1, int(info2.min),
-             int(info2.min) + 1]
-    vals2 += [2**(bits - 1)] if dtypes.is_unsigned(dt) else [-1, -2, -3, -7, -100, -bits]
+    vals2 = [
+        0,
+        1,
+        2,
+        3,
+        7,
+        100,
+        bits - 1,
+        bits,
+        int(info2.max),
+        int(info2.max) - 1,
+        int(info2.min),
+        int(info2.min) + 1,
+    ]
+    vals2 += [2 ** (bits - 1)] if dtypes.is_unsigned(dt) else [-1, -2, -3, -7, -100, -bits]
     return np.array([v for v in vals2 if info2.min <= v <= info2.max], dtype=npdt)
 
 
@@ -170,8 +201,23 @@ def test_kernel_max_keeps_numpys_choice_of_zero_and_nan(kit_device: str, dt: DTy
 
 
 # out-of-range and fractional values for float -> int, and the float32 extremes for float -> half
-CAST_EXTRA = [2.0**31, -2.0**31 - 1, 2.0**32 + 5, 2.0**63, -2.0**63, 2.0**64 + 2**12, 1e30, -1e30, 300.7,
-              -1.7, 255.9, 65535.5, 4.5e15, 3e38, -3e38]
+CAST_EXTRA = [
+    2.0**31,
+    -(2.0**31) - 1,
+    2.0**32 + 5,
+    2.0**63,
+    -(2.0**63),
+    2.0**64 + 2**12,
+    1e30,
+    -1e30,
+    300.7,
+    -1.7,
+    255.9,
+    65535.5,
+    4.5e15,
+    3e38,
+    -3e38,
+]
 
 
 @pytest.mark.parametrize(("src", "dst"), [(s, d) for s in ALL for d in ALL if s != d], ids=str)
@@ -188,8 +234,9 @@ def test_kernel_cast(kit_device: str, src: DType, dst: DType) -> None:
     assert_same(got, want, msg=f"CAST {src} -> {dst}")
 
 
-@pytest.mark.parametrize(("src", "dst"), [(s, d) for s in ALL for d in ALL
-                                          if s != d and s.itemsize == d.itemsize], ids=str)
+@pytest.mark.parametrize(
+    ("src", "dst"), [(s, d) for s in ALL for d in ALL if s != d and s.itemsize == d.itemsize], ids=str
+)
 def test_kernel_bitcast(kit_device: str, src: DType, dst: DType) -> None:
     """BITCAST between every pair of dtypes of one size (bool's byte included)."""
     backend = backend_for(kit_device, src, dst)

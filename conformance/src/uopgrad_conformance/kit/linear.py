@@ -5,6 +5,7 @@ elementwise op, the definition the backend must match.
 The programs are loop-style (one RANGE over the elements): on a grid-style backend they run as a single
 work-item, which is all an op's numerics need. Grid launches are checked through the whole pipeline.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,18 +15,37 @@ from uopgrad.backend import CompiledBackend, Device
 from uopgrad.codegen import Program
 from uopgrad.renderer import Renderer
 
-__all__ = ["alu", "const", "elementwise", "grid_row_sums", "linear", "load", "out_dtype", "param", "prog",
-           "reference", "render", "run", "special", "store"]
+__all__ = [
+    "alu",
+    "const",
+    "elementwise",
+    "grid_row_sums",
+    "linear",
+    "load",
+    "out_dtype",
+    "param",
+    "prog",
+    "reference",
+    "render",
+    "run",
+    "special",
+    "store",
+]
 
 i32 = dtypes.int32
 
 
-def prog(name: str, uops: tuple[UOp, ...], global_size: tuple[int, int, int] | None = None,
-         local_size: tuple[int, int, int] | None = None) -> Program:
+def prog(
+    name: str,
+    uops: tuple[UOp, ...],
+    global_size: tuple[int, int, int] | None = None,
+    local_size: tuple[int, int, int] | None = None,
+) -> Program:
     """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
     slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
-    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), (), global_size,
-                   local_size)
+    return Program(
+        name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), (), global_size, local_size
+    )
 
 
 def linear(*roots: UOp) -> tuple[UOp, ...]:
@@ -36,8 +56,7 @@ def linear(*roots: UOp) -> tuple[UOp, ...]:
     return tuple(out)
 
 
-def render(renderer: Renderer, name: str, *roots: UOp,
-           local_size: tuple[int, int, int] | None = None) -> str:
+def render(renderer: Renderer, name: str, *roots: UOp, local_size: tuple[int, int, int] | None = None) -> str:
     """The source `renderer` prints for the program of `roots` (in `linear`'s order)."""
     return renderer.render(prog(name, linear(*roots), None, local_size))
 
@@ -59,14 +78,20 @@ def special(name: str, n: int) -> UOp:
 
 def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
     """buf[idx] (0 where `gate` is false)."""
-    return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)),
-                                          *(() if gate is None else (gate,))))
+    return UOp(
+        Ops.LOAD,
+        buf.dtype.base,
+        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), *(() if gate is None else (gate,))),
+    )
 
 
 def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
     """buf[idx] = val (only where `gate` is true)."""
-    return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val,
-                                        *(() if gate is None else (gate,))))
+    return UOp(
+        Ops.STORE,
+        dtypes.void,
+        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val, *(() if gate is None else (gate,))),
+    )
 
 
 def alu(op: Ops, *srcs: UOp) -> UOp:
@@ -100,8 +125,13 @@ def grid_row_sums(n: UOp, rows: int = 4, size: int = 256) -> Program:
     return Program(f"r_{rows}_n", uops, (0, 1, 2), (n,), (0,), (2,), (rows, 1, 1), (1, 1, 1))
 
 
-def run(backend: CompiledBackend, program: Program, out: tuple[int, DType], *ins: np.ndarray,
-        vals: tuple[int, ...] = ()) -> np.ndarray:
+def run(
+    backend: CompiledBackend,
+    program: Program,
+    out: tuple[int, DType],
+    *ins: np.ndarray,
+    vals: tuple[int, ...] = (),
+) -> np.ndarray:
     """Render, compile and launch `program` on `backend` as its realize would (the renderer's function
     name, the program's launch sizes); returns the contents of buffer 0."""
     src = backend.renderer.render(program)

@@ -7,6 +7,7 @@ renderer, and is listed as available, with its package and dtypes, by `uopgrad d
     from uopgrad_conformance.kit.package import package_tests
     globals().update(package_tests("uopgrad_xyz", device="XYZ"))
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,6 +41,7 @@ def _normalized(dist: str) -> str:
 
 def package_tests(module: str, device: str | None = None) -> dict[str, Callable[..., Any]]:
     """Tests of the package `module`; `device` names the backend its entry point registers, if any."""
+
     def test_import_loads_no_other_uopgrad_package() -> None:
         assert ast.literal_eval(_python(f"import sys, {module}; {LIST_PACKAGES}")) == [module]
 
@@ -47,7 +49,8 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
         assert importlib.resources.files(module).joinpath("py.typed").is_file()
 
     tests: dict[str, Callable[..., Any]] = {
-        f.__name__: f for f in (test_import_loads_no_other_uopgrad_package, test_ships_py_typed)}
+        f.__name__: f for f in (test_import_loads_no_other_uopgrad_package, test_ships_py_typed)
+    }
     if device is None:
         return tests
 
@@ -74,14 +77,20 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
 
     def test_the_target_is_built_by_the_renderer() -> None:
         entry_point()
-        code = (f"from uopgrad import Device; b = Device[{device!r}]; t = b.capabilities; "
-                "print(t == b.renderer.target(t.dtypes) and hash(t) == hash(b.renderer.target(t.dtypes)))")
+        code = (
+            f"from uopgrad import Device; b = Device[{device!r}]; t = b.capabilities; "
+            "print(t == b.renderer.target(t.dtypes) and hash(t) == hash(b.renderer.target(t.dtypes)))"
+        )
         assert _python(code).strip() == "True"
 
     def test_devices_lists_the_backend_with_its_package_and_dtypes() -> None:
         dist = entry_point().dist
-        out = subprocess.run([sys.executable, "-m", "uopgrad", "devices", "--json"], capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "uopgrad", "devices", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         rows = {r["backend"]: r for r in json.loads(out.stdout)}
         row = rows[device]
@@ -89,7 +98,11 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
         if dist is not None:
             assert _normalized(row["package"]) == _normalized(dist.name), row
 
-    backend = (test_has_the_four_modules_of_a_backend, test_entry_point_names_the_backend,
-               test_acceptance_one_liner, test_the_target_is_built_by_the_renderer,
-               test_devices_lists_the_backend_with_its_package_and_dtypes)
+    backend = (
+        test_has_the_four_modules_of_a_backend,
+        test_entry_point_names_the_backend,
+        test_acceptance_one_liner,
+        test_the_target_is_built_by_the_renderer,
+        test_devices_lists_the_backend_with_its_package_and_dtypes,
+    )
     return {**tests, **{f.__name__: f for f in backend}}

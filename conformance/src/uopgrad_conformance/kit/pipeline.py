@@ -3,6 +3,7 @@ tensor ops x dtypes, casts, reductions (empty ones too), NaN, movement, outputs 
 backends pad, merge and split them), an MLP's forward and backward, a precompiled @function, kernel reuse
 across training steps, and COPY to and from every other installed device, forward and backward.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,8 +32,9 @@ def _claimed(device: str, *dts: DType) -> None:
         pytest.skip(f"not claimed: {device} does not declare {missing} in its capabilities")
 
 
-def both(device: str, fn: Fn, *arrays: np.ndarray,
-         dtype: DType | None = None) -> tuple[np.ndarray, np.ndarray]:
+def both(
+    device: str, fn: Fn, *arrays: np.ndarray, dtype: DType | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """`fn` applied to tensors of `arrays` on `device` and on REFERENCE: (backend result, REFERENCE's)."""
     out = []
     for dev in (device, REF):
@@ -65,21 +67,41 @@ def _pairs(values: np.ndarray, dt: DType) -> tuple[np.ndarray, np.ndarray]:
 
 
 BINARY: dict[str, Fn] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "maximum": lambda a, b: a.maximum(b), "lt": lambda a, b: a < b, "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b, "where": lambda a, b: (a < b).where(a, b),
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "maximum": lambda a, b: a.maximum(b),
+    "lt": lambda a, b: a < b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "where": lambda a, b: (a < b).where(a, b),
 }
-FLOAT_BINARY: dict[str, Fn] = {"div": lambda a, b: a / b, "pow": lambda a, b: a ** b}
-INT_BINARY: dict[str, Fn] = {"floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
-                             "xor": lambda a, b: a ^ b, "and": lambda a, b: a & b, "or": lambda a, b: a | b}
+FLOAT_BINARY: dict[str, Fn] = {"div": lambda a, b: a / b, "pow": lambda a, b: a**b}
+INT_BINARY: dict[str, Fn] = {
+    "floordiv": lambda a, b: a // b,
+    "mod": lambda a, b: a % b,
+    "xor": lambda a, b: a ^ b,
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+}
 UNARY: dict[str, Fn] = {
-    "neg": lambda a: -a, "exp2": lambda a: a.exp2(), "log2": lambda a: a.log2(), "sin": lambda a: a.sin(),
-    "sqrt": lambda a: a.sqrt(), "reciprocal": lambda a: a.reciprocal(), "trunc": lambda a: a.trunc(),
-    "relu": lambda a: a.relu(), "exp": lambda a: a.exp(), "square": lambda a: a * a,
+    "neg": lambda a: -a,
+    "exp2": lambda a: a.exp2(),
+    "log2": lambda a: a.log2(),
+    "sin": lambda a: a.sin(),
+    "sqrt": lambda a: a.sqrt(),
+    "reciprocal": lambda a: a.reciprocal(),
+    "trunc": lambda a: a.trunc(),
+    "relu": lambda a: a.relu(),
+    "exp": lambda a: a.exp(),
+    "square": lambda a: a * a,
 }
 TRANSCENDENTAL = {"exp2", "log2", "sin", "exp", "pow"}
-BINARY_CASES = [(n, dt) for dt in FLOATS + INTS for n in BINARY] + \
-    [(n, dt) for dt in FLOATS for n in FLOAT_BINARY] + [(n, dt) for dt in INTS for n in INT_BINARY]
+BINARY_CASES = (
+    [(n, dt) for dt in FLOATS + INTS for n in BINARY]
+    + [(n, dt) for dt in FLOATS for n in FLOAT_BINARY]
+    + [(n, dt) for dt in INTS for n in INT_BINARY]
+)
 
 
 @pytest.mark.parametrize(("name", "dt"), BINARY_CASES, ids=str)
@@ -107,21 +129,41 @@ def test_pipeline_unary_ops(kit_device: str, name: str, dt: DType) -> None:
 def test_pipeline_casts(kit_device: str, src: DType, dst: DType) -> None:
     """Casts: float -> int truncates toward zero and wraps out-of-range values as REFERENCE defines."""
     _claimed(kit_device, src, dst)
-    values = np.concatenate([FLOAT_VALUES, [300.7, -1.7, 65535.5, 3e9, -3e9, 1e20, -1e30]]) \
-        if dtypes.is_float(src) else INT_VALUES
+    values = (
+        np.concatenate([FLOAT_VALUES, [300.7, -1.7, 65535.5, 3e9, -3e9, 1e20, -1e30]])
+        if dtypes.is_float(src)
+        else INT_VALUES
+    )
     with np.errstate(all="ignore"):
         a = values.astype(dtypes.to_numpy(src))
     assert_close(*both(kit_device, lambda t: t.cast(dst), a, dtype=src))
 
 
-@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint8,
-                                dtypes.int64, dtypes.float16, dtypes.bool], ids=str)
+@pytest.mark.parametrize(
+    "dt",
+    [
+        dtypes.float32,
+        dtypes.float64,
+        dtypes.int32,
+        dtypes.int8,
+        dtypes.uint8,
+        dtypes.int64,
+        dtypes.float16,
+        dtypes.bool,
+    ],
+    ids=str,
+)
 def test_pipeline_reductions(kit_device: str, dt: DType) -> None:
     """sum, max and prod over one axis and over all."""
     _claimed(kit_device, dt)
     a = (np.random.default_rng(0).standard_normal((5, 7)) * 4).astype(dtypes.to_numpy(dt))
-    for fn in (lambda t: t.sum(axis=1), lambda t: t.max(axis=0), lambda t: t.sum(), lambda t: t.max(),
-               lambda t: t.prod(axis=1)):
+    for fn in (
+        lambda t: t.sum(axis=1),
+        lambda t: t.max(axis=0),
+        lambda t: t.sum(),
+        lambda t: t.max(),
+        lambda t: t.prod(axis=1),
+    ):
         got, want = both(kit_device, fn, a, dtype=dt)
         assert_close(got, want, 1e-2 if dt == dtypes.float16 else 1e-6 if dtypes.is_float(dt) else 0.0)
 
@@ -129,16 +171,26 @@ def test_pipeline_reductions(kit_device: str, dt: DType) -> None:
 def test_pipeline_max_propagates_nan_and_empty_reductions(kit_device: str) -> None:
     """MAX keeps NaN; reductions over empty axes give their identities."""
     a = np.array([[1.0, np.nan, 2.0], [-np.inf, -0.0, 0.0], [np.inf, 1.0, np.nan]], dtype=np.float32)
-    for fn in (lambda t: t.max(axis=1), lambda t: t.sum(axis=1), lambda t: t.max(axis=0),
-               lambda t: t.maximum(t.flip(1))):
+    for fn in (
+        lambda t: t.max(axis=1),
+        lambda t: t.sum(axis=1),
+        lambda t: t.max(axis=0),
+        lambda t: t.maximum(t.flip(1)),
+    ):
         assert_close(*both(kit_device, fn, a))
     # over an empty axis the kernels' reduces give their identities (MAX: the dtype's minimum); Tensor.max
     # has no value there and raises before anything reaches the backend, as PyTorch does
     empty = np.zeros((3, 0), dtype=np.float32)
     for fn in (lambda t: t.sum(axis=1), lambda t: t._reduce(Ops.MAX, 1, False), lambda t: t.prod(axis=1)):
         assert_close(*both(kit_device, fn, empty))
-    assert_close(*both(kit_device, lambda t: t._reduce(Ops.MAX, 1, False), np.zeros((2, 0), dtype=np.int32),
-                       dtype=dtypes.int32))
+    assert_close(
+        *both(
+            kit_device,
+            lambda t: t._reduce(Ops.MAX, 1, False),
+            np.zeros((2, 0), dtype=np.int32),
+            dtype=dtypes.int32,
+        )
+    )
     with pytest.raises(EmptyReduceError, match=r"max\(\)"):
         Tensor(empty, device=kit_device).max(axis=1)
 
@@ -149,17 +201,36 @@ def test_pipeline_movement_and_matmul(kit_device: str) -> None:
     a = rng.standard_normal((4, 6)).astype(np.float32)
     b = rng.standard_normal((6, 5)).astype(np.float32)
     cases: list[Fn] = [
-        lambda t: t.permute(1, 0) + 1, lambda t: t.pad(((1, 2), (0, 3))) * 2,
-        lambda t: t.shrink(((1, 3), (2, 5))), lambda t: t.flip(0), lambda t: t.reshape(2, 12).sum(axis=0),
-        lambda t: t[:, None, :].expand(4, 3, 6), lambda t: t.softmax(axis=-1),
+        lambda t: t.permute(1, 0) + 1,
+        lambda t: t.pad(((1, 2), (0, 3))) * 2,
+        lambda t: t.shrink(((1, 3), (2, 5))),
+        lambda t: t.flip(0),
+        lambda t: t.reshape(2, 12).sum(axis=0),
+        lambda t: t[:, None, :].expand(4, 3, 6),
+        lambda t: t.softmax(axis=-1),
     ]
     for fn in cases:
         assert_close(*both(kit_device, fn, a), rtol=1e-6)
     assert_close(*both(kit_device, lambda x, y: x @ y, a, b), rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(1,), (7,), (100,), (129,), (4096,), (3, 5, 7), (2, 3, 4, 5), (1000, 3),
-                                   (3, 1000), (70000,), (5, 300, 2)], ids=str)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1,),
+        (7,),
+        (100,),
+        (129,),
+        (4096,),
+        (3, 5, 7),
+        (2, 3, 4, 5),
+        (1000, 3),
+        (3, 1000),
+        (70000,),
+        (5, 300, 2),
+    ],
+    ids=str,
+)
 def test_pipeline_output_shapes(kit_device: str, shape: tuple[int, ...]) -> None:
     """Sizes that divide a work-group size and sizes that pad it; 1-4 output axes; reduces inside."""
     a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) % 17 - 8
@@ -197,6 +268,7 @@ def test_pipeline_mlp_forward_and_backward(kit_device: str, dt: DType) -> None:
 
 def test_pipeline_precompiled_function_forward_and_backward(kit_device: str) -> None:
     """A precompiled @function called twice, forward and backward."""
+
     @function(precompile=True)
     def layer(x: Tensor, w: Tensor) -> Tensor:
         return (x @ w).relu().sum(axis=1)

@@ -2,6 +2,7 @@
 odd and prime sizes, broadcast WHERE conditions, bound variables, updates in place of fresh buffers,
 integer edge values (in a subprocess), many buffers and strided views; bit-exact against REFERENCE, and
 the same bits when run again with another thread count."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     target = get_target(metafunc.config)
-    cases = [Case(row, dt, "forward", target.not_claimed(dt), spec, "edge") for row, spec in EDGE_ROWS.items()
-             for dt in spec.dtypes]
+    cases = [
+        Case(row, dt, "forward", target.not_claimed(dt), spec, "edge")
+        for row, spec in EDGE_ROWS.items()
+        for dt in spec.dtypes
+    ]
     parametrize_cases(metafunc, cases)
 
 
@@ -29,5 +33,13 @@ def test_edge(case: Case, target: Target, record: Recorder) -> None:
     assert dt is not None
     built: EdgeCase = case.payload.build(dt, case_rng(case))
     checks = [ForwardCheck(e, dt, check_equal(dt), built.elementwise) for e in built.exprs]
-    run_forward(target, dt, built.inputs, checks, record, extra=built.extra, extra_src=built.extra_src,
-                isolate=built.isolate)
+    run_forward(
+        target,
+        dt,
+        built.inputs,
+        checks,
+        record,
+        extra=built.extra,
+        extra_src=built.extra_src,
+        isolate=built.isolate,
+    )

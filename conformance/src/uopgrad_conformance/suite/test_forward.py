@@ -1,5 +1,6 @@
 """Forward checks, op by op, against REFERENCE (docs/conformance.md "What it checks" 1): every ALU op on
 every dtype, CAST and BITCAST, the movement ops, REDUCE (incl. empty axes), CONTIGUOUS and COPY."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -36,23 +37,40 @@ from uopgrad_conformance.target import REFERENCE, Target, no_second_device
 
 # ---------------------------------------------------------------------- the case tables
 MOVEMENT: dict[str, tuple[str, ...]] = {
-    "RESHAPE": ("{x}.reshape(4, 3)", "{x}.reshape(12)", "{x}.reshape(2, 1, 6)", "{w}.reshape(6, 4)",
-                "{w}.reshape(4, 6).reshape(2, 12)"),
+    "RESHAPE": (
+        "{x}.reshape(4, 3)",
+        "{x}.reshape(12)",
+        "{x}.reshape(2, 1, 6)",
+        "{w}.reshape(6, 4)",
+        "{w}.reshape(4, 6).reshape(2, 12)",
+    ),
     "EXPAND": ("{x}.reshape(3, 1, 4).expand(3, 2, 4)", "{x}[:, :1].expand(3, 5)", "{x}[:1].expand(4, 4)"),
     "PERMUTE": ("{x}.permute(1, 0)", "{w}.permute(2, 0, 1)", "{w}.permute(1, 0, 2)"),
-    "PAD": ("{x}.pad(((1, 2), (0, 3)))", "{x}.pad(((0, 0), (2, 0)))", "{w}.pad(((0, 1), (1, 1), (0, 0)))",
-            "{x}.permute(1, 0).pad(((1, 0), (0, 1))).flip(0)"),
-    "SHRINK": ("{x}.shrink(((1, 3), (0, 2)))", "{x}.shrink(((0, 3), (3, 4)))", "{x}[::2, 1::2]",
-               "{w}[:, ::-1, 1:3]"),
+    "PAD": (
+        "{x}.pad(((1, 2), (0, 3)))",
+        "{x}.pad(((0, 0), (2, 0)))",
+        "{w}.pad(((0, 1), (1, 1), (0, 0)))",
+        "{x}.permute(1, 0).pad(((1, 0), (0, 1))).flip(0)",
+    ),
+    "SHRINK": (
+        "{x}.shrink(((1, 3), (0, 2)))",
+        "{x}.shrink(((0, 3), (3, 4)))",
+        "{x}[::2, 1::2]",
+        "{w}[:, ::-1, 1:3]",
+    ),
     "FLIP": ("{x}.flip(0)", "{x}.flip(1)", "{x}.flip((0, 1))", "{w}.flip((0, 2))"),
-    "CONTIGUOUS": ("{x}.permute(1, 0).contiguous()", "{x}.flip(0).contiguous().reshape(12)",
-                   "{x}.pad(((1, 1), (0, 0))).contiguous()"),
+    "CONTIGUOUS": (
+        "{x}.permute(1, 0).contiguous()",
+        "{x}.flip(0).contiguous().reshape(12)",
+        "{x}.pad(((1, 1), (0, 0))).contiguous()",
+    ),
 }
 REDUCES = ("ADD", "MAX", "MUL")
 
 
-def _dt_cases(row: str, group: str, target: Target, dts: Sequence[DType], payload: object = None,
-              check: str = "forward") -> list[Case]:
+def _dt_cases(
+    row: str, group: str, target: Target, dts: Sequence[DType], payload: object = None, check: str = "forward"
+) -> list[Case]:
     return [Case(row, dt, check, target.not_claimed(dt), payload, group) for dt in dts]
 
 
@@ -67,15 +85,18 @@ def cast_cases(target: Target) -> list[Case]:
     for src in ALL_DTYPES:
         for dst in ALL_DTYPES:
             if src != dst:
-                out.append(Case(f"CAST from {name(src)}", dst, "forward", target.not_claimed(src, dst), src,
-                                "cast"))
+                out.append(
+                    Case(f"CAST from {name(src)}", dst, "forward", target.not_claimed(src, dst), src, "cast")
+                )
     return out
 
 
 def bitcast_cases(target: Target) -> list[Case]:
     """BITCAST between dtypes of one size."""
-    return [Case(f"BITCAST from {name(s)}", d, "forward", target.not_claimed(s, d), s, "bitcast")
-            for s, d in bitcast_pairs()]
+    return [
+        Case(f"BITCAST from {name(s)}", d, "forward", target.not_claimed(s, d), s, "bitcast")
+        for s, d in bitcast_pairs()
+    ]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -88,10 +109,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         "test_cast": cast_cases,
         "test_bitcast": bitcast_cases,
         "test_movement": lambda t: [c for row in MOVEMENT for c in _dt_cases(row, "movement", t, ALL_DTYPES)],
-        "test_reduce": lambda t: [c for op in REDUCES for c in _dt_cases(f"REDUCE {op}", "reduce", t,
-                                                                           ALL_DTYPES, op)],
-        "test_copy": lambda t: [replace(c, skip=c.skip or no_second_device(t))  # copies to NAME:1 too
-                                for c in _dt_cases("COPY", "copy", t, ALL_DTYPES)],
+        "test_reduce": lambda t: [
+            c for op in REDUCES for c in _dt_cases(f"REDUCE {op}", "reduce", t, ALL_DTYPES, op)
+        ],
+        "test_copy": lambda t: [
+            replace(c, skip=c.skip or no_second_device(t))  # copies to NAME:1 too
+            for c in _dt_cases("COPY", "copy", t, ALL_DTYPES)
+        ],
     }
     cases = builders[metafunc.function.__name__](target)
     parametrize_cases(metafunc, cases)
@@ -121,8 +145,9 @@ def test_cast(case: Case, target: Target, record: Recorder) -> None:
     assert dst is not None
     x = cast_inputs(src, dst, case_rng(case))
     cmp = check_equal(dst, _ulps("basic", dst))
-    run_forward(target, src, [Input("a", x, src)], [ForwardCheck(f"a.cast(dtypes.{name(dst)})", dst, cmp)],
-                record)
+    run_forward(
+        target, src, [Input("a", x, src)], [ForwardCheck(f"a.cast(dtypes.{name(dst)})", dst, cmp)], record
+    )
 
 
 def test_bitcast(case: Case, target: Target, record: Recorder) -> None:
@@ -130,11 +155,18 @@ def test_bitcast(case: Case, target: Target, record: Recorder) -> None:
     src, dst = case.payload, case.dtype
     assert dst is not None
     x = bitcast_inputs(src, dst, case_rng(case))
+
     def same_bits(got: np.ndarray, expected: np.ndarray, ins: Sequence[np.ndarray]) -> Comparison:
         udt = dtypes.uint16 if dst == dtypes.bfloat16 else dtypes.from_numpy(bits(expected, dst).dtype)
         return compare(bits(got, dst), bits(expected, dst), udt, inputs=ins)
-    run_forward(target, src, [Input("a", x, src)],
-                [ForwardCheck(f"a.bitcast(dtypes.{name(dst)})", dst, same_bits)], record)
+
+    run_forward(
+        target,
+        src,
+        [Input("a", x, src)],
+        [ForwardCheck(f"a.bitcast(dtypes.{name(dst)})", dst, same_bits)],
+        record,
+    )
 
 
 # ---------------------------------------------------------------------- movement, reduce, copy
@@ -192,14 +224,19 @@ def _reduce_values(op: str, dt: DType, shape: tuple[int, ...], rng: np.random.Ge
 
 
 def _sum_atol(dt: DType) -> object:
-    eps = {dtypes.float16: 2.0 ** -11, dtypes.bfloat16: 2.0 ** -8, dtypes.float32: 2.0 ** -24,
-           dtypes.float64: 2.0 ** -53}.get(dt, 0.0)
+    eps = {
+        dtypes.float16: 2.0**-11,
+        dtypes.bfloat16: 2.0**-8,
+        dtypes.float32: 2.0**-24,
+        dtypes.float64: 2.0**-53,
+    }.get(dt, 0.0)
 
     def atol(ins: Sequence[np.ndarray]) -> np.ndarray:
         mags = [np.abs(np.asarray(a, dtype=np.float64)) for a in ins if np.asarray(a).dtype.kind == "f"]
         total = sum((float(np.sum(m[np.isfinite(m)])) for m in mags), 0.0)
         n = max((a.size for a in ins), default=1)
         return np.asarray(4 * n * eps * total)
+
     return atol
 
 
@@ -210,17 +247,26 @@ def test_reduce(case: Case, target: Target, record: Recorder) -> None:
     op, dt = case.payload, case.dtype
     assert dt is not None
     rng = case_rng(case)
-    inputs = [Input("x", _reduce_values(op, dt, (3, 4), rng), dt),
-              Input("w", _reduce_values(op, dt, (2, 3, 4), rng), dt),
-              Input("e", np.zeros((0, 3), dtype=special_values(dt).dtype), dt),
-              Input("f", np.zeros((3, 0), dtype=special_values(dt).dtype), dt),
-              Input("y", _reduce_values(op, dt, (3, 4), rng), dt),
-              Input("c", rng.random((3, 4)) < 0.5, dtypes.bool)]
+    inputs = [
+        Input("x", _reduce_values(op, dt, (3, 4), rng), dt),
+        Input("w", _reduce_values(op, dt, (2, 3, 4), rng), dt),
+        Input("e", np.zeros((0, 3), dtype=special_values(dt).dtype), dt),
+        Input("f", np.zeros((3, 0), dtype=special_values(dt).dtype), dt),
+        Input("y", _reduce_values(op, dt, (3, 4), rng), dt),
+        Input("c", rng.random((3, 4)) < 0.5, dtypes.bool),
+    ]
     method = {"ADD": "sum", "MAX": "max", "MUL": "prod"}[op]
-    exprs = [f"Tensor(x.uop._rop(Ops.{op}, (0,)))", f"Tensor(x.uop._rop(Ops.{op}, (1,)))",
-             f"Tensor(x.uop._rop(Ops.{op}, (0, 1)))", f"Tensor(w.uop._rop(Ops.{op}, (0, 2)))",
-             f"Tensor(e.uop._rop(Ops.{op}, (0,)))", f"Tensor(f.uop._rop(Ops.{op}, (1,)))",
-             f"Tensor(c.where(x, y).uop._rop(Ops.{op}, (1,)))", f"x.{method}(1)", f"w.{method}((0, 1))"]
+    exprs = [
+        f"Tensor(x.uop._rop(Ops.{op}, (0,)))",
+        f"Tensor(x.uop._rop(Ops.{op}, (1,)))",
+        f"Tensor(x.uop._rop(Ops.{op}, (0, 1)))",
+        f"Tensor(w.uop._rop(Ops.{op}, (0, 2)))",
+        f"Tensor(e.uop._rop(Ops.{op}, (0,)))",
+        f"Tensor(f.uop._rop(Ops.{op}, (1,)))",
+        f"Tensor(c.where(x, y).uop._rop(Ops.{op}, (1,)))",
+        f"x.{method}(1)",
+        f"w.{method}((0, 1))",
+    ]
     if op != "MAX":  # Tensor.max over an empty axis has no value and raises (docs/semantics.md §5)
         exprs.append(f"e.{method}(0)")
     checks = []
@@ -255,10 +301,23 @@ def test_copy(case: Case, target: Target, record: Recorder) -> None:
     assert dt is not None
     rng = case_rng(case)
     inputs = [Input("x", _values(dt, (3, 4), rng), dt)]
-    exprs = ["x.to(dev2)", "x.permute(1, 0).to(dev2)", "x.to(other)", "x.to(other).to(dev)",
-             "x.to(dev2).to(dev)", "x.flip(1).to(dev2).to(other)"]
+    exprs = [
+        "x.to(dev2)",
+        "x.permute(1, 0).to(dev2)",
+        "x.to(other)",
+        "x.to(other).to(dev)",
+        "x.to(dev2).to(dev)",
+        "x.flip(1).to(dev2).to(other)",
+    ]
     checks = [ForwardCheck(e, dt, check_equal(dt), elementwise=False) for e in exprs]
     other = REFERENCE if not target.is_reference else "REFERENCE:2"
-    run_forward(target, dt, inputs, checks, record, extra={"dev2": target.second, "other": other},
-                extra_ref={"dev2": "REFERENCE:1", "other": "REFERENCE:2"},
-                extra_src={"dev2": repr(target.second), "other": repr(other)})
+    run_forward(
+        target,
+        dt,
+        inputs,
+        checks,
+        record,
+        extra={"dev2": target.second, "other": other},
+        extra_ref={"dev2": "REFERENCE:1", "other": "REFERENCE:2"},
+        extra_src={"dev2": repr(target.second), "other": repr(other)},
+    )

@@ -1,6 +1,7 @@
 """Gradient checks by finite differences (docs/conformance.md "What it checks" 2): every pm_gradient rule,
 every movement op and reduce, every FUNCTION/CALL shape (each also against its inlined body), and second
 order where it is defined."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,8 +30,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     target = get_target(metafunc.config)
-    table, group = {"test_gradient": (GRAD_CASES, "gradient"),
-                    "test_function": (FUNCTION_CASES, "function")}[metafunc.function.__name__]
+    table, group = {"test_gradient": (GRAD_CASES, "gradient"), "test_function": (FUNCTION_CASES, "function")}[
+        metafunc.function.__name__
+    ]
     cases = _cases(table, group, target)
     parametrize_cases(metafunc, cases)
 

@@ -2,6 +2,7 @@
 over an empty axis (sum 0, prod 1, all True, any False, mean NaN, logsumexp -inf; max/min raise) against
 numpy, and equal-valued leaves with requires_grad set after construction, each with a gradient of its own,
 against the closed form."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,11 +25,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     target = get_target(metafunc.config)
     if metafunc.function.__name__ == "test_empty_reductions":
-        cases = [Case("empty reductions", dt, "random", target.not_claimed(dt), None, "reduce")
-                 for dt in EMPTY_DTYPES]
+        cases = [
+            Case("empty reductions", dt, "random", target.not_claimed(dt), None, "reduce")
+            for dt in EMPTY_DTYPES
+        ]
     else:
-        cases = [Case("equal leaves", dt, "random", target.not_claimed(dt), None, "grad")
-                 for dt in LEAF_DTYPES]
+        cases = [
+            Case("equal leaves", dt, "random", target.not_claimed(dt), None, "grad") for dt in LEAF_DTYPES
+        ]
     parametrize_cases(metafunc, cases)
 
 

@@ -5,6 +5,7 @@ finite-difference dot-product test. Fixed programs cover each rule of uopgrad.mu
 (strategies.programs) the rest. Kept small (a few programs, two shardings each, four hypothesis examples):
 every sharding is new kernels to compile. A backend with one device (`NAME:1` does not open) does not claim
 the row."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -30,11 +31,16 @@ FIXED = {
     "elementwise": (((4, 3), (4, 3)), "out = (t0 * t1 + t0.exp()).tanh() - t1"),
     "reduce": (((4, 6),), "out = (t0.sum(0), t0.max(1), t0.mean(), t0.square().sum(1, keepdim=True))"),
     "matmul": (((4, 6), (6, 2)), "out = (t0 @ t1).sigmoid() + t0.sum(1, keepdim=True)"),
-    "movement": (((4, 6),), "out = t0.reshape(4, 2, 3).permute(2, 0, 1).pad(((1, 0), (0, 0), (0, 0)))[1:] * 2"
-                            " + t0.flip(0)[0:2].sum() + t0.reshape(4, 6, 1).expand(4, 6, 2).sum(2)[:3, :4]"
-                            ".reshape(3, 4, 1)"),
-    "function": (((4, 6), (6, 2)), "@function\ndef f(a, b):\n    return (a @ b).sigmoid(), a.sum(1)\n"
-                                   "y, s = f(t0, t1)\nout = (y * 2, s)"),
+    "movement": (
+        ((4, 6),),
+        "out = t0.reshape(4, 2, 3).permute(2, 0, 1).pad(((1, 0), (0, 0), (0, 0)))[1:] * 2"
+        " + t0.flip(0)[0:2].sum() + t0.reshape(4, 6, 1).expand(4, 6, 2).sum(2)[:3, :4]"
+        ".reshape(3, 4, 1)",
+    ),
+    "function": (
+        ((4, 6), (6, 2)),
+        "@function\ndef f(a, b):\n    return (a @ b).sigmoid(), a.sum(1)\ny, s = f(t0, t1)\nout = (y * 2, s)",
+    ),
 }
 RTOL = 2e-5  # sharded vs unsharded float32: only the order of the all-reduce's sums differs
 
@@ -62,14 +68,25 @@ def _axes(shapes: Sequence[tuple[int, ...]], how: str) -> list[int | None]:
     return out
 
 
-def _run(body: str, inputs: Sequence[Input], values: Sequence[np.ndarray], device: str,
-         devices: tuple[str, ...] | None, axes: Sequence[int | None], dt: object,
-         cot: Sequence[np.ndarray] | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _run(
+    body: str,
+    inputs: Sequence[Input],
+    values: Sequence[np.ndarray],
+    device: str,
+    devices: tuple[str, ...] | None,
+    axes: Sequence[int | None],
+    dt: object,
+    cot: Sequence[np.ndarray] | None,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Outputs (read first, as a user prints a loss) and, given cotangents, the input gradients."""
     ts = []
     for inp, v, ax in zip(inputs, values, axes):
-        t = Tensor(np.asarray(v, dtype=host_dtype(dt)), device=device, dtype=dt,  # type: ignore[arg-type]
-                   requires_grad=cot is not None and inp.requires_grad)
+        t = Tensor(
+            np.asarray(v, dtype=host_dtype(dt)),
+            device=device,
+            dtype=dt,  # type: ignore[arg-type]
+            requires_grad=cot is not None and inp.requires_grad,
+        )
         ts.append(t if devices is None else t.shard(devices, ax))
     ns = namespace(device, dt, **{i.name: t for i, t in zip(inputs, ts)})  # type: ignore[arg-type]
     out = execute(body, ns)
@@ -87,8 +104,14 @@ def _run(body: str, inputs: Sequence[Input], values: Sequence[np.ndarray], devic
     return vals, [g.numpy().astype(np.float64) for g in grads]
 
 
-def _check(target: Target, body: str, inputs: Sequence[Input], record: Recorder, rng: np.random.Generator,
-           smooth: bool = True) -> None:
+def _check(
+    target: Target,
+    body: str,
+    inputs: Sequence[Input],
+    record: Recorder,
+    rng: np.random.Generator,
+    smooth: bool = True,
+) -> None:
     devices = (target.name, target.second)
     x = [np.asarray(i.value) for i in inputs]
     want, _ = _run(body, inputs, x, target.name, None, [None] * len(inputs), F32, None)
@@ -104,15 +127,24 @@ def _check(target: Target, body: str, inputs: Sequence[Input], record: Recorder,
             record.error(err)
             if err > RTOL or g.shape != w.shape:
                 what = f"output {k}" if k < len(got) else f"gradient {k - len(got)}"
-                pytest.fail(f"sharded ({how}: axes {axes} over {devices}) {what} differs from the unsharded "
-                            f"program (relative {err:.3g}):\n  sharded:   {g}\n  unsharded: {w}\n{body}")
+                pytest.fail(
+                    f"sharded ({how}: axes {axes} over {devices}) {what} differs from the unsharded "
+                    f"program (relative {err:.3g}):\n  sharded:   {g}\n  unsharded: {w}\n{body}"
+                )
         if smooth and how == "mixed":
             _dot_product(target, body, inputs, x, axes, cot, got_g, rng)
 
 
-def _dot_product(target: Target, body: str, inputs: Sequence[Input], x: Sequence[np.ndarray],
-                 axes: Sequence[int | None], cot: Sequence[np.ndarray], grads: Sequence[np.ndarray],
-                 rng: np.random.Generator) -> None:
+def _dot_product(
+    target: Target,
+    body: str,
+    inputs: Sequence[Input],
+    x: Sequence[np.ndarray],
+    axes: Sequence[int | None],
+    cot: Sequence[np.ndarray],
+    grads: Sequence[np.ndarray],
+    rng: np.random.Generator,
+) -> None:
     """<v, J·u> by float64 central differences of the sharded program against <vjp(v), u>."""
     fd = target.name if dtypes.float64 in target.claimed else REFERENCE
     devices = (fd, f"{fd.partition(':')[0]}:1" if fd != target.name else target.second)
@@ -130,16 +162,19 @@ def _dot_product(target: Target, body: str, inputs: Sequence[Input], x: Sequence
     rhs = sum(float(np.sum(g * d)) for g, d in zip(grads, tu))
     scale = max(sum(float(np.sum(np.abs(g * d))) for g, d in zip(grads, tu)), 1e-30)
     if abs(lhs - rhs) > 1e-3 * scale:
-        pytest.fail(f"dot-product test of the sharded program: <v, J·u> is {lhs:.9g}, <vjp(v), u> is "
-                    f"{rhs:.9g} (relative {abs(lhs - rhs) / scale:.3g})\n{body}")
+        pytest.fail(
+            f"dot-product test of the sharded program: <v, J·u> is {lhs:.9g}, <vjp(v), u> is "
+            f"{rhs:.9g} (relative {abs(lhs - rhs) / scale:.3g})\n{body}"
+        )
 
 
 def test_multi_fixed(case: Case, target: Target, record: Recorder) -> None:
     """One program per rule of the lowering, sharded two ways, against the unsharded program."""
     shapes, body = case.payload
     rng = case_rng(case)
-    inputs = [Input(f"t{k}", rng.standard_normal(s).astype(np.float32), F32, True)
-              for k, s in enumerate(shapes)]
+    inputs = [
+        Input(f"t{k}", rng.standard_normal(s).astype(np.float32), F32, True) for k, s in enumerate(shapes)
+    ]
     _check(target, body, inputs, record, rng)
 
 
@@ -149,8 +184,9 @@ def test_multi_random(case: Case, target: Target, record: Recorder, data: st.Dat
     """Random float32 programs (strategies.programs), sharded two ways, against the unsharded program."""
     prog = data.draw(programs(F32, max_steps=4), label="program")
     inputs = prog.inputs()
-    tame = all(np.all(np.isfinite(i.value)) and float(np.max(np.abs(i.value), initial=0.0)) < 1e3
-               for i in inputs)
+    tame = all(
+        np.all(np.isfinite(i.value)) and float(np.max(np.abs(i.value), initial=0.0)) < 1e3 for i in inputs
+    )
     if not tame or not inputs:
         return
     _check(target, prog.body(), inputs, record, case_rng(case, salt=prog.body()), smooth=prog.smooth)

@@ -1,6 +1,7 @@
 """Random programs (docs/conformance.md "What it checks" 3): hypothesis generates well-typed programs
 (broadcasting, movement ops, reduces, matmuls, casts, functions), runs them forward and backward on the
 backend against REFERENCE and finite differences, and shrinks a failure to a minimal program."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,9 +37,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for dt in INTS:
         cases.append(Case("programs", dt, "random", target.not_claimed(dt), ROWS["programs"], "program"))
     if metafunc.function.__name__ == "test_program_examples":
-        cases = [Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
-                 for row in ("programs one element", "programs one element realized")
-                 for dt in (*FLOATS, dtypes.int32)]
+        cases = [
+            Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
+            for row in ("programs one element", "programs one element realized")
+            for dt in (*FLOATS, dtypes.int32)
+        ]
     parametrize_cases(metafunc, cases)
 
 

@@ -7,6 +7,7 @@
   fresh `empty_like` buffer returns each call's values, a setitem at a bound variable's offset writes the
   right rows. A backend that launches no kernels (REFERENCE) captures nothing and runs the step on every
   call: the same results."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     else:
         rows, dt, skips = jit_programs.ROWS, jit_programs.DT, {}
     kind = name.removeprefix("test_")
-    parametrize_cases(metafunc, [Case(f"{kind} {row}", dt, "random", target.not_claimed(dt) or skips.get(row),
-                                      row, kind) for row in rows])
+    parametrize_cases(
+        metafunc,
+        [
+            Case(f"{kind} {row}", dt, "random", target.not_claimed(dt) or skips.get(row), row, kind)
+            for row in rows
+        ],
+    )
 
 
 @FEWER

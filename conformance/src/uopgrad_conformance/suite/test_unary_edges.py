@@ -1,5 +1,6 @@
 """Every unary Tensor op at ±300, ±89, ±30, ±inf and ±0 (unary_edges.py, docs/conformance.md "What it
 checks" 7): values and gradients against float64 closed forms, one program per family of ops and dtype."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     target = get_target(metafunc.config)
-    cases = [Case(f"unary edges {fam}", dt, "edges", target.not_claimed(dt), fam, "edge")
-             for fam in FAMILIES for dt in DTYPES]
+    cases = [
+        Case(f"unary edges {fam}", dt, "edges", target.not_claimed(dt), fam, "edge")
+        for fam in FAMILIES
+        for dt in DTYPES
+    ]
     parametrize_cases(metafunc, cases)
 
 

@@ -5,6 +5,7 @@ before differentiating, which core's own tests hold to torch's gradients.
 
 A backend that drops the graph at realize (so `loss.item(); loss.backward()` leaves no gradient) fails
 every case here."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,8 +33,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     target = get_target(metafunc.config)
-    cases = [Case(f"user order: {kind}", dt, "grad", target.not_claimed(dt), kind, "program")
-             for kind in (*READS, "training loop") for dt in (dtypes.float32, dtypes.float64)]
+    cases = [
+        Case(f"user order: {kind}", dt, "grad", target.not_claimed(dt), kind, "program")
+        for kind in (*READS, "training loop")
+        for dt in (dtypes.float32, dtypes.float64)
+    ]
     parametrize_cases(metafunc, cases)
 
 
@@ -45,8 +49,10 @@ def _compare(what: str, got: np.ndarray, want: np.ndarray, dt: DType, record: Re
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     err = float(np.max(np.abs(got - want))) / max(scale, 1e-30) if want.size else 0.0
     record.error(err)
-    assert err <= _tolerance(dt), (f"{what}: backend {got.tolist()} != REFERENCE with nothing realized "
-                                   f"{want.tolist()} (relative error {err:.3g})")
+    assert err <= _tolerance(dt), (
+        f"{what}: backend {got.tolist()} != REFERENCE with nothing realized "
+        f"{want.tolist()} (relative error {err:.3g})"
+    )
 
 
 def _snippet(device: str, dt: DType, data: dict[str, np.ndarray], read: str | None) -> list[np.ndarray]:
@@ -64,10 +70,12 @@ def _snippet(device: str, dt: DType, data: dict[str, np.ndarray], read: str | No
 def _train(device: str, dt: DType, data: dict[str, np.ndarray], user_order: bool) -> list[np.ndarray]:
     """A 2-layer MLP, SGD with momentum, two micro-batches per step. In user order the loss is read before
     backward and the hidden layer is realized; otherwise nothing is read until the step's update."""
-    params = {k: Tensor(v, device=device, dtype=dt, requires_grad=True)
-              for k, v in data.items() if k[0] in "wb"}
-    bufs = {k: Tensor.zeros(*p.shape, device=device, dtype=dt).contiguous().realize()
-            for k, p in params.items()}
+    params = {
+        k: Tensor(v, device=device, dtype=dt, requires_grad=True) for k, v in data.items() if k[0] in "wb"
+    }
+    bufs = {
+        k: Tensor.zeros(*p.shape, device=device, dtype=dt).contiguous().realize() for k, p in params.items()
+    }
     x, y = Tensor(data["x"], device=device, dtype=dt), Tensor(data["y"], device=device, dtype=dt)
     losses: list[Tensor] = []
     for _ in range(STEPS):
@@ -96,14 +104,22 @@ def test_user_order(case: Case, target: Target, record: Recorder) -> None:
     assert dt is not None
     rng = case_rng(case)
     if kind == "training loop":
-        data = {"x": rng.standard_normal((8, 4)), "y": rng.standard_normal((8, 1)),
-                "w1": rng.standard_normal((4, 5)) * 0.5, "b1": rng.standard_normal(5) * 0.1,
-                "w2": rng.standard_normal((5, 1)) * 0.5, "b2": rng.standard_normal(1) * 0.1}
+        data = {
+            "x": rng.standard_normal((8, 4)),
+            "y": rng.standard_normal((8, 1)),
+            "w1": rng.standard_normal((4, 5)) * 0.5,
+            "b1": rng.standard_normal(5) * 0.1,
+            "w2": rng.standard_normal((5, 1)) * 0.5,
+            "b2": rng.standard_normal(1) * 0.1,
+        }
         got, want = _train(target.name, dt, data, True), _train(REFERENCE, dt, data, False)
         names = ["losses", *(k for k in data if k[0] in "wb")]
     else:
-        data = {"x": rng.standard_normal((4, 3)), "w": rng.standard_normal((3, 2)),
-                "y": rng.standard_normal((4, 2))}
+        data = {
+            "x": rng.standard_normal((4, 3)),
+            "w": rng.standard_normal((3, 2)),
+            "y": rng.standard_normal((4, 2)),
+        }
         got, want = _snippet(target.name, dt, data, kind), _snippet(REFERENCE, dt, data, None)
         names = ["loss", "w.grad"]
     for what, g, w in zip(names, got, want):

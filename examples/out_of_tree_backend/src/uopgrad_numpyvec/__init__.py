@@ -6,6 +6,7 @@ numpy arrays (every output element is one lane of a grid, all lanes computed at 
 compiles that source to Python bytecode, `NumpyAllocator` keeps buffers as numpy byte arrays and
 `NumpyProgram` runs a kernel. It passes `pytest --pyargs uopgrad_conformance --backend NUMPYVEC`.
 """
+
 from __future__ import annotations
 
 from uopgrad import dtypes

@@ -1,14 +1,29 @@
 """The helpers generated kernels call: numpy with uopgrad's numerics (spec/reference.md) where numpy's
 own differ or raise, e.g. integer division by zero is 0, shifts by too much give 0 or -1, float -> int
 truncates and wraps. Every value a kernel computes is a 1-d array (one element, or one per lane)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["cast", "cdiv", "cmod", "floordiv", "floormod", "gload", "ipow", "neg", "np", "shl", "shr",
-           "store", "threefry", "trunc"]
+__all__ = [
+    "cast",
+    "cdiv",
+    "cmod",
+    "floordiv",
+    "floormod",
+    "gload",
+    "ipow",
+    "neg",
+    "np",
+    "shl",
+    "shr",
+    "store",
+    "threefry",
+    "trunc",
+]
 
 Array = np.ndarray
 
@@ -34,18 +49,21 @@ def cdiv(a: Array, b: Array) -> Array:
 
 def _zero_divisor_is_zero(f: Callable[[Array, Array], Array], doc: str) -> Callable[[Array, Array], Array]:
     """numpy's `f` for floats; for integers the same with x op 0 defined as 0."""
+
     def op(a: Array, b: Array) -> Array:
         if not _int(a):
             return np.asarray(f(a, b))
         zero, bs = _safe(b)
         return np.where(zero, np.zeros_like(a), f(a, bs))
+
     op.__doc__ = doc
     return op
 
 
 cmod = _zero_divisor_is_zero(np.fmod, "C remainder (the dividend's sign); x%0 is 0 for integers.")
-floordiv = _zero_divisor_is_zero(np.floor_divide,
-                                 "Floor division (numpy's for floats); x//0 is 0 for integers.")
+floordiv = _zero_divisor_is_zero(
+    np.floor_divide, "Floor division (numpy's for floats); x//0 is 0 for integers."
+)
 floormod = _zero_divisor_is_zero(np.remainder, "Floor remainder (the divisor's sign); x%0 is 0 for integers.")
 
 
@@ -111,8 +129,8 @@ def cast(x: Array, dt: np.dtype) -> Array:
     if x.dtype.kind == "f" and dt.kind in "iu":
         f = x.astype(np.float64)
         t = np.trunc(np.where(np.isfinite(f), f, 0.0))
-        r = np.fmod(t, 2.0 ** 64)
-        r = np.where(r >= 2.0 ** 63, r - 2.0 ** 64, np.where(r < -(2.0 ** 63), r + 2.0 ** 64, r))
+        r = np.fmod(t, 2.0**64)
+        r = np.where(r >= 2.0**63, r - 2.0**64, np.where(r < -(2.0**63), r + 2.0**64, r))
         return r.astype(np.int64).astype(dt)
     return x.astype(dt)
 

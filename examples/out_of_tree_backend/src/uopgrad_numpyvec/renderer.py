@@ -6,6 +6,7 @@ or one element for lane-invariant values). Reduce loops stay Python `for` loops.
 table of ALU ops rendered natively (its keys are the capability declaration): SUB and MULACC are left to
 codegen's decompositions.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,18 +42,35 @@ class NumpyRenderer(Renderer):
 
     device = "NUMPYVEC"
     # one thread per workgroup and (practically) unlimited workgroups: every output element is a lane
-    grid = GridLimits(global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1), local_max=(1, 1, 1), local_prod_max=1,
-                      local_size=1)
+    grid = GridLimits(
+        global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1), local_max=(1, 1, 1), local_prod_max=1, local_size=1
+    )
     code_for_op: ClassVar[dict[Ops, PyOp]] = {
-        Ops.ADD: _np("add"), Ops.MUL: _np("multiply"), Ops.NEG: _helper("neg"), Ops.MAX: _np("maximum"),
-        Ops.CMPLT: _np("less"), Ops.CMPNE: _np("not_equal"), Ops.CMPEQ: _np("equal"),
-        Ops.AND: _np("bitwise_and"), Ops.OR: _np("bitwise_or"), Ops.XOR: _np("bitwise_xor"),
-        Ops.SHL: _helper("shl"), Ops.SHR: _helper("shr"), Ops.CDIV: _helper("cdiv"),
+        Ops.ADD: _np("add"),
+        Ops.MUL: _np("multiply"),
+        Ops.NEG: _helper("neg"),
+        Ops.MAX: _np("maximum"),
+        Ops.CMPLT: _np("less"),
+        Ops.CMPNE: _np("not_equal"),
+        Ops.CMPEQ: _np("equal"),
+        Ops.AND: _np("bitwise_and"),
+        Ops.OR: _np("bitwise_or"),
+        Ops.XOR: _np("bitwise_xor"),
+        Ops.SHL: _helper("shl"),
+        Ops.SHR: _helper("shr"),
+        Ops.CDIV: _helper("cdiv"),
         Ops.CMOD: _helper("cmod"),
-        Ops.FLOORDIV: _helper("floordiv"), Ops.FLOORMOD: _helper("floormod"), Ops.POW: _helper("ipow"),
+        Ops.FLOORDIV: _helper("floordiv"),
+        Ops.FLOORMOD: _helper("floormod"),
+        Ops.POW: _helper("ipow"),
         Ops.FDIV: lambda a, b: f"(np.true_divide({a}, {b}) if {a}.dtype.kind == 'f' else cdiv({a}, {b}))",
-        Ops.EXP2: _np("exp2"), Ops.LOG2: _np("log2"), Ops.SIN: _np("sin"), Ops.SQRT: _np("sqrt"),
-        Ops.RECIPROCAL: _np("reciprocal"), Ops.TRUNC: _helper("trunc"), Ops.WHERE: _np("where"),
+        Ops.EXP2: _np("exp2"),
+        Ops.LOG2: _np("log2"),
+        Ops.SIN: _np("sin"),
+        Ops.SQRT: _np("sqrt"),
+        Ops.RECIPROCAL: _np("reciprocal"),
+        Ops.TRUNC: _helper("trunc"),
+        Ops.WHERE: _np("where"),
         Ops.THREEFRY: _helper("threefry"),
     }
 
@@ -63,8 +81,10 @@ class NumpyRenderer(Renderer):
 
     def render(self, program: Program) -> str:
         """The source of `def <name>(bufs, vals, gsize)`: buffers are uint8 arrays viewed as their dtypes."""
-        lines = [f"def {self.function_name(program.name)}(bufs, vals, gsize):",
-                 "    lanes = np.arange(gsize[0] * gsize[1] * gsize[2], dtype=np.int64)"]
+        lines = [
+            f"def {self.function_name(program.name)}(bufs, vals, gsize):",
+            "    lanes = np.arange(gsize[0] * gsize[1] * gsize[2], dtype=np.int64)",
+        ]
         names: dict[UOp, str] = {}
         depth = 1
         var_pos = {v: k for k, v in enumerate(program.vars)}
@@ -89,8 +109,15 @@ class NumpyRenderer(Renderer):
             lit = repr(bool(v)) if c.dtype == dtypes.bool else str(int(v))
         return f"np.array([{lit}], dtype={_np_name(c.dtype)})"
 
-    def _line(self, u: UOp, i: int, names: dict[UOp, str], depth: int, var_pos: dict[UOp, int],
-              slot_pos: dict[int, int]) -> tuple[str | None, int]:
+    def _line(
+        self,
+        u: UOp,
+        i: int,
+        names: dict[UOp, str],
+        depth: int,
+        var_pos: dict[UOp, int],
+        slot_pos: dict[int, int],
+    ) -> tuple[str | None, int]:
         """The source line of one uop (None for none) and the indentation depth after it."""
         name, src = f"v{i}", [names.get(s, "") for s in u.src]
         names[u] = name
@@ -107,8 +134,10 @@ class NumpyRenderer(Renderer):
         if u.op is Ops.SPECIAL:
             return self._special(u, name), depth
         if u.op is Ops.RANGE:  # the loop variable is a one-element array like every other value
-            return f"for {name} in np.arange(int({src[0]}[0]), dtype={_np_name(u.dtype)}).reshape(-1, 1):", \
-                depth + 1
+            return (
+                f"for {name} in np.arange(int({src[0]}[0]), dtype={_np_name(u.dtype)}).reshape(-1, 1):",
+                depth + 1,
+            )
         if u.op is Ops.END:
             return None, depth - 1
         if u.op is Ops.DEFINE_REG:

@@ -1,5 +1,6 @@
 """The runtime of NUMPYVEC: a compiler from Python source to bytecode (cached on disk by core), buffers as
 numpy byte arrays, and a program that runs a kernel function with its helpers (`kernels.py`) in scope."""
+
 from __future__ import annotations
 
 import marshal
@@ -45,8 +46,13 @@ class NumpyProgram(Program):
         exec(marshal.loads(lib), scope)
         self._fn = scope[name]
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Run the kernel over every lane of the grid (one lane when it keeps its loops)."""
         with np.errstate(all="ignore"):  # inf, NaN and integer wrap-around are the defined results
             self._fn(bufs, tuple(vals), tuple(global_size or (1, 1, 1)))

@@ -4,6 +4,7 @@
 package's four parts: `CRenderer` (renderer.py), `CCompiler` (compiler.py), `CPUAllocator` and
 `CPUProgram` (runtime.py). See docs/ARCHITECTURE.md §3.
 """
+
 from __future__ import annotations
 
 from uopgrad import dtypes

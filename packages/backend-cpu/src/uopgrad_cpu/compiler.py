@@ -15,6 +15,7 @@ loops with a data-dependent select scalar: a branch per element, 30x slower) and
 GCC 12.2's straight-line vectoriser drops a float64 -> float32 -> float64 round trip when it pairs two of
 them (`(double)(float)x` becomes `x`); loops are still vectorised.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,18 @@ __all__ = ["BASE_FLAGS", "CCompiler", "OPTIONAL_FLAGS", "accepts", "compile_time
 
 # -Werror=implicit-function-declaration: kernels declare the few libm functions they call instead of
 # including <math.h> (uopgrad_cpu.renderer); a call of anything else must fail to build, not return an int
-BASE_FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu99", "-fwrapv", "-ffp-contract=off",
-              "-fno-trapping-math", "-fno-math-errno", "-Werror=implicit-function-declaration")
+BASE_FLAGS = (
+    "-O2",
+    "-march=native",
+    "-fPIC",
+    "-shared",
+    "-std=gnu99",
+    "-fwrapv",
+    "-ffp-contract=off",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+    "-Werror=implicit-function-declaration",
+)
 # a source that uses OpenMP (a parallel loop, the runtime's functions): only these are built with -fopenmp,
 # which costs a small kernel ~9 ms of the compiler's time (linking libgomp) and buys a serial one nothing
 _OPENMP_USE = re.compile(r"#\s*pragma\s+omp\b|\bomp_\w+\s*\(|<omp\.h>")
@@ -59,8 +70,22 @@ def accepts(cc: str, flag: str) -> bool:
     probe = _PROBES.get(flag, "int uopgrad_probe(void) { return 0; }\n")
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            res = _run([*shlex.split(cc), flag, "-Werror", "-fPIC", "-shared", "-x", "c", "-", "-o",
-                        f"{tmp}/probe.so"], probe, compile_timeout())
+            res = _run(
+                [
+                    *shlex.split(cc),
+                    flag,
+                    "-Werror",
+                    "-fPIC",
+                    "-shared",
+                    "-x",
+                    "c",
+                    "-",
+                    "-o",
+                    f"{tmp}/probe.so",
+                ],
+                probe,
+                compile_timeout(),
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
         return res.returncode == 0
@@ -76,8 +101,13 @@ def _identity(cc: str) -> str:
     """What the cache key needs to tell compilers and machines apart: the compiler's version line and, as
     `-march=native` depends on it, the CPU model and feature flags."""
     try:
-        version = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True,
-                                 check=False, timeout=compile_timeout()).stdout.partition("\n")[0]
+        version = subprocess.run(
+            [*shlex.split(cc), "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=compile_timeout(),
+        ).stdout.partition("\n")[0]
     except (OSError, subprocess.TimeoutExpired):
         version = "missing"
     cpu = platform.machine()

@@ -7,6 +7,7 @@ the device, states the host's vector width and marks large output loops parallel
 is harmless without OpenMP: the compiler adds `-fopenmp` when the system compiler has it, and a C compiler
 without it ignores the line.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,12 @@ def host_vector_width() -> int:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         info = ""
-    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
-                      if ln.startswith(("flags", "Features"))), []))
+    flags = set(
+        next(
+            (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith(("flags", "Features"))),
+            [],
+        )
+    )
     if "avx512f" in flags:
         return 64
     if "avx2" in flags:
@@ -42,9 +47,12 @@ def host_vector_width() -> int:
 # `#include <math.h>`: parsing the header was over a quarter of the C compiler's time on a small kernel (92
 # -> 64 ms of CPU, measured), and GCC and clang still treat these names as their builtins
 _LIBM = ("sqrt", "exp2", "log2", "sin", "trunc", "fmod", "pow")
-_MATH_DECLS = (*(f"double {f}({', '.join(['double'] * (2 if f in ('fmod', 'pow') else 1))});" for f in _LIBM),
-               *(f"float {f}f({', '.join(['float'] * (2 if f in ('fmod', 'pow') else 1))});" for f in _LIBM),
-               "#define INFINITY __builtin_inff()", "#define NAN __builtin_nanf(\"\")")
+_MATH_DECLS = (
+    *(f"double {f}({', '.join(['double'] * (2 if f in ('fmod', 'pow') else 1))});" for f in _LIBM),
+    *(f"float {f}f({', '.join(['float'] * (2 if f in ('fmod', 'pow') else 1))});" for f in _LIBM),
+    "#define INFINITY __builtin_inff()",
+    '#define NAN __builtin_nanf("")',
+)
 
 
 class CRenderer(GCCVectorRenderer):

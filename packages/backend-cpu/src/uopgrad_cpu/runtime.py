@@ -6,6 +6,7 @@ kernel's shared object is written to a private temporary file, loaded with `ctyp
 ctypes releases the GIL while the kernel runs. Before a parallel kernel runs, team.py sizes its OpenMP
 team by the cores other processes leave free.
 """
+
 from __future__ import annotations
 
 import _ctypes
@@ -21,6 +22,7 @@ from uopgrad.backend import HostAllocator, Program, load_library
 from uopgrad_cpu.team import Team
 
 __all__ = ["CPUAllocator", "CPUProgram"]
+
 
 class CPUAllocator(HostAllocator):
     """Host memory: core's shared host allocator, as it is."""
@@ -103,15 +105,25 @@ class CPUProgram(Program):
         args += [ctypes.c_int64(v) for v in vals]  # integer kernel arguments are 64-bit (render_var)
         return args
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Run the kernel on `bufs` (numpy arrays) with the variable values `vals`."""
         if self._parallel:
             _TEAM[0].fit()
         self._fn(*self._args(bufs, vals))
 
-    def bind(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-             local_size: Sequence[int] | None = None) -> Callable[[], None]:
+    def bind(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> Callable[[], None]:
         """The ctypes call with its arguments converted once: a replay costs the foreign call only (and, for
         a parallel kernel, the team sizing). The partial holds this program, so its shared object stays
         loaded while the launch is kept."""

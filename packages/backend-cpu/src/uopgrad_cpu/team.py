@@ -14,6 +14,7 @@ launching thread, and only over a value set here: a size someone else chose ($OM
 $OMP_DYNAMIC in the environment, or a call into the OpenMP runtime, as conformance's determinism rerun
 makes) is left alone. Without /proc/stat, libgomp's dynamic mode decides, as before.
 """
+
 from __future__ import annotations
 
 import ctypes

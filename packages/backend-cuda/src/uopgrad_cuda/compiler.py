@@ -11,6 +11,7 @@ compiler's would refuse to JIT; `--fmad=false` keeps `a*b+c` rounded twice, as R
 correctly rounded and denormals kept by NVRTC's defaults (`-prec-div`, `-prec-sqrt`, `-ftz=false`), which are
 spelled out so that no default can change them.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -38,8 +39,9 @@ def _candidates() -> list[str]:
     found: list[str] = []
     for site in sys.path:
         for pattern in ("nvidia/cu*/lib/libnvrtc.so.*", "nvidia/cuda_nvrtc/lib/libnvrtc.so.*"):
-            found += [p for p in glob.glob(os.path.join(site, pattern))
-                      if re.search(r"libnvrtc\.so\.\d+$", p)]
+            found += [
+                p for p in glob.glob(os.path.join(site, pattern)) if re.search(r"libnvrtc\.so\.\d+$", p)
+            ]
     found.sort(key=lambda p: -int(p.rpartition(".")[2]))
     return [*dict.fromkeys(found), "libnvrtc.so"]
 
@@ -63,8 +65,10 @@ class NVRTCLibrary:
     def compile(self, src: str, options: list[str]) -> tuple[bytes | None, str]:
         """(the cubin, or None if the compile failed; NVRTC's log)."""
         lib, prog = self.lib, ctypes.c_void_p()
-        self._check(lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None),
-                    "nvrtcCreateProgram")
+        self._check(
+            lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None),
+            "nvrtcCreateProgram",
+        )
         try:
             opts = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
             status = lib.nvrtcCompileProgram(prog, len(options), opts)
@@ -95,11 +99,15 @@ def nvrtc_library(major: int | None = None) -> NVRTCLibrary:
         except (OSError, AttributeError) as e:  # not a library; a library without NVRTC's functions
             errors.append(f"{path}: {e}")
     if env is not None:
-        raise ConfigError(f"environment variable {NVRTC_ENV}={str(env)!r} is not valid: {NVRTC_ENV} takes "
-                          f"the path of a libnvrtc.so (unset: the newest found): " + "; ".join(errors))
+        raise ConfigError(
+            f"environment variable {NVRTC_ENV}={str(env)!r} is not valid: {NVRTC_ENV} takes "
+            f"the path of a libnvrtc.so (unset: the newest found): " + "; ".join(errors)
+        )
     wanted = f"CUDA {major}'s NVRTC" if major is not None else "NVRTC"
-    raise RuntimeError(f"{wanted} is not installed (pip install 'nvidia-cuda-nvrtc==13.*', or the cuda12 "
-                       f"extra for a CUDA 12 driver; or set {NVRTC_ENV}): " + "; ".join(errors or paths))
+    raise RuntimeError(
+        f"{wanted} is not installed (pip install 'nvidia-cuda-nvrtc==13.*', or the cuda12 "
+        f"extra for a CUDA 12 driver; or set {NVRTC_ENV}): " + "; ".join(errors or paths)
+    )
 
 
 class NVRTCCompiler(Compiler):
@@ -131,5 +139,3 @@ class NVRTCCompiler(Compiler):
 def is_cubin(lib: bytes) -> bool:
     """Whether `lib` is an ELF image (a cubin, or the emulator's shared object)."""
     return lib[:4] == b"\x7fELF"
-
-

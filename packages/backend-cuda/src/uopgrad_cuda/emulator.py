@@ -1,4 +1,4 @@
-'''Host emulation of CUDA (`UOPGRAD_CUDA_EMULATE=1`): a kernel's exact CUDA source built with the host C++
+"""Host emulation of CUDA (`UOPGRAD_CUDA_EMULATE=1`): a kernel's exact CUDA source built with the host C++
 compiler and run on host memory.
 
 `EmulatedCompiler.compile` first compiles the source with NVRTC for `$UOPGRAD_CUDA_ARCH` (default sm_90), so
@@ -20,7 +20,8 @@ names; those with barriers alone), since a compiler invocation costs far more th
 that does not build is built kernel by kernel, so an error names its own source. In reversed order
 (`UOPGRAD_CUDA_EMULATE=reverse`) blocks and threads run last to first, which shakes out kernels that
 depend on an order CUDA does not promise.
-'''
+"""
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,18 @@ __all__ = ["CXX_FLAGS", "HEADER", "EmulatedCompiler", "kernel_names", "launcher"
 
 # -fvisibility=hidden: a kernel binds to its own definition, never to a libc function of the same name
 # (`div`, say) that dynamic symbol interposition would pick first; only the launchers are exported
-CXX_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off",
-             "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-w")
+CXX_FLAGS = (
+    "-O1",
+    "-std=c++17",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-ffp-contract=off",
+    "-fno-math-errno",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-w",
+)
 
 # the header force-included before every kernel (a package file: C++ reads better outside a string)
 HEADER = importlib.resources.files("uopgrad_cuda").joinpath("emulator.h").read_text()
@@ -62,9 +73,12 @@ def launcher(src: str) -> str:
     """What is appended to `src`: `__uopgrad_launch_<name>(args, dims, flags, err, errlen)` per kernel;
     a source that calls `__syncthreads` runs its threads as fibers (flag 2)."""
     fibers = " | 2" if "__syncthreads" in src else ""
-    return "".join(f'\nextern "C" __attribute__((visibility("default"))) int __uopgrad_launch_{k}(void** a, '
-                   f'const unsigned int* d, int f, char* e, unsigned long n) {{ return __uopgrad_emu::launch('
-                   f'{k}, a, d, f{fibers}, e, n); }}\n' for k in kernel_names(src))
+    return "".join(
+        f'\nextern "C" __attribute__((visibility("default"))) int __uopgrad_launch_{k}(void** a, '
+        f"const unsigned int* d, int f, char* e, unsigned long n) {{ return __uopgrad_emu::launch("
+        f"{k}, a, d, f{fibers}, e, n); }}\n"
+        for k in kernel_names(src)
+    )
 
 
 @functools.cache
@@ -86,8 +100,9 @@ class EmulatedCompiler(Compiler):
         self.cxx = cxx or getenv_str("CXX")
         self.flags = CXX_FLAGS
         header_digest = hashlib.sha256(HEADER.encode()).hexdigest()[:16]
-        self.cache_key = f"emulated|{nvrtc.cache_key}|{_cxx_identity(self.cxx)}|{' '.join(self.flags)}|" \
-                         f"{header_digest}"
+        self.cache_key = (
+            f"emulated|{nvrtc.cache_key}|{_cxx_identity(self.cxx)}|{' '.join(self.flags)}|{header_digest}"
+        )
 
     def compile(self, src: str) -> bytes:
         """NVRTC's compile of `src` (its log on failure), then the host build (the host compiler's message
@@ -99,8 +114,17 @@ class EmulatedCompiler(Compiler):
         with tempfile.TemporaryDirectory(prefix="uopgrad-cuda-emu-") as tmp:
             header, out = Path(tmp) / "uopgrad_cuda_emu.h", Path(tmp) / "kernel.so"
             header.write_text(HEADER)
-            cmd = [*shlex.split(self.cxx), *self.flags, "-include", str(header),
-                   "-x", "c++", "-", "-o", str(out)]
+            cmd = [
+                *shlex.split(self.cxx),
+                *self.flags,
+                "-include",
+                str(header),
+                "-x",
+                "c++",
+                "-",
+                "-o",
+                str(out),
+            ]
             res = run_compiler(cmd, src + launcher(src), src, "host C++ compiler", "CXX")
             if res.returncode != 0:
                 raise CompileError(f"CUDA emulation ({shlex.join(cmd)})", res.stderr or res.stdout, src)

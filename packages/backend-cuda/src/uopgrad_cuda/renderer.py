@@ -17,6 +17,7 @@ bits, a float16 value is a `float` holding a value of float16, and every op that
 result to float16 (ties to even), as numpy computes float16. The conversions are integer helpers, exact
 both ways, so bit patterns (NaN payloads too) survive loads, stores and bitcasts, on the GPU and on the host.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,11 @@ def _unsigned(dt: DType) -> str | None:
 
 def _wrapping(sym: str) -> OpTemplate:
     """`a sym b`, computed in `_unsigned(dt)` where that is a type, and converted back (modulo 2^n)."""
+
     def template(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
         u = _unsigned(dt)
         return f"({a}{sym}{b})" if u is None else f"(({r.ctype(dt)})(({u})({a}){sym}({u})({b})))"
+
     return template
 
 
@@ -133,19 +136,23 @@ def _cuda_cpp(code: str) -> str:
 
 # C++ keywords, CUDA's built-in variables, types and the device functions kernels may call (and libc's that
 # NVRTC and the emulator declare): a kernel or variable name must not take one of them
-_CUDA_RESERVED = frozenset("""alignas alignof and asm bool catch char16_t char32_t class compl constexpr
+_CUDA_RESERVED = frozenset(
+    """alignas alignof and asm bool catch char16_t char32_t class compl constexpr
     const_cast decltype delete dynamic_cast explicit export false friend mutable namespace new noexcept not
     nullptr operator or private protected public reinterpret_cast static_assert static_cast template this
     thread_local throw true try typeid typename using virtual wchar_t xor
     threadIdx blockIdx blockDim gridDim warpSize dim3 uint3 half nv_bfloat16 __syncthreads
     atomicAdd atomicSub atomicExch atomicMin atomicMax atomicCAS atomicAnd atomicOr atomicXor
     printf malloc free memcpy memset assert abort exit min max abs rintf
-    """.split())
+    """.split()
+)
 
 
 # CUDA's reinterpretations of a float's bits: (float -> bits, bits -> float, the bits' type)
-_FLOAT_BITS = {dtypes.float32: ("__float_as_uint", "__uint_as_float", "unsigned int"),
-               dtypes.float64: ("__double_as_longlong", "__longlong_as_double", "long long")}
+_FLOAT_BITS = {
+    dtypes.float32: ("__float_as_uint", "__uint_as_float", "unsigned int"),
+    dtypes.float64: ("__double_as_longlong", "__longlong_as_double", "long long"),
+}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -153,19 +160,30 @@ class CUDARenderer(CStyleRenderer):
 
     device = "CUDA"
     type_map: ClassVar[dict[DType, str]] = {
-        **CStyleRenderer.type_map, dtypes.bool: "bool", dtypes.float16: "float",
+        **CStyleRenderer.type_map,
+        dtypes.bool: "bool",
+        dtypes.float16: "float",
     }
     storage: ClassVar[dict[DType, DType]] = {dtypes.float16: dtypes.uint16}
     # float16 values live in buffers as their bits (HALF_HELPERS convert)
     bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
-        **CStyleRenderer.bits_codec, dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits")}
+        **CStyleRenderer.bits_codec,
+        dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits"),
+    }
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
-        **CStyleRenderer.code_for_op, Ops.ADD: _wrapping("+"), Ops.SUB: _wrapping("-"),
-        Ops.MUL: _wrapping("*"), Ops.NEG: _neg, Ops.MULACC: _mulacc, Ops.CDIV: _cdiv, Ops.FDIV: _fdiv,
+        **CStyleRenderer.code_for_op,
+        Ops.ADD: _wrapping("+"),
+        Ops.SUB: _wrapping("-"),
+        Ops.MUL: _wrapping("*"),
+        Ops.NEG: _neg,
+        Ops.MULACC: _mulacc,
+        Ops.CDIV: _cdiv,
+        Ops.FDIV: _fdiv,
         Ops.SHL: _shl,
     }
     helpers: ClassVar[dict[str, str]] = {
-        **{name: _cuda_cpp(code) for name, code in CStyleRenderer.helpers.items()}, **HALF_HELPERS,
+        **{name: _cuda_cpp(code) for name, code in CStyleRenderer.helpers.items()},
+        **HALF_HELPERS,
     }
     keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CUDA_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ()
@@ -176,7 +194,9 @@ class CUDARenderer(CStyleRenderer):
     infinity = "__int_as_float(0x7f800000)"
     nan = "__int_as_float(0x7fc00000)"
     special_index: ClassVar[dict[str, str]] = {
-        "gidx": "blockIdx.{1}", "lidx": "threadIdx.{1}", "idx": "(blockIdx.{1}*blockDim.{1}+threadIdx.{1})",
+        "gidx": "blockIdx.{1}",
+        "lidx": "threadIdx.{1}",
+        "idx": "(blockIdx.{1}*blockDim.{1}+threadIdx.{1})",
     }
     half_via_float = True
     warp_size = 32  # every NVIDIA GPU so far (the target records it; codegen does not use it yet)
@@ -202,8 +222,9 @@ class CUDARenderer(CStyleRenderer):
     def render_cast(self, x: str, src: DType, dst: DType) -> str:
         """C's casts; to float16 by rounding (a double directly, never through float)."""
         if dst.scalar() == dtypes.float16:
-            return f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else \
-                f"__uopgrad_half((float){x})"
+            return (
+                f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else f"__uopgrad_half((float){x})"
+            )
         return super().render_cast(x, src, dst)
 
     def render_bitcast(self, x: str, src: DType, dst: DType) -> str:

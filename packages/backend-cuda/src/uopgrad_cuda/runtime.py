@@ -10,6 +10,7 @@ Without a GPU, `CUDA` is an error that says what is missing and how to emulate o
 With `UOPGRAD_CUDA_EMULATE=1` buffers are host memory and each kernel runs through the emulator's launcher
 (emulator.py); `UOPGRAD_CUDA_EMULATE=reverse` runs blocks and threads in reversed order.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,9 +24,19 @@ import numpy as np
 from uopgrad.backend import Allocator, HostAllocator, Program, load_library
 from uopgrad.config import getenv_str
 
-__all__ = ["ARCH_ENV", "EMULATE_ENV", "CUDAAllocator", "CUDAProgram", "DevicePointer", "EmulatedAllocator",
-           "EmulatedProgram",
-           "GPU", "NoGPUError", "emulation", "open_gpu"]
+__all__ = [
+    "ARCH_ENV",
+    "EMULATE_ENV",
+    "CUDAAllocator",
+    "CUDAProgram",
+    "DevicePointer",
+    "EmulatedAllocator",
+    "EmulatedProgram",
+    "GPU",
+    "NoGPUError",
+    "emulation",
+    "open_gpu",
+]
 
 EMULATE_ENV = "UOPGRAD_CUDA_EMULATE"
 ARCH_ENV = "UOPGRAD_CUDA_ARCH"
@@ -60,8 +71,13 @@ class EmulatedProgram(Program):
         self._fn = getattr(self._dll, f"__uopgrad_launch_{name}")
         self._fn.restype = ctypes.c_int
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Run the kernel's grid on `bufs` (numpy byte arrays); a barrier error raises RuntimeError."""
         if not all(isinstance(b, np.ndarray) for b in bufs):
             kinds = [type(b).__name__ for b in bufs]
@@ -72,8 +88,10 @@ class EmulatedProgram(Program):
         dims = (ctypes.c_uint * 6)(*_dims(global_size), *_dims(local_size))
         err = ctypes.create_string_buffer(1024)
         if self._fn(args, dims, int(self.reverse), err, len(err)) != 0:
-            raise RuntimeError(f"CUDA kernel {self.name} (emulated, grid {tuple(dims)[:3]}, block "
-                               f"{tuple(dims)[3:]}): {err.value.decode(errors='replace')}")
+            raise RuntimeError(
+                f"CUDA kernel {self.name} (emulated, grid {tuple(dims)[:3]}, block "
+                f"{tuple(dims)[3:]}): {err.value.decode(errors='replace')}"
+            )
 
 
 def _dims(size: Sequence[int] | None) -> tuple[int, int, int]:
@@ -88,16 +106,18 @@ class GPU:
 
     index: int
     name: str
-    arch: str          # the device's own architecture, e.g. "sm_90": cubins for it need no JIT
-    driver: int        # the driver's CUDA version, e.g. 13000
-    cupy: Any          # the cupy module
-    pool: Any          # cupy.cuda.MemoryPool
-    stream: Any        # cupy.cuda.Stream
+    arch: str  # the device's own architecture, e.g. "sm_90": cubins for it need no JIT
+    driver: int  # the driver's CUDA version, e.g. 13000
+    cupy: Any  # the cupy module
+    pool: Any  # cupy.cuda.MemoryPool
+    stream: Any  # cupy.cuda.Stream
 
 
 def _no_gpu(why: str) -> NoGPUError:
-    return NoGPUError(f"CUDA needs an NVIDIA GPU with its driver and cupy: {why}. On a machine without one, "
-                      f"set {EMULATE_ENV}=1 to run CUDA kernels on the host (NVRTC still compiles each one)")
+    return NoGPUError(
+        f"CUDA needs an NVIDIA GPU with its driver and cupy: {why}. On a machine without one, "
+        f"set {EMULATE_ENV}=1 to run CUDA kernels on the host (NVRTC still compiles each one)"
+    )
 
 
 _opened: dict[int, GPU] = {}
@@ -108,8 +128,10 @@ def open_gpu(device_name: str) -> GPU:
     try:  # lazily: importing cupy costs ~0.5 s, and machines without a GPU never need it
         cupy: Any = importlib.import_module("cupy")
     except ImportError as e:
-        raise _no_gpu(f"cupy is not installed ({e}): pip install 'uopgrad-cuda[cuda13]' for a CUDA 13 "
-                      f"driver, 'uopgrad-cuda[cuda12]' for a CUDA 12 one") from e
+        raise _no_gpu(
+            f"cupy is not installed ({e}): pip install 'uopgrad-cuda[cuda13]' for a CUDA 13 "
+            f"driver, 'uopgrad-cuda[cuda12]' for a CUDA 12 one"
+        ) from e
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
         driver = int(cupy.cuda.runtime.driverGetVersion())
@@ -123,8 +145,9 @@ def open_gpu(device_name: str) -> GPU:
             props = cupy.cuda.runtime.getDeviceProperties(index)
             name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
             arch = f"sm_{cupy.cuda.Device(index).compute_capability}"
-            _opened[index] = GPU(index, name, arch, driver, cupy, cupy.cuda.MemoryPool(),
-                                 cupy.cuda.Stream(non_blocking=True))
+            _opened[index] = GPU(
+                index, name, arch, driver, cupy, cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
+            )
     return _opened[index]
 
 
@@ -195,8 +218,13 @@ class CUDAProgram(Program):
             self._fn = self._module.get_function(name)
         self.last_ms = 0.0  # the last launch's time on the GPU, from events around it
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Launch on `bufs` (cupy MemoryPointers) and wait for the kernel."""
         cp, stream = self.gpu.cupy, self.gpu.stream
         if not all(isinstance(b, cp.cuda.MemoryPointer) for b in bufs):
@@ -206,8 +234,9 @@ class CUDAProgram(Program):
         with cp.cuda.Device(self.gpu.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
-            self._fn(_dims(global_size), _dims(local_size), (*args, *(np.int64(v) for v in vals)),
-                     stream=stream)
+            self._fn(
+                _dims(global_size), _dims(local_size), (*args, *(np.int64(v) for v in vals)), stream=stream
+            )
             end.record(stream)
             end.synchronize()
             self.last_ms = float(cp.cuda.get_elapsed_time(start, end))
@@ -220,5 +249,8 @@ def gpu_program_class(gpu: GPU) -> type[CUDAProgram]:
 
 def emulated_program_class(reverse: bool) -> type[EmulatedProgram]:
     """`EmulatedProgram` running blocks and threads in reversed order when `reverse`."""
-    return type("EmulatedProgramReversed" if reverse else "EmulatedProgramForward", (EmulatedProgram,),
-                {"reverse": reverse})
+    return type(
+        "EmulatedProgramReversed" if reverse else "EmulatedProgramForward",
+        (EmulatedProgram,),
+        {"reverse": reverse},
+    )

@@ -4,6 +4,7 @@
 four parts: `OpenCLRenderer` (renderer.py), `CLCompiler` (compiler.py), `CLAllocator` and `CLProgram`
 (runtime.py), all on the device `$UOPGRAD_CL_DEVICE` chooses (runtime.py). See docs/ARCHITECTURE.md §3.
 """
+
 from __future__ import annotations
 
 from uopgrad.backend import CompiledBackend
@@ -22,8 +23,14 @@ class CLBackend(CompiledBackend):
     def __init__(self, device: str) -> None:
         self.dev = dev = runtime.open_device(runtime.device_position(device))
         compiler = CLCompiler(dev.context, dev.device, dev.target)
-        super().__init__(device, OpenCLRenderer(dev.grid), compiler, CLAllocator(dev),
-                         runtime.program_class(dev, compiler), dev.dtypes)
+        super().__init__(
+            device,
+            OpenCLRenderer(dev.grid),
+            compiler,
+            CLAllocator(dev),
+            runtime.program_class(dev, compiler),
+            dev.dtypes,
+        )
 
     def __repr__(self) -> str:
         return f"<CLBackend {self.name}: {self.dev.label}>"

@@ -19,6 +19,7 @@ Options: `-w` (generated code draws warnings by design); never `-cl-fast-relaxed
 (NaN, inf and rounding must be REFERENCE's); `-cl-fp32-correctly-rounded-divide-sqrt` where the device
 offers it (OpenCL otherwise allows float `/` and `sqrt` to be off by a few ulps).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -14,6 +14,7 @@ yields one rounds its float result to float16 (ties to even), as numpy computes 
 are helpers in integer arithmetic, exact both ways, so loads, stores and bitcasts keep every bit pattern
 (NaN payloads too) and float16 runs the same on every OpenCL device.
 """
+
 from __future__ import annotations
 
 import re
@@ -101,7 +102,8 @@ static inline float __uopgrad_half_d(double x) {
 
 # OpenCL C keywords, types and built-in functions (those the renderer calls among them) a kernel or
 # variable name must not take
-_CL_RESERVED = frozenset("""__kernel kernel __global global __local local __constant constant __private
+_CL_RESERVED = frozenset(
+    """__kernel kernel __global global __local local __constant constant __private
     private __read_only read_only __write_only write_only __read_write read_write bool char uchar short ushort
     int uint long ulong half float double size_t ptrdiff_t intptr_t uintptr_t void event_t sampler_t image1d_t
     image2d_t image3d_t complex imaginary abs abs_diff add_sat all any barrier bitselect clamp clz cross
@@ -109,10 +111,25 @@ _CL_RESERVED = frozenset("""__kernel kernel __global global __local local __cons
     mix mul24 mul_hi normalize popcount printf radians rhadd rotate select sign smoothstep step sub_sat
     upsample fract isequal isfinite isgreater isinf isless isnan isnormal isordered isunordered signbit
     mem_fence prefetch get_group_id get_local_id get_global_id rint sqrt exp2 log2 sin trunc fmod pow
-    convert_float_rtz""".split())
+    convert_float_rtz""".split()
+)
 _CL_RESERVED |= {f"as_{t}" for t in "char uchar short ushort int uint long ulong float double".split()}
-_CL_RESERVED_PREFIXES = ("get_", "as_", "convert_", "vload", "vstore", "atomic", "atom_", "async_",
-                         "read_image", "write_image", "native_", "half_", "work_group_", "sub_group_")
+_CL_RESERVED_PREFIXES = (
+    "get_",
+    "as_",
+    "convert_",
+    "vload",
+    "vstore",
+    "atomic",
+    "atom_",
+    "async_",
+    "read_image",
+    "write_image",
+    "native_",
+    "half_",
+    "work_group_",
+    "sub_group_",
+)
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -121,21 +138,39 @@ class OpenCLRenderer(CStyleRenderer):
     device = "CL"
     # the types of values (registers); buffers of bool are uchar, buffers of float16 ushort (`storage`)
     type_map: ClassVar[dict[DType, str]] = {
-        dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
-        dtypes.uint16: "ushort", dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long",
-        dtypes.uint64: "ulong", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
+        dtypes.bool: "bool",
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.int16: "short",
+        dtypes.uint16: "ushort",
+        dtypes.int32: "int",
+        dtypes.uint32: "uint",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+        dtypes.float16: "float",
+        dtypes.bfloat16: "float",
+        dtypes.float32: "float",
         dtypes.float64: "double",
     }
-    storage: ClassVar[dict[DType, DType]] = {dtypes.bool: dtypes.uint8, dtypes.float16: dtypes.uint16,
-                                             dtypes.bfloat16: dtypes.uint16}
+    storage: ClassVar[dict[DType, DType]] = {
+        dtypes.bool: dtypes.uint8,
+        dtypes.float16: dtypes.uint16,
+        dtypes.bfloat16: dtypes.uint16,
+    }
     # float16 values live in buffers as their bits (_HALF_HELPERS convert)
     bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
-        **CStyleRenderer.bits_codec, dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits")}
-    code_for_op: ClassVar[dict[Ops, OpTemplate]] = {**CStyleRenderer.code_for_op, Ops.SHL: _shl,
-                                                    Ops.SHR: _shr}
+        **CStyleRenderer.bits_codec,
+        dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits"),
+    }
+    code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
+        **CStyleRenderer.code_for_op,
+        Ops.SHL: _shl,
+        Ops.SHR: _shr,
+    }
     helpers: ClassVar[dict[str, str]] = {
         **{name: _opencl_c(code) for name, code in CStyleRenderer.helpers.items()},
-        "__uopgrad_f2if": _F2I_FLOAT, **_HALF_HELPERS,
+        "__uopgrad_f2if": _F2I_FLOAT,
+        **_HALF_HELPERS,
     }
     keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CL_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ("#pragma OPENCL FP_CONTRACT OFF",)
@@ -144,7 +179,9 @@ class OpenCLRenderer(CStyleRenderer):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"  # it also orders local memory
     buffer_qualifier = "__global "
     special_index: ClassVar[dict[str, str]] = {
-        "gidx": "get_group_id({0})", "lidx": "get_local_id({0})", "idx": "get_global_id({0})",
+        "gidx": "get_group_id({0})",
+        "lidx": "get_local_id({0})",
+        "idx": "get_global_id({0})",
     }
     half_via_float = True  # float16 ops are computed in float and rounded once, as numpy does
 
@@ -174,8 +211,9 @@ class OpenCLRenderer(CStyleRenderer):
         """C's casts; float -> int through the float helper unless the source is a double; to float16 by
         rounding (a double directly, never through float)."""
         if dst.scalar() == dtypes.float16:
-            return f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else \
-                f"__uopgrad_half((float){x})"
+            return (
+                f"__uopgrad_half_d({x})" if src.scalar() == dtypes.float64 else f"__uopgrad_half((float){x})"
+            )
         if dtypes.is_float(src) and dtypes.is_int(dst) and src.scalar() != dtypes.float64:
             return f"(({self.ctype(dst)})__uopgrad_f2if((float){x}))"
         return super().render_cast(x, src, dst)
@@ -195,9 +233,9 @@ class OpenCLRenderer(CStyleRenderer):
             return f"__uopgrad_bits_half((ushort){x})"
         return f"as_{self.ctype(dst)}(({self.ctype(src)}){x})"
 
-
-    def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
-                      prefix: Sequence[str]) -> str:
+    def render_kernel(
+        self, name: str, params: Sequence[str], body: Sequence[str], prefix: Sequence[str]
+    ) -> str:
         """The source, with cl_khr_fp64 enabled where the kernel uses double."""
         lines = list(prefix)
         if re.search(r"\bdouble\b", "\n".join([*params, *body, *lines])):

@@ -12,6 +12,7 @@ computed in float) and the launch limits (work-items per work-group, per dimensi
 Every launch waits for its kernel (the `Program` contract); copies in and out are blocking, on the same
 in-order queue.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -31,9 +32,20 @@ from uopgrad.config import getenv_str
 from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
 
-__all__ = ["DEVICE_ENV", "GROUP_ENV", "CLAllocator", "CLDevice", "CLProgram", "all_devices",
-           "device_position", "open_device", "program_class", "repair_pocl_target_cpu",
-           "select_device", "split_reduces"]
+__all__ = [
+    "DEVICE_ENV",
+    "GROUP_ENV",
+    "CLAllocator",
+    "CLDevice",
+    "CLProgram",
+    "all_devices",
+    "device_position",
+    "open_device",
+    "program_class",
+    "repair_pocl_target_cpu",
+    "select_device",
+    "split_reduces",
+]
 
 DEVICE_ENV = "UOPGRAD_CL_DEVICE"
 # "1" / "0": split big reduces over a work-group (uopgrad.codegen.group) or not; unset: on GPUs only, since a
@@ -124,8 +136,11 @@ def repair_pocl_target_cpu(device: cl.Device) -> str:
     if not _inside(readable, base, size):
         return ""
     words = (ctypes.c_uint64 * (size // 8)).from_address(base)
-    hits = [i for i, w in enumerate(words) if w and _inside(readable, w, 8) and ctypes.string_at(w, 8) ==
-            b"generic\0"]
+    hits = [
+        i
+        for i, w in enumerate(words)
+        if w and _inside(readable, w, 8) and ctypes.string_at(w, 8) == b"generic\0"
+    ]
     if len(hits) != 1:
         return ""
     libc = ctypes.CDLL(None)
@@ -165,7 +180,7 @@ class CLDevice:
 
     @property
     def label(self) -> str:
-        """"platform: device", for messages."""
+        """ "platform: device", for messages."""
         return _label(self.device)
 
     @property
@@ -174,8 +189,13 @@ class CLDevice:
         float: renderer.py) and float32 always (64-bit integers are in every full-profile device), float64
         with cl_khr_fp64."""
         exts = set(self.device.extensions.split())
-        out = {dtypes.bool, dtypes.float16, dtypes.bfloat16, dtypes.float32,
-               *(d for d in dtypes.ints if d.itemsize < 8)}
+        out = {
+            dtypes.bool,
+            dtypes.float16,
+            dtypes.bfloat16,
+            dtypes.float32,
+            *(d for d in dtypes.ints if d.itemsize < 8),
+        }
         if self.device.profile == "FULL_PROFILE" or "cles_khr_int64" in exts:
             out |= {dtypes.int64, dtypes.uint64}
         if "cl_khr_fp64" in exts:
@@ -191,10 +211,13 @@ class CLDevice:
         sizes = list(self.device.max_work_item_sizes)[:3] + [1, 1, 1]
         most = int(self.device.max_work_group_size)
         is_cpu = bool(self.device.type & cl.device_type.CPU)
-        return GridLimits(global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1),
-                          local_max=(int(sizes[0]), int(sizes[1]), int(sizes[2])), local_prod_max=most,
-                          local_size=min(most, 1024 if is_cpu else 128),
-                          local_memory=int(self.device.local_mem_size) if split_reduces(is_cpu) else 0)
+        return GridLimits(
+            global_max=(2**31 - 1, 2**31 - 1, 2**31 - 1),
+            local_max=(int(sizes[0]), int(sizes[1]), int(sizes[2])),
+            local_prod_max=most,
+            local_size=min(most, 1024 if is_cpu else 128),
+            local_memory=int(self.device.local_mem_size) if split_reduces(is_cpu) else 0,
+        )
 
 
 def split_reduces(is_cpu: bool) -> bool:
@@ -254,8 +277,13 @@ class CLProgram(Program):
         super().__init__(name, lib)
         self._kernel = self.compiler.take(lib, name)
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Run the kernel on `bufs` (cl.Buffers): `global_size` work-groups of `local_size` work-items."""
         buffers = [b for b in bufs if isinstance(b, cl.Buffer)]
         if len(buffers) != len(bufs):

@@ -3,6 +3,7 @@
 The facade exports exactly the public contract of docs/ARCHITECTURE.md §4; everything else lives in its
 module (`uopgrad.gradient`, `uopgrad.function`, `uopgrad.backend`, ...).
 """
+
 from uopgrad._version import __version__ as __version__
 from uopgrad.backend import Device, GlobalCounters
 from uopgrad.config import Context
@@ -17,8 +18,23 @@ from uopgrad.uop import UOp
 
 Variable = UOp.variable  # tinygrad's spelling: Variable("i", 1, 10).bind(3) for a symbolic size or offset
 
-__all__ = ["Context", "DType", "Device", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher", "Tensor",
-           "TinyJit", "UOp", "UPat", "Variable", "dtypes", "function", "graph_rewrite"]
+__all__ = [
+    "Context",
+    "DType",
+    "Device",
+    "GlobalCounters",
+    "GroupOp",
+    "Ops",
+    "PatternMatcher",
+    "Tensor",
+    "TinyJit",
+    "UOp",
+    "UPat",
+    "Variable",
+    "dtypes",
+    "function",
+    "graph_rewrite",
+]
 
 if _getenv_path("UOPGRAD_VIZ") is not None:  # a VIZ page per realize (uopgrad/viz), imported only when asked
     from uopgrad import viz as _viz

@@ -1,4 +1,5 @@
 """`python -m uopgrad ...`: the `uopgrad` command (uopgrad/cli.py)."""
+
 import sys
 
 from uopgrad.cli import main

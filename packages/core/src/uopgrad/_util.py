@@ -1,4 +1,5 @@
 """Tiny pure helpers with no uopgrad dependencies (layer 1)."""
+
 from __future__ import annotations
 
 import functools
@@ -91,4 +92,3 @@ def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
 def to_tuple(x: int | Sequence[int]) -> tuple[int, ...]:
     """An int or a sequence of ints as a tuple."""
     return (x,) if isinstance(x, int) else tuple(x)
-

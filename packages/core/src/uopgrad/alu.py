@@ -7,6 +7,7 @@ spec/reference.md §3 are the two readings of this table. Each row also carries 
 of ALU ops derive from (the dtypes it is defined on, float-only, libm), so a new op is one row here
 (docs/where-to-add.md §1).
 """
+
 from __future__ import annotations
 
 import operator
@@ -138,8 +139,9 @@ class Alu:
         where it has an integer meaning and the floats where it has a float one."""
         if self.on is not None:
             return self.on
-        return (_INTEGRAL if self.ints is not None else frozenset()) | (_FLOATS if self.floats is not None
-                                                                         else frozenset())
+        return (_INTEGRAL if self.ints is not None else frozenset()) | (
+            _FLOATS if self.floats is not None else frozenset()
+        )
 
     @property
     def float_only(self) -> bool:
@@ -157,8 +159,12 @@ def _div(why: str = "integer division or modulo by zero") -> Undefined:
 
 
 def _shift(value: Fn) -> Undefined:
-    return Undefined(lambda a, b, bits: (b < 0) | (b >= bits), value, ArithmeticError,
-                     "shift count {b} is outside [0, {bits})")
+    return Undefined(
+        lambda a, b, bits: (b < 0) | (b >= bits),
+        value,
+        ArithmeticError,
+        "shift count {b} is outside [0, {bits})",
+    )
 
 
 _NEG_POW = Undefined(lambda a, b, bits: b < 0, _neg_pow, ArithmeticError, "{a} ** {b} has no integer value")
@@ -176,8 +182,9 @@ ALU: dict[Ops, Alu] = {
     Ops.TRUNC: Alu(_same, np.trunc),
     Ops.ADD: Alu(operator.add, np.add),
     Ops.MUL: Alu(operator.mul, np.multiply),
-    Ops.SHL: Alu(lambda a, b: a << _as_left(a, b), None, undefined=_shift(lambda a, b: 0),
-                 on=frozenset(dtypes.ints)),
+    Ops.SHL: Alu(
+        lambda a, b: a << _as_left(a, b), None, undefined=_shift(lambda a, b: 0), on=frozenset(dtypes.ints)
+    ),
     Ops.SHR: Alu(lambda a, b: a >> _as_left(a, b), None, undefined=_SHR_FILL, on=frozenset(dtypes.ints)),
     Ops.CDIV: Alu(cdiv, lambda a, b: np.trunc(np.divide(a, b)), undefined=_div(), on=_NUMBERS),
     Ops.MAX: Alu(_max, np.maximum),  # NaN-propagating
@@ -202,8 +209,10 @@ ALU: dict[Ops, Alu] = {
 FOLDED: frozenset[Ops] = frozenset(op for op, row in ALU.items() if row.fold != "never")
 
 # exec_alu's two meanings by result dtype: True for IEEE floats, False for integers (int, index and bool)
-_IS_FLOAT: dict[DType, bool] = {**dict.fromkeys((*dtypes.ints, dtypes.index, dtypes.bool), False),
-                                **dict.fromkeys(dtypes.floats, True)}
+_IS_FLOAT: dict[DType, bool] = {
+    **dict.fromkeys((*dtypes.ints, dtypes.index, dtypes.bool), False),
+    **dict.fromkeys(dtypes.floats, True),
+}
 _NOTHING = Alu(None, None, fold="never")  # what exec_alu reads for an op outside the table
 
 

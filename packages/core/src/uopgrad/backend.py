@@ -9,6 +9,7 @@ A backend that generates code subclasses `CompiledBackend` and supplies four par
 `Program` runtime (a loaded kernel). `realize(sink)` then runs schedule -> lower -> render -> compile ->
 launch, reusing compiled kernels across calls with the same kernel structure.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -48,10 +49,30 @@ from uopgrad.schedule import schedule
 from uopgrad.search import best_choice
 from uopgrad.uop import UOp
 
-__all__ = ["Allocator", "Backend", "Capabilities", "CompileError", "CompiledBackend", "Compiler", "Device",
-           "DeviceRegistry", "ENTRY_POINT_GROUP", "GlobalCounters", "H", "HostAllocator", "PACKAGES",
-           "PREFERENCE", "Program", "Target", "compile_cache_dir", "count_kernel", "is_dtype_supported",
-           "load_library", "run_compiler", "run_linear"]
+__all__ = [
+    "Allocator",
+    "Backend",
+    "Capabilities",
+    "CompileError",
+    "CompiledBackend",
+    "Compiler",
+    "Device",
+    "DeviceRegistry",
+    "ENTRY_POINT_GROUP",
+    "GlobalCounters",
+    "H",
+    "HostAllocator",
+    "PACKAGES",
+    "PREFERENCE",
+    "Program",
+    "Target",
+    "compile_cache_dir",
+    "count_kernel",
+    "is_dtype_supported",
+    "load_library",
+    "run_compiler",
+    "run_linear",
+]
 
 ENTRY_POINT_GROUP = "uopgrad.backends"
 # Device.DEFAULT is the first installed of these, unless $UOPGRAD_DEVICE names one
@@ -239,7 +260,7 @@ class HostAllocator(Allocator[np.ndarray]):
     def _alloc(self, nbytes: int) -> np.ndarray:
         raw = np.zeros(nbytes + self.align, dtype=np.uint8)
         start = -raw.ctypes.data % self.align
-        return raw[start:start + nbytes]
+        return raw[start : start + nbytes]
 
     def _zero(self, handle: np.ndarray) -> None:
         handle.fill(0)
@@ -257,20 +278,33 @@ class HostAllocator(Allocator[np.ndarray]):
         return handle.data
 
 
-def run_compiler(cmd: list[str], stdin: str, src: str, tool: str,
-                 env: str) -> subprocess.CompletedProcess[str]:
+def run_compiler(
+    cmd: list[str], stdin: str, src: str, tool: str, env: str
+) -> subprocess.CompletedProcess[str]:
     """Run a compiler process on `stdin` (UOPGRAD_COMPILE_TIMEOUT bounds it). A compiler that can't be started
     or does not finish is a CompileError that names `tool`, the variable `env` choosing it, and `src`; a
     failed build is the caller's to judge from the returned process."""
     try:
-        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False,
-                              timeout=getenv_float("UOPGRAD_COMPILE_TIMEOUT"))
+        return subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=getenv_float("UOPGRAD_COMPILE_TIMEOUT"),
+        )
     except OSError as e:
-        raise CompileError(shlex.join(cmd), f"can't run the {tool} {cmd[0]!r} (the environment variable "
-                           f"{env} chooses it): {e}", src) from e
+        raise CompileError(
+            shlex.join(cmd),
+            f"can't run the {tool} {cmd[0]!r} (the environment variable {env} chooses it): {e}",
+            src,
+        ) from e
     except subprocess.TimeoutExpired as e:
-        raise CompileError(shlex.join(cmd), f"the {tool} did not finish in {e.timeout:g} s "
-                           "(UOPGRAD_COMPILE_TIMEOUT sets the limit)", src) from e
+        raise CompileError(
+            shlex.join(cmd),
+            f"the {tool} did not finish in {e.timeout:g} s (UOPGRAD_COMPILE_TIMEOUT sets the limit)",
+            src,
+        ) from e
 
 
 def load_library(lib: bytes, prefix: str) -> ctypes.CDLL:
@@ -293,17 +327,28 @@ class Program:
     def __init__(self, name: str, lib: bytes) -> None:
         self.name, self.lib = name, lib
 
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         """Launch the kernel on `bufs` with the variable values `vals`; returns when it has finished."""
         raise NotImplementedError(f"{type(self).__name__} does not implement launching")
 
-    def bind(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-             local_size: Sequence[int] | None = None) -> Callable[[], None]:
+    def bind(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> Callable[[], None]:
         """This launch with its arguments bound now: calling the result runs it (a captured step replays
         these). Runtimes override it to convert the arguments once (CPU: the ctypes values)."""
-        return functools.partial(self.__call__, *bufs, vals=tuple(vals), global_size=global_size,
-                                 local_size=local_size)
+        return functools.partial(
+            self.__call__, *bufs, vals=tuple(vals), global_size=global_size, local_size=local_size
+        )
 
 
 @dataclass(frozen=True)
@@ -337,8 +382,10 @@ def _checked_values(program: KernelProgram, var_vals: dict[str, int]) -> tuple[i
     vals = program.var_values(var_vals)
     for var, v in zip(program.vars, vals):
         if not dtypes.min(var.dtype) <= v <= dtypes.max(var.dtype):
-            raise ValueError(f"variable {var.arg[0]!r} = {v} does not fit the kernel argument's {var.dtype} "
-                             f"(its bounds are [{var.arg[1]}, {var.arg[2]}])")
+            raise ValueError(
+                f"variable {var.arg[0]!r} = {v} does not fit the kernel argument's {var.dtype} "
+                f"(its bounds are [{var.arg[1]}, {var.arg[2]}])"
+            )
     return vals
 
 
@@ -358,8 +405,15 @@ class CompiledBackend(Backend):
     kernel_cache_size = 1024  # loaded kernels kept per device (least recently used ones are unloaded)
     renderer: Renderer  # always set: what turns its programs into source
 
-    def __init__(self, device: str, renderer: Renderer, compiler: Compiler, allocator: Allocator[Any],
-                 runtime: type[Program], dtypes: frozenset[DType]) -> None:
+    def __init__(
+        self,
+        device: str,
+        renderer: Renderer,
+        compiler: Compiler,
+        allocator: Allocator[Any],
+        runtime: type[Program],
+        dtypes: frozenset[DType],
+    ) -> None:
         super().__init__(device)
         self.renderer, self.compiler, self.allocator, self.runtime = renderer, compiler, allocator, runtime
         self.capabilities = renderer.target(dtypes)  # what every kernel is lowered for
@@ -375,8 +429,10 @@ class CompiledBackend(Backend):
     # ------------------------------------------------------------------ buffers
     def _nbytes(self, buf: UOp) -> int:
         if buf.dtype.base.scalar() not in self.capabilities.dtypes:
-            raise TypeError(f"{self.name} has no {buf.dtype} buffers (it supports "
-                            f"{sorted(d.name for d in self.capabilities.dtypes)})")
+            raise TypeError(
+                f"{self.name} has no {buf.dtype} buffers (it supports "
+                f"{sorted(d.name for d in self.capabilities.dtypes)})"
+            )
         return max(int(buf.arg), 1) * buf.dtype.base.itemsize
 
     def handle(self, buf: UOp, zero: bool = True) -> object:
@@ -386,9 +442,11 @@ class CompiledBackend(Backend):
         if h is None:
             if buf in self._freed:
                 if zero:  # read (or written in part) before anything wrote it again: its values are gone
-                    raise BackendError(f"{self.name}: a {buf.dtype!r} buffer of {buf.arg} elements is read "
-                                       "after its memory was given back (TinyJit's free_intermediates()); "
-                                       "call the jitted function again before reading what it computes")
+                    raise BackendError(
+                        f"{self.name}: a {buf.dtype!r} buffer of {buf.arg} elements is read "
+                        "after its memory was given back (TinyJit's free_intermediates()); "
+                        "call the jitted function again before reading what it computes"
+                    )
                 self._freed.discard(buf)
             nbytes = self._nbytes(buf)
             h = self._handles[buf] = self.allocator.alloc(nbytes, zero)
@@ -472,8 +530,9 @@ class CompiledBackend(Backend):
         try:
             return self.runtime(name, lib)
         except Exception as e:
-            raise BackendError(f"{self.name}: kernel {name} compiled but does not load: {type(e).__name__}: "
-                               f"{e}") from e
+            raise BackendError(
+                f"{self.name}: kernel {name} compiled but does not load: {type(e).__name__}: {e}"
+            ) from e
 
     def realize(self, sink: UOp) -> None:
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
@@ -486,8 +545,10 @@ class CompiledBackend(Backend):
 
     def _handles_of(self, k: _Kernel, bufs: Sequence[UOp]) -> list[object]:
         got = self._handles.get  # the common case: allocated already
-        return [h if (h := got(bufs[s])) is not None else self.handle(bufs[s], zero=s not in k.overwrites)
-                for s in k.program.globals]
+        return [
+            h if (h := got(bufs[s])) is not None else self.handle(bufs[s], zero=s not in k.overwrites)
+            for s in k.program.globals
+        ]
 
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
@@ -499,16 +560,24 @@ class CompiledBackend(Backend):
         k.run(*handles, vals=vals, global_size=k.program.global_size, local_size=k.program.local_size)
         count_kernel(self.name, k.program, var_vals, time.perf_counter() - start)
 
-    def bind_kernel(self, item: UOp, var_vals: dict[str, int], bufs: Sequence[UOp] | None = None,
-                    ) -> Callable[[], None]:
+    def bind_kernel(
+        self,
+        item: UOp,
+        var_vals: dict[str, int],
+        bufs: Sequence[UOp] | None = None,
+    ) -> Callable[[], None]:
         """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
         now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
         The caller keeps the BUFFERs alive as long as it keeps the launch."""
         width = self.capabilities.vector_width if OPT else 0
         k = self._kernels.get((item.src[0], width)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:] if bufs is None else bufs)
-        return k.run.bind(*handles, vals=_checked_values(k.program, var_vals),
-                          global_size=k.program.global_size, local_size=k.program.local_size)
+        return k.run.bind(
+            *handles,
+            vals=_checked_values(k.program, var_vals),
+            global_size=k.program.global_size,
+            local_size=k.program.local_size,
+        )
 
     def _mine(self, item: UOp) -> bool:
         return len(item.src) < 2 or item.src[1].device == self.name
@@ -522,9 +591,9 @@ _DEVICE_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*)(?::([0-9]{1,6}))?")
 
 @dataclass(frozen=True)
 class _Plugin:
-    name: str   # device base name, e.g. "CPU"
+    name: str  # device base name, e.g. "CPU"
     value: str  # "module:attr" of the Backend subclass
-    dist: str   # the distribution that provides it, for error messages
+    dist: str  # the distribution that provides it, for error messages
 
 
 class DeviceRegistry:
@@ -551,8 +620,10 @@ class DeviceRegistry:
                 new = _Plugin(ep.name.upper(), ep.value, dist)
                 old = plugins.get(new.name)
                 if old is not None and old.value != new.value:
-                    raise BackendError(f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
-                                       f"and by {new.dist} ({new.value}); uninstall one of them")
+                    raise BackendError(
+                        f"backend {new.name} is provided twice: by {old.dist} ({old.value}) "
+                        f"and by {new.dist} ({new.value}); uninstall one of them"
+                    )
                 plugins[new.name] = new
             for name, value in _BUILTIN.items():
                 plugins.setdefault(name, _Plugin(name, value, "uopgrad"))
@@ -573,12 +644,15 @@ class DeviceRegistry:
         """Upper-case the backend part; ":0" is the backend itself, ":<n>" another device of the backend.
         Anything else (`CPU:abc`, `CPU:-1`, `CPU::`, a number) is an error, never a new device."""
         if not isinstance(name, str):
-            raise TypeError(f"a device is a name such as 'CPU' or 'CPU:1', not {type(name).__name__} "
-                            f"{name!r}")
+            raise TypeError(
+                f"a device is a name such as 'CPU' or 'CPU:1', not {type(name).__name__} {name!r}"
+            )
         m = _DEVICE_NAME.fullmatch(name)
         if m is None:
-            raise ValueError(f"{name!r} is not a device name: a backend name with an optional ':<index>' "
-                             f"(a non-negative integer), such as 'CPU' or 'CPU:1'")
+            raise ValueError(
+                f"{name!r} is not a device name: a backend name with an optional ':<index>' "
+                f"(a non-negative integer), such as 'CPU' or 'CPU:1'"
+            )
         base, index = m.group(1).upper(), m.group(2)
         return base if index is None or int(index) == 0 else f"{base}:{int(index)}"
 
@@ -589,8 +663,10 @@ class DeviceRegistry:
             env = getenv_str("UOPGRAD_DEVICE")  # a ConfigError where it is not a device name
             if env:
                 if (name := self.canonicalize(env)).partition(":")[0] not in self._discover():
-                    raise ConfigError(f"environment variable UOPGRAD_DEVICE={env!r} names no installed "
-                                      f"backend (installed: {', '.join(self.installed())})")
+                    raise ConfigError(
+                        f"environment variable UOPGRAD_DEVICE={env!r} names no installed "
+                        f"backend (installed: {', '.join(self.installed())})"
+                    )
                 self._default = name
             else:
                 installed = self._discover()
@@ -616,11 +692,15 @@ class DeviceRegistry:
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
         except Exception as e:  # a broken plugin must not look like a crash of uopgrad itself
-            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
-                               f"load: {type(e).__name__}: {e}") from e
+            raise BackendError(
+                f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) failed to "
+                f"load: {type(e).__name__}: {e}"
+            ) from e
         if not (isinstance(obj, type) and issubclass(obj, Backend)):
-            raise BackendError(f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
-                               f"{obj!r}, not a subclass of uopgrad.backend.Backend")
+            raise BackendError(
+                f"backend {base} (entry point {plugin.value!r} from {plugin.dist}) is "
+                f"{obj!r}, not a subclass of uopgrad.backend.Backend"
+            )
         self._classes[base] = obj
         return obj
 

@@ -3,6 +3,7 @@
 Installed as a console script and runnable as `python -m uopgrad`. Each subcommand is one function that
 returns the exit status; `main(argv)` parses and dispatches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,16 @@ def _version_of(dist: str) -> str:
 
 def _describe(name: str, entry: str, dist: str) -> dict[str, Any]:
     """One backend: its package, version, whether it loads (and why not), devices and claimed dtypes."""
-    info: dict[str, Any] = {"backend": name, "package": dist, "version": _version_of(dist),
-                            "entry_point": entry, "available": False, "devices": [], "dtypes": [],
-                            "reason": ""}
+    info: dict[str, Any] = {
+        "backend": name,
+        "package": dist,
+        "version": _version_of(dist),
+        "entry_point": entry,
+        "available": False,
+        "devices": [],
+        "dtypes": [],
+        "reason": "",
+    }
     try:
         backend = Device[name]
     except Exception as e:  # a backend that can't run here (no GPU, no driver) says why
@@ -52,8 +60,7 @@ def _describe(name: str, entry: str, dist: str) -> dict[str, Any]:
         info["reason"] = f"{type(cause).__name__}: {cause}"
         return info
     label = repr(backend).strip("<>").removeprefix(type(backend).__name__).strip()
-    info.update(available=True, devices=[label],
-                dtypes=_dtype_names(backend.capabilities.dtypes))
+    info.update(available=True, devices=[label], dtypes=_dtype_names(backend.capabilities.dtypes))
     return info
 
 
@@ -105,14 +112,23 @@ def _conformance(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("uopgrad_conformance") is None:
         print("the conformance suite is not installed: pip install uopgrad-conformance", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "--backend", args.backend,
-           *args.pytest_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "uopgrad_conformance",
+        "--backend",
+        args.backend,
+        *args.pytest_args,
+    ]
     return subprocess.call(cmd)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="uopgrad",
-                                description="uopgrad: devices, caches, VIZ pages, conformance")
+    p = argparse.ArgumentParser(
+        prog="uopgrad", description="uopgrad: devices, caches, VIZ pages, conformance"
+    )
     p.add_argument("--version", action="version", version=f"uopgrad {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("devices", help="every installed backend: package, version, devices, dtypes, status")

@@ -15,6 +15,7 @@ The rule for a value, the same for every variable:
   form, and then the default; every other one is a `ConfigError` saying the same, raised where the value
   is used (the first realize, the device's start, the first compile), never by `import uopgrad`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,9 +32,28 @@ from typing import Literal, cast
 
 from uopgrad.errors import ConfigError
 
-__all__ = ["ALLOW_DEVICE_USAGE", "CAPTURING", "ENVIRONMENT", "JIT", "KERNEL_OPS", "Context", "ContextVar",
-           "DEBUG", "EnvVar", "TRACK_MATCH_STATS", "VERIFY", "declare", "getenv", "getenv_bytes",
-           "getenv_float", "getenv_is_set", "getenv_path", "getenv_str", "parse_bytes", "table"]
+__all__ = [
+    "ALLOW_DEVICE_USAGE",
+    "CAPTURING",
+    "ENVIRONMENT",
+    "JIT",
+    "KERNEL_OPS",
+    "Context",
+    "ContextVar",
+    "DEBUG",
+    "EnvVar",
+    "TRACK_MATCH_STATS",
+    "VERIFY",
+    "declare",
+    "getenv",
+    "getenv_bytes",
+    "getenv_float",
+    "getenv_is_set",
+    "getenv_path",
+    "getenv_str",
+    "parse_bytes",
+    "table",
+]
 
 Kind = Literal["int", "bool", "float", "size", "choice", "str", "path", "command", "presence"]
 Value = int | float | str
@@ -41,8 +61,22 @@ Value = int | float | str
 _INT = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only: int() would also take "٣" and "1_0"
 _FLOAT = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
 _BOOL = {"1": 1, "true": 1, "yes": 1, "on": 1, "0": 0, "false": 0, "no": 0, "off": 0}
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-               "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 
 
 def parse_bytes(text: str) -> int:
@@ -73,32 +107,34 @@ class EnvVar:
     kind: Kind
     default: Value
     help: str
-    owner: str = "core"                      # who reads it: core or a backend package
-    lo: float | None = None                  # int, float, size: the range accepted, both ends included
+    owner: str = "core"  # who reads it: core or a backend package
+    lo: float | None = None  # int, float, size: the range accepted, both ends included
     hi: float | None = None
     choices: tuple[tuple[str, str], ...] = ()
     pattern: str = ""
-    form: str = ""                           # how the accepted values read in errors and docs, if not derived
-    default_doc: str = ""                    # the default in words, where the value alone does not say it
-    bad_doc: str = ""                        # what a bad value gives, where the reader decides it (a path)
+    form: str = ""  # how the accepted values read in errors and docs, if not derived
+    default_doc: str = ""  # the default in words, where the value alone does not say it
+    bad_doc: str = ""  # what a bad value gives, where the reader decides it (a path)
     bad: Literal["error", "warn"] = "error"  # what a value it does not accept gives (module docstring)
-    foreign: bool = False                    # another program's variable (the C compiler, OpenMP, XDG)
+    foreign: bool = False  # another program's variable (the C compiler, OpenMP, XDG)
 
     def accepted(self) -> str:
         """The values it accepts, in words."""
         if self.form:
             return self.form
         span = "" if self.lo is None or self.hi is None else f" from {_number(self.lo)} to {_number(self.hi)}"
-        return {"int": f"a whole number{span}",
-                "bool": "1 or 0 (or true/false, yes/no, on/off)",
-                "float": f"a number{span}",
-                "size": f"a size in bytes{span}: a whole number or one with a unit, e.g. 1073741824, 1GB, "
-                        "500M or 2GiB",
-                "choice": "one of " + ", ".join(k for k, _ in self.choices),
-                "str": f"text matching {self.pattern}" if self.pattern else "any text",
-                "path": "a path",
-                "command": "a command line (quoted like a shell's)",
-                "presence": "anything (only whether it is set counts here)"}[self.kind]
+        return {
+            "int": f"a whole number{span}",
+            "bool": "1 or 0 (or true/false, yes/no, on/off)",
+            "float": f"a number{span}",
+            "size": f"a size in bytes{span}: a whole number or one with a unit, e.g. 1073741824, 1GB, "
+            "500M or 2GiB",
+            "choice": "one of " + ", ".join(k for k, _ in self.choices),
+            "str": f"text matching {self.pattern}" if self.pattern else "any text",
+            "path": "a path",
+            "command": "a command line (quoted like a shell's)",
+            "presence": "anything (only whether it is set counts here)",
+        }[self.kind]
 
     def default_text(self) -> str:
         """The default, in words."""
@@ -113,8 +149,9 @@ class EnvVar:
             raise ValueError("no command")
         if self.kind == "str" and self.pattern and re.fullmatch(self.pattern, s) is None:
             raise ValueError("not of the form")
-        lookup: dict[str, Value] | None = dict(self.choices) if self.kind == "choice" else \
-            dict(_BOOL) if self.kind == "bool" else None
+        lookup: dict[str, Value] | None = (
+            dict(self.choices) if self.kind == "choice" else dict(_BOOL) if self.kind == "bool" else None
+        )
         if lookup is not None:
             if s.lower() not in lookup:
                 raise ValueError("not one of the choices")
@@ -135,8 +172,10 @@ class EnvVar:
 
     def error(self, text: str) -> ConfigError:
         """The error of `text`, a value it does not accept: the variable, the value, the accepted form."""
-        return ConfigError(f"environment variable {self.name}={text!r} is not valid: {self.name} takes "
-                           f"{self.accepted()} (unset, the default: {self.default_text()})")
+        return ConfigError(
+            f"environment variable {self.name}={text!r} is not valid: {self.name} takes "
+            f"{self.accepted()} (unset, the default: {self.default_text()})"
+        )
 
     def resolve(self, default: Value | None = None, stacklevel: int = 4) -> tuple[Value, ConfigError | None]:
         """The value from the environment now (`default`, else the declared one, when blank) and the
@@ -176,81 +215,228 @@ def declare(name: str, kind: Kind, default: Value, help: str, **fields: object) 
 
 
 _INT_KINDS = ("int", "bool")
-_BOOLISH = (("0", "off"), ("false", "off"), ("no", "off"), ("off", "off"),
-            ("1", "on"), ("true", "on"), ("yes", "on"), ("on", "on"))
+_BOOLISH = (
+    ("0", "off"),
+    ("false", "off"),
+    ("no", "off"),
+    ("off", "off"),
+    ("1", "on"),
+    ("true", "on"),
+    ("yes", "on"),
+    ("on", "on"),
+)
 
 # ---------------------------------------------------------------------- the table (docs/environment.md)
 # core: the flags `Context` overrides (int, bool) are read once, at import; the others where they are used
-declare("DEBUG", "int", 0, "log what the pipeline does: 1 kernels run, 2 schedules, 3 IR after each pass, "
-        "4 kernel sources, 5 rewrite sizes (README: Tools)", lo=0, hi=7, bad="warn")
+declare(
+    "DEBUG",
+    "int",
+    0,
+    "log what the pipeline does: 1 kernels run, 2 schedules, 3 IR after each pass, "
+    "4 kernel sources, 5 rewrite sizes (README: Tools)",
+    lo=0,
+    hi=7,
+    bad="warn",
+)
 declare("UOPGRAD_VERIFY", "bool", 0, "verify the graph after every named pass (`Context(VERIFY=1)`)")
-declare("TRACK_MATCH_STATS", "bool", 0, "count rule hits per PatternMatcher row (`rewrite.match_stats`)",
-        bad="warn")
+declare(
+    "TRACK_MATCH_STATS",
+    "bool",
+    0,
+    "count rule hits per PatternMatcher row (`rewrite.match_stats`)",
+    bad="warn",
+)
 declare("ALLOW_DEVICE_USAGE", "bool", 1, "0: realize is an error (set while a `function` is traced)")
-declare("UOPGRAD_KERNEL_OPS", "int", 4096, "the most ops one scheduled kernel's expression may hold before "
-        "the scheduler cuts it; 0: never cut (`Context(KERNEL_OPS=n)`)", lo=0, hi=1_000_000)
-declare("JIT", "int", 1, "0: a TinyJit runs its function on every call and captures nothing; 1 and 2 "
-        "(tinygrad's no-graph) both replay the captured launches one by one (`Context(JIT=0)`)", lo=0, hi=2,
-        bad="warn")
-declare("CAPTURING", "bool", 1, "0: what runs is kept out of the capture of a TinyJit capturing in this "
-        "thread (`with Context(CAPTURING=0):` around one-off work in a step)", bad="warn")
-declare("BEAM", "int", 0, "time the opt pass's tile shapes of each new kernel and keep the n fastest for a "
-        "longer second timing; 0: the heuristic's shape (spec/opt.md §3)", lo=0, hi=100)
-declare("OPT", "int", 1, "0: no optimisation pass (the plain kernels of spec/opt.md); 1: the heuristic",
-        lo=0, hi=1)
-declare("UOPGRAD_DEVICE", "str", "", "the default device", pattern=r"[A-Za-z][A-Za-z0-9_]*(?::[0-9]{1,6})?",
-        form="a device name such as CPU, CL:1 or REFERENCE (an installed backend)",
-        default_doc="the first installed of CPU, CL, CUDA, REFERENCE")
-declare("UOPGRAD_VIZ", "path", "", "a directory to write one VIZ page per realize into; one that can't be "
-        "used is a warning and no pages", form="a directory (created if missing)", default_doc="no pages",
-        bad="warn")
-declare("UOPGRAD_CACHE_DIR", "path", "", "the disk cache of compiled kernels and BEAM picks",
-        form="a directory (created if missing)", default_doc="`$XDG_CACHE_HOME/uopgrad`, else "
-        "`~/.cache/uopgrad`", bad_doc="one that can't be used: one RuntimeWarning, no disk cache "
-        "(spec/errors.md)")
-declare("UOPGRAD_CACHE_MAX_BYTES", "size", 1 << 30, "the disk cache's size limit (least recently used "
-        "entries go first)", lo=0, default_doc="1GiB", bad_doc="during a compile one RuntimeWarning and the "
-        "default; `uopgrad cache info` exits 1 naming it")
-declare("XDG_CACHE_HOME", "path", "", "where the disk cache goes when UOPGRAD_CACHE_DIR is unset",
-        default_doc="`~/.cache`", bad_doc="a relative path is ignored (the XDG rule)", foreign=True)
-declare("UOPGRAD_COMPILE_TIMEOUT", "float", 600, "seconds a run of the C compiler (CPU) or the host C++ "
-        "compiler (CUDA emulation) may take before it is a CompileError", owner="uopgrad-cpu, uopgrad-cuda",
-        lo=0.001, hi=1_000_000)
+declare(
+    "UOPGRAD_KERNEL_OPS",
+    "int",
+    4096,
+    "the most ops one scheduled kernel's expression may hold before "
+    "the scheduler cuts it; 0: never cut (`Context(KERNEL_OPS=n)`)",
+    lo=0,
+    hi=1_000_000,
+)
+declare(
+    "JIT",
+    "int",
+    1,
+    "0: a TinyJit runs its function on every call and captures nothing; 1 and 2 "
+    "(tinygrad's no-graph) both replay the captured launches one by one (`Context(JIT=0)`)",
+    lo=0,
+    hi=2,
+    bad="warn",
+)
+declare(
+    "CAPTURING",
+    "bool",
+    1,
+    "0: what runs is kept out of the capture of a TinyJit capturing in this "
+    "thread (`with Context(CAPTURING=0):` around one-off work in a step)",
+    bad="warn",
+)
+declare(
+    "BEAM",
+    "int",
+    0,
+    "time the opt pass's tile shapes of each new kernel and keep the n fastest for a "
+    "longer second timing; 0: the heuristic's shape (spec/opt.md §3)",
+    lo=0,
+    hi=100,
+)
+declare(
+    "OPT",
+    "int",
+    1,
+    "0: no optimisation pass (the plain kernels of spec/opt.md); 1: the heuristic",
+    lo=0,
+    hi=1,
+)
+declare(
+    "UOPGRAD_DEVICE",
+    "str",
+    "",
+    "the default device",
+    pattern=r"[A-Za-z][A-Za-z0-9_]*(?::[0-9]{1,6})?",
+    form="a device name such as CPU, CL:1 or REFERENCE (an installed backend)",
+    default_doc="the first installed of CPU, CL, CUDA, REFERENCE",
+)
+declare(
+    "UOPGRAD_VIZ",
+    "path",
+    "",
+    "a directory to write one VIZ page per realize into; one that can't be used is a warning and no pages",
+    form="a directory (created if missing)",
+    default_doc="no pages",
+    bad="warn",
+)
+declare(
+    "UOPGRAD_CACHE_DIR",
+    "path",
+    "",
+    "the disk cache of compiled kernels and BEAM picks",
+    form="a directory (created if missing)",
+    default_doc="`$XDG_CACHE_HOME/uopgrad`, else `~/.cache/uopgrad`",
+    bad_doc="one that can't be used: one RuntimeWarning, no disk cache (spec/errors.md)",
+)
+declare(
+    "UOPGRAD_CACHE_MAX_BYTES",
+    "size",
+    1 << 30,
+    "the disk cache's size limit (least recently used entries go first)",
+    lo=0,
+    default_doc="1GiB",
+    bad_doc="during a compile one RuntimeWarning and the default; `uopgrad cache info` exits 1 naming it",
+)
+declare(
+    "XDG_CACHE_HOME",
+    "path",
+    "",
+    "where the disk cache goes when UOPGRAD_CACHE_DIR is unset",
+    default_doc="`~/.cache`",
+    bad_doc="a relative path is ignored (the XDG rule)",
+    foreign=True,
+)
+declare(
+    "UOPGRAD_COMPILE_TIMEOUT",
+    "float",
+    600,
+    "seconds a run of the C compiler (CPU) or the host C++ "
+    "compiler (CUDA emulation) may take before it is a CompileError",
+    owner="uopgrad-cpu, uopgrad-cuda",
+    lo=0.001,
+    hi=1_000_000,
+)
 # backend-cpu
-declare("CC", "command", "cc", "the C compiler the CPU backend builds kernels with", owner="uopgrad-cpu",
-        foreign=True)
-declare("OMP_NUM_THREADS", "presence", "", "set: OpenMP's own thread count rules and the CPU backend does "
-        "not size its teams", owner="uopgrad-cpu", default_doc="unset", bad_doc="OpenMP's to judge",
-        foreign=True)
-declare("OMP_DYNAMIC", "presence", "", "set: as OMP_NUM_THREADS", owner="uopgrad-cpu", default_doc="unset",
-        bad_doc="OpenMP's to judge", foreign=True)
+declare(
+    "CC",
+    "command",
+    "cc",
+    "the C compiler the CPU backend builds kernels with",
+    owner="uopgrad-cpu",
+    foreign=True,
+)
+declare(
+    "OMP_NUM_THREADS",
+    "presence",
+    "",
+    "set: OpenMP's own thread count rules and the CPU backend does not size its teams",
+    owner="uopgrad-cpu",
+    default_doc="unset",
+    bad_doc="OpenMP's to judge",
+    foreign=True,
+)
+declare(
+    "OMP_DYNAMIC",
+    "presence",
+    "",
+    "set: as OMP_NUM_THREADS",
+    owner="uopgrad-cpu",
+    default_doc="unset",
+    bad_doc="OpenMP's to judge",
+    foreign=True,
+)
 # backend-cuda
-declare("UOPGRAD_CUDA_EMULATE", "choice", "off", "run CUDA kernels on the host (NVRTC still compiles each): "
-        "on, or reverse (blocks and threads last to first)", owner="uopgrad-cuda",
-        choices=(*_BOOLISH, ("forward", "on"), ("reverse", "reverse"), ("reversed", "reverse")))
-declare("UOPGRAD_CUDA_ARCH", "str", "sm_90", "the GPU architecture NVRTC compiles for when emulating",
-        owner="uopgrad-cuda", pattern=r"(?:sm|compute)_[0-9]{2,3}[a-z]?",
-        form="an NVRTC architecture such as sm_90 or compute_80")
-declare("UOPGRAD_NVRTC", "path", "", "the NVRTC library to compile with", owner="uopgrad-cuda",
-        form="the path of a libnvrtc.so", default_doc="the newest found",
-        bad_doc="ConfigError where it does not load")
-declare("CXX", "command", "g++", "the host C++ compiler of the CUDA emulation", owner="uopgrad-cuda",
-        foreign=True)
+declare(
+    "UOPGRAD_CUDA_EMULATE",
+    "choice",
+    "off",
+    "run CUDA kernels on the host (NVRTC still compiles each): "
+    "on, or reverse (blocks and threads last to first)",
+    owner="uopgrad-cuda",
+    choices=(*_BOOLISH, ("forward", "on"), ("reverse", "reverse"), ("reversed", "reverse")),
+)
+declare(
+    "UOPGRAD_CUDA_ARCH",
+    "str",
+    "sm_90",
+    "the GPU architecture NVRTC compiles for when emulating",
+    owner="uopgrad-cuda",
+    pattern=r"(?:sm|compute)_[0-9]{2,3}[a-z]?",
+    form="an NVRTC architecture such as sm_90 or compute_80",
+)
+declare(
+    "UOPGRAD_NVRTC",
+    "path",
+    "",
+    "the NVRTC library to compile with",
+    owner="uopgrad-cuda",
+    form="the path of a libnvrtc.so",
+    default_doc="the newest found",
+    bad_doc="ConfigError where it does not load",
+)
+declare(
+    "CXX", "command", "g++", "the host C++ compiler of the CUDA emulation", owner="uopgrad-cuda", foreign=True
+)
 # backend-opencl
-declare("UOPGRAD_CL_DEVICE", "str", "", "the OpenCL device `CL` is: a number, or text its \"platform: "
-        "device\" name contains", owner="uopgrad-opencl", form="a device number or part of a device name",
-        default_doc="the first device", bad_doc="BackendError listing the devices")
-declare("UOPGRAD_CL_GROUP_REDUCE", "choice", "auto", "split big reduces over a work-group",
-        owner="uopgrad-opencl", choices=(*_BOOLISH, ("auto", "auto")),
-        default_doc="auto: on every device but a CPU")
+declare(
+    "UOPGRAD_CL_DEVICE",
+    "str",
+    "",
+    'the OpenCL device `CL` is: a number, or text its "platform: device" name contains',
+    owner="uopgrad-opencl",
+    form="a device number or part of a device name",
+    default_doc="the first device",
+    bad_doc="BackendError listing the devices",
+)
+declare(
+    "UOPGRAD_CL_GROUP_REDUCE",
+    "choice",
+    "auto",
+    "split big reduces over a work-group",
+    owner="uopgrad-opencl",
+    choices=(*_BOOLISH, ("auto", "auto")),
+    default_doc="auto: on every device but a CPU",
+)
 
 
 # ---------------------------------------------------------------------- readers
 def _declared(key: str, kinds: tuple[str, ...]) -> EnvVar:
     var = ENVIRONMENT.get(key)
     if var is None:
-        raise ConfigError(f"{key} is not a declared environment variable; declare it in uopgrad.config "
-                          f"(or with uopgrad.config.declare)")
+        raise ConfigError(
+            f"{key} is not a declared environment variable; declare it in uopgrad.config "
+            f"(or with uopgrad.config.declare)"
+        )
     if var.kind not in kinds:
         raise ConfigError(f"{key} is a {var.kind} variable, not read as {'/'.join(kinds)}")
     return var
@@ -291,8 +477,10 @@ def getenv_is_set(key: str) -> bool:
 
 def table() -> str:
     """`ENVIRONMENT` as a markdown table (docs/environment.md holds it)."""
-    rows = ["| variable | read by | accepts | default | on a bad value | what it does |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| variable | read by | accepts | default | on a bad value | what it does |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for v in ENVIRONMENT.values():
         bad = v.bad_doc or ("RuntimeWarning, the default" if v.bad == "warn" else "ConfigError where used")
         owner = v.owner + (" (another program's)" if v.foreign else "")
@@ -320,10 +508,12 @@ class ContextVar:
         initial, self._error = _declared(self.key, _INT_KINDS).resolve(default, stacklevel=3)
         # None stands for "the environment's value was bad": only then is `get` more than the builtin
         self._var: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-            f"uopgrad.{self.key}", default=None if self._error is not None else cast(int, initial))
+            f"uopgrad.{self.key}", default=None if self._error is not None else cast(int, initial)
+        )
         # the value, as a builtin call where the environment was fine (hot loops call it)
-        self.get: Callable[[], int] = cast(Callable[[], int], self._var.get) if self._error is None \
-            else self._checked
+        self.get: Callable[[], int] = (
+            cast(Callable[[], int], self._var.get) if self._error is None else self._checked
+        )
         ContextVar._registry[name] = ContextVar._registry[self.key] = self
 
     def _checked(self) -> int:
@@ -372,11 +562,11 @@ def Context(**flags: int) -> Iterator[None]:
             ContextVar._registry[k]._var.set(o)
 
 
-DEBUG = ContextVar("DEBUG", 0)                            # >0 prints what the pipeline does
-VERIFY = ContextVar("VERIFY", 0, env="UOPGRAD_VERIFY")    # run verify() after every named pass
-TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)    # count rule hits per PatternMatcher row
+DEBUG = ContextVar("DEBUG", 0)  # >0 prints what the pipeline does
+VERIFY = ContextVar("VERIFY", 0, env="UOPGRAD_VERIFY")  # run verify() after every named pass
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)  # count rule hits per PatternMatcher row
 ALLOW_DEVICE_USAGE = ContextVar("ALLOW_DEVICE_USAGE", 1)  # 0 while tracing a function: realize is an error
 # the most ops one scheduled kernel's expression may hold before the scheduler cuts it (0: never cut)
 KERNEL_OPS = ContextVar("KERNEL_OPS", 4096, env="UOPGRAD_KERNEL_OPS")
-JIT = ContextVar("JIT", 1)                                # 0: TinyJit runs the function on every call
-CAPTURING = ContextVar("CAPTURING", 1)                    # 0: a TinyJit capturing here does not record
+JIT = ContextVar("JIT", 1)  # 0: TinyJit runs the function on every call
+CAPTURING = ContextVar("CAPTURING", 1)  # 0: a TinyJit capturing here does not record

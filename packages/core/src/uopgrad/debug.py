@@ -15,6 +15,7 @@ writes to stderr is attached on first use, so `DEBUG=2 python prog.py` prints wi
 The pipeline calls these functions (`realizing`, `schedule_made`, `after_pass`, `source`, `kernel_ran`);
 tracers (`add_tracer`, e.g. the VIZ page writer) see the same events, whatever DEBUG is.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,19 @@ from uopgrad.ops import Ops
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["Tracer", "add_tracer", "after_pass", "kernel_name", "kernel_ran", "log", "logger",
-           "realizing", "remove_tracer", "schedule_made", "source"]
+__all__ = [
+    "Tracer",
+    "add_tracer",
+    "after_pass",
+    "kernel_name",
+    "kernel_ran",
+    "log",
+    "logger",
+    "realizing",
+    "remove_tracer",
+    "schedule_made",
+    "source",
+]
 
 logger = logging.getLogger("uopgrad")
 _LEVEL_LOGGERS = {1: "kernel", 2: "schedule", 3: "pass", 4: "source"}
@@ -137,8 +149,15 @@ def kernel_name(call: UOp) -> str:
     return "_".join([kind, *(str(d) if isinstance(d, int) else "n" for d in shape)])
 
 
-def kernel_ran(device: str, name: str, seconds: float, flops: int, nbytes: int,
-               global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> None:
+def kernel_ran(
+    device: str,
+    name: str,
+    seconds: float,
+    flops: int,
+    nbytes: int,
+    global_size: Sequence[int] | None = None,
+    local_size: Sequence[int] | None = None,
+) -> None:
     """DEBUG=1: one line for a kernel that ran: name, device, launch size, time, GFLOP/s and GB/s (from the
     program's estimates, uopgrad.codegen.estimate)."""
     if DEBUG.value < 1:
@@ -147,5 +166,8 @@ def kernel_ran(device: str, name: str, seconds: float, flops: int, nbytes: int,
     if local_size is not None:
         launch += f"[{','.join(map(str, local_size))}]"
     rate = max(seconds, 1e-9)
-    log(1, f"{device:<10} {name:<28} {launch:<18} {seconds * 1e3:9.3f} ms "
-             f"{flops / rate / 1e9:9.2f} GFLOP/s {nbytes / rate / 1e9:9.2f} GB/s")
+    log(
+        1,
+        f"{device:<10} {name:<28} {launch:<18} {seconds * 1e3:9.3f} ms "
+        f"{flops / rate / 1e9:9.2f} GFLOP/s {nbytes / rate / 1e9:9.2f} GB/s",
+    )

@@ -16,6 +16,7 @@ one warning, in a realize (an unusable cache only costs time), and as a ConfigEr
 are accepted) by deleting the rows used least recently. `uopgrad cache info|clear` and
 `python -m uopgrad.diskcache info|clear` run `command`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,15 +35,29 @@ from typing import TypedDict
 from uopgrad.config import getenv_bytes, getenv_path
 from uopgrad.errors import ConfigError
 
-__all__ = ["DATABASE", "DEFAULT_LIMIT", "MARKER", "Info", "cache_dir", "clear", "command", "evict", "info",
-           "limit", "read", "write"]
+__all__ = [
+    "DATABASE",
+    "DEFAULT_LIMIT",
+    "MARKER",
+    "Info",
+    "cache_dir",
+    "clear",
+    "command",
+    "evict",
+    "info",
+    "limit",
+    "read",
+    "write",
+]
 
 DEFAULT_LIMIT = 1 << 30
 MARKER = "OWNED-BY-UOPGRAD"  # the file that says the directory is the cache (its name tells a user why)
 DATABASE = "cache.db"
-_MAGIC = (b"uopgrad compile cache, format 1\n"
-          b"This directory is uopgrad's cache of compiled kernels: they are rows of cache.db here.\n"
-          b"uopgrad changes nothing else in it. `uopgrad cache info|clear` shows or empties it.\n")
+_MAGIC = (
+    b"uopgrad compile cache, format 1\n"
+    b"This directory is uopgrad's cache of compiled kernels: they are rows of cache.db here.\n"
+    b"uopgrad changes nothing else in it. `uopgrad cache info|clear` shows or empties it.\n"
+)
 _SQLITE_FILES = (DATABASE, DATABASE + "-wal", DATABASE + "-shm", DATABASE + "-journal")
 _FORMAT = 1  # PRAGMA user_version of the database
 _TOUCH_AFTER = 60.0  # a read records its use when the last one is older: LRU to the minute, few writes
@@ -90,11 +105,15 @@ def _check_dir(root: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise _Refused(f"{root} is not a directory; remove it or {fix}")
     if st.st_uid != os.geteuid():
-        raise _Refused(f"{root} is owned by uid {st.st_uid}, not this user (a kernel read from it would run "
-                       f"in this process); {fix}")
+        raise _Refused(
+            f"{root} is owned by uid {st.st_uid}, not this user (a kernel read from it would run "
+            f"in this process); {fix}"
+        )
     if st.st_mode & 0o022:
-        raise _Refused(f"{root} can be written by other users (a kernel read from it would run in this "
-                       f"process); run `chmod go-w {root}` or {fix}")
+        raise _Refused(
+            f"{root} can be written by other users (a kernel read from it would run in this "
+            f"process); run `chmod go-w {root}` or {fix}"
+        )
 
 
 def _check_file(root: str, name: str) -> os.stat_result | None:
@@ -105,11 +124,18 @@ def _check_file(root: str, name: str) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else \
-            "not a regular file" if not stat.S_ISREG(st.st_mode) else f"owned by uid {st.st_uid}"
-        raise _Refused(f"{os.path.join(root, name)} is {what}, so the cache in {root} is not used (it "
-                       f"follows no link and writes no file it did not create); remove {name} or set "
-                       f"UOPGRAD_CACHE_DIR to a new or empty directory")
+        what = (
+            "a symbolic link"
+            if stat.S_ISLNK(st.st_mode)
+            else "not a regular file"
+            if not stat.S_ISREG(st.st_mode)
+            else f"owned by uid {st.st_uid}"
+        )
+        raise _Refused(
+            f"{os.path.join(root, name)} is {what}, so the cache in {root} is not used (it "
+            f"follows no link and writes no file it did not create); remove {name} or set "
+            f"UOPGRAD_CACHE_DIR to a new or empty directory"
+        )
     return st
 
 
@@ -125,15 +151,18 @@ def _marked(root: str) -> bool:
     path = os.path.join(root, MARKER)
     with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
         if f.read(len(_MAGIC) + 1) != _MAGIC:
-            raise _Refused(f"{path} was not written by this uopgrad (a newer format, or a file of yours); "
-                           f"set UOPGRAD_CACHE_DIR to a new or empty directory")
+            raise _Refused(
+                f"{path} was not written by this uopgrad (a newer format, or a file of yours); "
+                f"set UOPGRAD_CACHE_DIR to a new or empty directory"
+            )
     _marker_ok.add(ident)
     return True
 
 
 def _is_old_entry(e: os.DirEntry[str]) -> bool:
-    return e.is_file(follow_symlinks=False) and ((len(e.name) == 64 and set(e.name) <= _HEX)
-                                                 or e.name.startswith(".tmp-"))
+    return e.is_file(follow_symlinks=False) and (
+        (len(e.name) == 64 and set(e.name) <= _HEX) or e.name.startswith(".tmp-")
+    )
 
 
 def _is_shard(e: os.DirEntry[str]) -> bool:
@@ -188,16 +217,19 @@ def _own(root: str, create: bool) -> bool:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(root, 0o700)
         except OSError as e:
-            raise _Refused(f"{root} can't be created ({e.strerror}); set UOPGRAD_CACHE_DIR to a writable "
-                           f"directory") from None
+            raise _Refused(
+                f"{root} can't be created ({e.strerror}); set UOPGRAD_CACHE_DIR to a writable directory"
+            ) from None
         _check_dir(root)
     if _marked(root):
         return True
     # marked again: a racing claimer writes the marker before the database
     if (name := _foreign(root)) is not None and not _marked(root):
-        raise _Refused(f"{root} is not uopgrad's cache: it has no {MARKER} file and holds {name!r}, "
-                       f"which uopgrad did not write (it deletes nothing of yours); set "
-                       f"UOPGRAD_CACHE_DIR to a new or empty directory")
+        raise _Refused(
+            f"{root} is not uopgrad's cache: it has no {MARKER} file and holds {name!r}, "
+            f"which uopgrad did not write (it deletes nothing of yours); set "
+            f"UOPGRAD_CACHE_DIR to a new or empty directory"
+        )
     if not create:
         return False
     _claim(root)
@@ -278,8 +310,10 @@ def _init(conn: sqlite3.Connection) -> None:
                     conn.execute(statement)
                 version = _FORMAT
     if version != _FORMAT:
-        raise _Refused(f"{DATABASE} has format {version}, not {_FORMAT}: another uopgrad version writes it; "
-                       f"set UOPGRAD_CACHE_DIR to use a cache of your own for this one")
+        raise _Refused(
+            f"{DATABASE} has format {version}, not {_FORMAT}: another uopgrad version writes it; "
+            f"set UOPGRAD_CACHE_DIR to use a cache of your own for this one"
+        )
 
 
 @contextlib.contextmanager
@@ -320,12 +354,18 @@ def _trouble(root: str, e: Exception) -> None:
                 for name in _SQLITE_FILES:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(root, name))
-        _warn_once(f"{root}:damaged", f"the compile cache {os.path.join(root, DATABASE)} was damaged ({e}); "
-                                      f"it is deleted and a new one is started (nothing else in {root} is "
-                                      f"touched)")
+        _warn_once(
+            f"{root}:damaged",
+            f"the compile cache {os.path.join(root, DATABASE)} was damaged ({e}); "
+            f"it is deleted and a new one is started (nothing else in {root} is "
+            f"touched)",
+        )
         return
-    _warn_once(f"{root}:error", f"the compile cache in {root} failed ({type(e).__name__}: {e}); kernels are "
-                                f"compiled again until it works (check the disk, or set UOPGRAD_CACHE_DIR)")
+    _warn_once(
+        f"{root}:error",
+        f"the compile cache in {root} failed ({type(e).__name__}: {e}); kernels are "
+        f"compiled again until it works (check the disk, or set UOPGRAD_CACHE_DIR)",
+    )
 
 
 def _bound() -> int:
@@ -346,8 +386,9 @@ def read(digest: str) -> bytes | None:
             conn = None if root in _refused else _connect(root, create=False)
             if conn is None:
                 return None
-            row = conn.execute("SELECT sha256, used, payload FROM entries WHERE digest = ?",
-                               (digest,)).fetchone()
+            row = conn.execute(
+                "SELECT sha256, used, payload FROM entries WHERE digest = ?", (digest,)
+            ).fetchone()
             if row is None:
                 return None
             sha, used, payload = row
@@ -372,10 +413,12 @@ def write(digest: str, payload: bytes) -> None:
             if conn is None:
                 return
             with _transaction(conn):
-                conn.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET "
-                             "sha256 = excluded.sha256, size = excluded.size, used = excluded.used, "
-                             "payload = excluded.payload",
-                             (digest, hashlib.sha256(payload).digest(), len(payload), time.time(), payload))
+                conn.execute(
+                    "INSERT INTO entries VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET "
+                    "sha256 = excluded.sha256, size = excluded.size, used = excluded.used, "
+                    "payload = excluded.payload",
+                    (digest, hashlib.sha256(payload).digest(), len(payload), time.time(), payload),
+                )
                 pruned = _prune(conn, bound)
             if pruned:
                 _vacuum(conn)
@@ -440,8 +483,10 @@ def _for_user(root: str, what: str) -> Iterator[None]:
             raise ConfigError(f"not {what} the compile cache: {e}") from None
         except (OSError, sqlite3.Error) as e:
             _forget()
-            raise ConfigError(f"{what} the compile cache in {root} failed ({type(e).__name__}: {e}); set "
-                              f"UOPGRAD_CACHE_DIR to use another directory") from None
+            raise ConfigError(
+                f"{what} the compile cache in {root} failed ({type(e).__name__}: {e}); set "
+                f"UOPGRAD_CACHE_DIR to use another directory"
+            ) from None
 
 
 def info() -> Info:
@@ -452,16 +497,26 @@ def info() -> Info:
         bound, bound_error = limit(), ""
     except ConfigError as e:
         bound, bound_error = DEFAULT_LIMIT, str(e)
-    out = Info(path=root, state="absent", entries=0, bytes=0, file_bytes=0, limit=bound,
-               limit_error=bound_error, old_entries=0, old_bytes=0)
+    out = Info(
+        path=root,
+        state="absent",
+        entries=0,
+        bytes=0,
+        file_bytes=0,
+        limit=bound,
+        limit_error=bound_error,
+        old_entries=0,
+        old_bytes=0,
+    )
     with _for_user(root, "reading"):
         if _own(root, create=False):
             out["state"] = "ready"
             if (conn := _connect(root, create=False)) is not None:
                 out["entries"] = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
                 out["bytes"] = conn.execute("SELECT bytes FROM total").fetchone()[0]
-                out["file_bytes"] = sum(st.st_size for n in _SQLITE_FILES
-                                        if (st := _check_file(root, n)) is not None)
+                out["file_bytes"] = sum(
+                    st.st_size for n in _SQLITE_FILES if (st := _check_file(root, n)) is not None
+                )
         elif os.path.isdir(root):
             out["state"] = "unclaimed"
         if out["state"] != "absent":
@@ -499,13 +554,19 @@ def command(action: str) -> int:
         return 1
     note = {"absent": " (not created yet)", "unclaimed": " (not used yet)"}.get(i["state"], "")
     print(f"compile cache: {i['path']}{note}")
-    print(f"  {i['entries']} entries, {i['bytes'] / 1e6:.2f} MB of at most {i['limit'] / 1e6:.2f} MB "
-          f"({DATABASE}: {i['file_bytes'] / 1e6:.2f} MB on disk)")
+    print(
+        f"  {i['entries']} entries, {i['bytes'] / 1e6:.2f} MB of at most {i['limit'] / 1e6:.2f} MB "
+        f"({DATABASE}: {i['file_bytes'] / 1e6:.2f} MB on disk)"
+    )
     if i["old_entries"]:
-        print(f"  {i['old_entries']} files ({i['old_bytes'] / 1e6:.2f} MB) of an earlier uopgrad in its "
-              f"<2 hex>/ directories: not used, and not deleted by uopgrad; remove them by hand")
-    print("  set UOPGRAD_CACHE_DIR to move it, UOPGRAD_CACHE_MAX_BYTES to bound it; `uopgrad cache clear` "
-          "empties it")
+        print(
+            f"  {i['old_entries']} files ({i['old_bytes'] / 1e6:.2f} MB) of an earlier uopgrad in its "
+            f"<2 hex>/ directories: not used, and not deleted by uopgrad; remove them by hand"
+        )
+    print(
+        "  set UOPGRAD_CACHE_DIR to move it, UOPGRAD_CACHE_MAX_BYTES to bound it; `uopgrad cache clear` "
+        "empties it"
+    )
     if i["limit_error"]:
         print(f"uopgrad: {i['limit_error']} (the default {DEFAULT_LIMIT} bytes is used)", file=sys.stderr)
         return 1

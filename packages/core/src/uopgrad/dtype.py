@@ -1,4 +1,5 @@
 """Data types (layer 2): `DType`, `PtrDType`, the `dtypes` namespace, promotion and value truncation."""
+
 from __future__ import annotations
 
 import builtins
@@ -11,9 +12,18 @@ from typing import ClassVar, Final, cast
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Invalid",
-    "DTYPES_DICT", "AddrSpace", "ConstType", "DType", "FloatConst", "PtrDType", "dtypes", "least_upper_dtype",
-    "sum_acc_dtype", "truncate",
+__all__ = [
+    "Invalid",
+    "DTYPES_DICT",
+    "AddrSpace",
+    "ConstType",
+    "DType",
+    "FloatConst",
+    "PtrDType",
+    "dtypes",
+    "least_upper_dtype",
+    "sum_acc_dtype",
+    "truncate",
 ]
 
 ConstType = float | int | bool
@@ -42,11 +52,11 @@ class _Interned(type):
         fs = fields(cast(type, cls))
         if len(args) > len(fs):
             raise TypeError(f"{cls.__name__}() takes at most {len(fs)} fields, got {len(args)}")
-        rest = [kwargs.pop(f.name) if f.name in kwargs else f.default for f in fs[len(args):]]
+        rest = [kwargs.pop(f.name) if f.name in kwargs else f.default for f in fs[len(args) :]]
         if kwargs:
             raise TypeError(f"{cls.__name__}() got unknown field(s) {sorted(kwargs)}")
         if any(r is MISSING for r in rest):
-            missing = [f.name for f in fs[len(args):] if f.default is MISSING]
+            missing = [f.name for f in fs[len(args) :] if f.default is MISSING]
             raise TypeError(f"{cls.__name__}() is missing field(s) {missing}")
         key = (cls, *args, *rest)
         if (hit := _Interned._cache.get(key)) is None:
@@ -74,9 +84,12 @@ class DType(metaclass=_Interned):
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
 
     def __lt__(self, other: DType) -> bool:
-        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize,
-                                                                        other.name,
-                                                                        other.count)
+        return (self.priority, self.itemsize, self.name, self.count) < (
+            other.priority,
+            other.itemsize,
+            other.name,
+            other.count,
+        )
 
     @property
     def base(self) -> DType:
@@ -109,8 +122,9 @@ class DType(metaclass=_Interned):
 
     def ptr(self, size: int = -1, addrspace: AddrSpace = AddrSpace.GLOBAL) -> PtrDType:
         """A pointer to `size` elements of this type."""
-        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, size,
-                        addrspace)
+        return PtrDType(
+            self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, size, addrspace
+        )
 
     def const(self, value: ConstType) -> ConstType:
         """`value` canonicalised for a CONST of this dtype (see `dtypes.as_const`)."""
@@ -308,8 +322,11 @@ class dtypes:
     @staticmethod
     def fields() -> dict[str, DType]:
         """Every public name of a dtype (aliases included) -> DType."""
-        return {k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")
-                and k != "weakint"}
+        return {
+            k: v
+            for k, v in vars(dtypes).items()
+            if isinstance(v, DType) and not k.startswith("default") and k != "weakint"
+        }
 
     @staticmethod
     def to_numpy(dtype: DType) -> np.dtype:
@@ -345,11 +362,18 @@ _INTS_INDEX: frozenset[DType] = frozenset((*dtypes.ints, dtypes.index))
 
 # promotion lattice: each dtype lists the dtypes it promotes to directly (as in tinygrad and JAX)
 _PROMO_LATTICE: dict[DType, tuple[DType, ...]] = {
-    dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
-    dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.float16, dtypes.bfloat16),
-    dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
-    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
-    dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+    dtypes.bool: (dtypes.int8, dtypes.uint8),
+    dtypes.int8: (dtypes.int16,),
+    dtypes.int16: (dtypes.int32,),
+    dtypes.int32: (dtypes.int64,),
+    dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16),
+    dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64),
+    dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,),
+    dtypes.bfloat16: (dtypes.float32,),
+    dtypes.float32: (dtypes.float64,),
 }
 
 

@@ -6,19 +6,43 @@ movement arguments: ValueError, the rewrite engine: RuntimeError), so `except Ru
 `except ValueError` keep working. Where §3.9 fixes a bare `AssertionError` (gradient and tuple checks),
 that builtin itself is raised, or a class that also subclasses it (DataDTypeError, NonScalarGradientError).
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 
-__all__ = ["ArgumentError", "BackendError", "CompileError", "ConfigError", "DTypeError", "DTypeMismatchError",
-           "DTypeRangeError", "DataDTypeError",
-           "DeviceError", "EmptyReduceError", "EvaluationError", "FunctionError",
-           "GradientError", "JitError", "LoweringError", "MovementError", "NonScalarGradientError",
-           "NotSupportedError",
-           "OperandShapeError", "RenderError", "RewriteError", "SafetensorsError", "ScheduleError",
-           "ShapeError", "SymbolicDivisionError", "TrainingError", "UnknownDTypeError", "UopgradError",
-           "VerifyError"]
+__all__ = [
+    "ArgumentError",
+    "BackendError",
+    "CompileError",
+    "ConfigError",
+    "DTypeError",
+    "DTypeMismatchError",
+    "DTypeRangeError",
+    "DataDTypeError",
+    "DeviceError",
+    "EmptyReduceError",
+    "EvaluationError",
+    "FunctionError",
+    "GradientError",
+    "JitError",
+    "LoweringError",
+    "MovementError",
+    "NonScalarGradientError",
+    "NotSupportedError",
+    "OperandShapeError",
+    "RenderError",
+    "RewriteError",
+    "SafetensorsError",
+    "ScheduleError",
+    "ShapeError",
+    "SymbolicDivisionError",
+    "TrainingError",
+    "UnknownDTypeError",
+    "UopgradError",
+    "VerifyError",
+]
 
 
 class UopgradError(Exception):
@@ -152,9 +176,12 @@ class CompileError(UopgradError, RuntimeError):
             pass
         out = message.rstrip()
         if len(out) > self.MAX_OUTPUT:
-            out = out[:self.MAX_OUTPUT] + f"\n... ({len(message) - self.MAX_OUTPUT} more characters)"
-        where = (f"the generated source is in {self.src_path}" if self.src_path else
-                 "the generated source could not be saved")
+            out = out[: self.MAX_OUTPUT] + f"\n... ({len(message) - self.MAX_OUTPUT} more characters)"
+        where = (
+            f"the generated source is in {self.src_path}"
+            if self.src_path
+            else "the generated source could not be saved"
+        )
         text = f"{compiler[:500]} failed:\n{out}\n--- {where}"
         if len(src.splitlines()) <= self.MAX_INLINE_LINES and len(numbered) <= self.MAX_OUTPUT:
             text += f"\n--- generated source ---\n{numbered}"

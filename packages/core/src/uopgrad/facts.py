@@ -12,6 +12,7 @@ size, a sharded RESHAPE's axis and a call's sizes in terms of its arguments are 
 built (and simplified) through the operators and methods of the size nodes themselves. So this module
 still sits below uop.py (UOp is named only for the type checker).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +29,25 @@ from uopgrad.ops import DEVICE_NUM, GroupOp, Ops, sint
 if TYPE_CHECKING:
     from uopgrad.uop import UOp
 
-__all__ = ["AXIS", "DTYPE_RANGE_OPS", "INT_RANGE_RULES", "KEY", "MINMAX", "MOVEMENT_SHAPE_RULES",
-           "NOT_COMPUTED", "SHAPE_RULES", "VALUE_RANGE_RULES", "Err", "Fact", "infer_axis", "infer_device",
-           "infer_key", "infer_min_max", "infer_shape", "vec_values"]
+__all__ = [
+    "AXIS",
+    "DTYPE_RANGE_OPS",
+    "INT_RANGE_RULES",
+    "KEY",
+    "MINMAX",
+    "MOVEMENT_SHAPE_RULES",
+    "NOT_COMPUTED",
+    "SHAPE_RULES",
+    "VALUE_RANGE_RULES",
+    "Err",
+    "Fact",
+    "infer_axis",
+    "infer_device",
+    "infer_key",
+    "infer_min_max",
+    "infer_shape",
+    "vec_values",
+]
 
 Shape: TypeAlias = "tuple[sint, ...]"
 Bounds: TypeAlias = tuple[ConstType, ConstType]
@@ -73,8 +90,13 @@ class Fact(Generic[T]):
 
     __slots__ = ("name", "rule", "get", "put", "partial")
 
-    def __init__(self, name: str, rule: Callable[[UOp], T] | None = None, slot: Any = None,  # noqa: ANN401
-                 partial: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        rule: Callable[[UOp], T] | None = None,
+        slot: Any = None,  # noqa: ANN401
+        partial: bool = False,
+    ) -> None:
         self.name, self.rule, self.partial = name, rule, partial
         self.get: Callable[[UOp], Any]  # the fact (T or Err), or NOT_COMPUTED
         self.put: Callable[[UOp, T | Err], None]
@@ -199,8 +221,9 @@ def _elementwise(u: UOp) -> Shape | None:
     first = shapes[0]
     if first is not None:
         for s in shapes:  # the same tuple (shapes are shared between nodes) needs no look at its sizes
-            if s is not first and (s is None or len(s) != len(first) or
-                                   not all(_is(a, b) for a, b in zip(s, first))):
+            if s is not first and (
+                s is None or len(s) != len(first) or not all(_is(a, b) for a, b in zip(s, first))
+            ):
                 break
         else:
             return first
@@ -333,16 +356,51 @@ def _ssub(a: sint, b: sint) -> sint:
 
 
 MOVEMENT_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
-    Ops.RESHAPE: _reshape, Ops.EXPAND: _expand, Ops.PERMUTE: _permute, Ops.PAD: _pad, Ops.SHRINK: _shrink,
-    Ops.FLIP: _flip, Ops.REDUCE: _reduce_axes, Ops.MULTI: _multi,
+    Ops.RESHAPE: _reshape,
+    Ops.EXPAND: _expand,
+    Ops.PERMUTE: _permute,
+    Ops.PAD: _pad,
+    Ops.SHRINK: _shrink,
+    Ops.FLIP: _flip,
+    Ops.REDUCE: _reduce_axes,
+    Ops.MULTI: _multi,
 }
 
 # ops whose shape is their first source's (or none without sources): markers, loads, loops' bodies, ...
-FIRST_SOURCE_SHAPE = frozenset(Ops) - GroupOp.Shapeless - GroupOp.ALU - GroupOp.Movement - {
-    Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.NOOP, Ops.MULTI, Ops.BUFFER,
-    Ops.PARAM, Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER, Ops.COPY, Ops.ALLREDUCE,
-    Ops.MSTACK, Ops.MSELECT, Ops.LOAD, Ops.PATCH, Ops.REDUCE, Ops.GETTUPLE, Ops.CAST, Ops.BITCAST, Ops.STORE,
-    Ops.GROUP}
+FIRST_SOURCE_SHAPE = (
+    frozenset(Ops)
+    - GroupOp.Shapeless
+    - GroupOp.ALU
+    - GroupOp.Movement
+    - {
+        Ops.CONST,
+        Ops.DEFINE_VAR,
+        Ops.BIND,
+        Ops.RANGE,
+        Ops.SPECIAL,
+        Ops.INDEX,
+        Ops.NOOP,
+        Ops.MULTI,
+        Ops.BUFFER,
+        Ops.PARAM,
+        Ops.DETACH,
+        Ops.CONTIGUOUS,
+        Ops.CONTIGUOUS_BACKWARD,
+        Ops.AFTER,
+        Ops.COPY,
+        Ops.ALLREDUCE,
+        Ops.MSTACK,
+        Ops.MSELECT,
+        Ops.LOAD,
+        Ops.PATCH,
+        Ops.REDUCE,
+        Ops.GETTUPLE,
+        Ops.CAST,
+        Ops.BITCAST,
+        Ops.STORE,
+        Ops.GROUP,
+    }
+)
 
 SHAPE_RULES: dict[Ops, ShapeRule] = {
     **dict.fromkeys(GroupOp.Shapeless, lambda _u: None),
@@ -353,8 +411,20 @@ SHAPE_RULES: dict[Ops, ShapeRule] = {
     Ops.BUFFER: lambda u: (u.arg,),
     Ops.PARAM: _param,
     # the shape of the (shaped) source
-    **dict.fromkeys((Ops.DETACH, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.COPY, Ops.ALLREDUCE, Ops.MSTACK,
-                     Ops.MSELECT, Ops.LOAD, Ops.PATCH), lambda u: _need_shape(u.src[0], u)),
+    **dict.fromkeys(
+        (
+            Ops.DETACH,
+            Ops.CONTIGUOUS,
+            Ops.CONTIGUOUS_BACKWARD,
+            Ops.COPY,
+            Ops.ALLREDUCE,
+            Ops.MSTACK,
+            Ops.MSELECT,
+            Ops.LOAD,
+            Ops.PATCH,
+        ),
+        lambda u: _need_shape(u.src[0], u),
+    ),
     Ops.AFTER: lambda u: _shape_of(u.src[0]),
     Ops.REDUCE: _reduce,
     Ops.GETTUPLE: _gettuple,

@@ -4,6 +4,7 @@ Inputs found in the arguments become PARAM slots 0..n-1 (deduplicated by identit
 buffers and bound variables the body reaches through closures are captured as further, implicit inputs.
 Every returned Tensor is a GETTUPLE of the FUNCTION, so gradients flow through `call_gradient`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -73,13 +74,25 @@ def _capturable(x: UOp) -> bool:
     return Ops.PARAM not in ops and (Ops.BUFFER in ops or any(is_realized_after(s) for s in x.src))
 
 
-pm_ctx = PatternMatcher([
-    (UPat((Ops.BUFFER, Ops.BIND), name="x"), _capture),  # a closed-over buffer or variable becomes an input
-    (UPat(Ops.AFTER, name="x"),
-     lambda ctx, x: _capture(ctx, x) if is_realized_after(x) else None),  # a realized value, whole
-    (UPat((Ops.AFTER, Ops.CONTIGUOUS), name="x"),
-     lambda ctx, x: _capture(ctx, x) if _capturable(x) else None),  # an unrealized buffer value, whole
-]) + pm_transform_unique_const
+pm_ctx = (
+    PatternMatcher(
+        [
+            (
+                UPat((Ops.BUFFER, Ops.BIND), name="x"),
+                _capture,
+            ),  # a closed-over buffer or variable becomes an input
+            (
+                UPat(Ops.AFTER, name="x"),
+                lambda ctx, x: _capture(ctx, x) if is_realized_after(x) else None,
+            ),  # a realized value, whole
+            (
+                UPat((Ops.AFTER, Ops.CONTIGUOUS), name="x"),
+                lambda ctx, x: _capture(ctx, x) if _capturable(x) else None,
+            ),  # an unrealized buffer value, whole
+        ]
+    )
+    + pm_transform_unique_const
+)
 
 
 def _name_of(fxn: Callable[..., Any]) -> str:
@@ -88,8 +101,14 @@ def _name_of(fxn: Callable[..., Any]) -> str:
 
 
 class _Function(Generic[P, R]):
-    def __init__(self, fxn: Callable[P, R], precompile: bool, precompile_backward: bool, allow_implicit: bool,
-                 grad_fxn: GradFxn | None) -> None:
+    def __init__(
+        self,
+        fxn: Callable[P, R],
+        precompile: bool,
+        precompile_backward: bool,
+        allow_implicit: bool,
+        grad_fxn: GradFxn | None,
+    ) -> None:
         self.fxn = fxn
         self.precompile = precompile
         self.precompile_backward = precompile_backward
@@ -121,35 +140,62 @@ class _Function(Generic[P, R]):
         elif isinstance(ret, tuple) and all(isinstance(t, Tensor) for t in ret):
             body = UOp.maketuple(*(t.uop for t in ret))
         else:
-            raise FunctionError(f"function return type {type(ret).__name__} is not supported: "
-                               f"{name} must return a Tensor or a tuple of Tensors")
+            raise FunctionError(
+                f"function return type {type(ret).__name__} is not supported: "
+                f"{name} must return a Tensor or a tuple of Tensors"
+            )
         body = body.substitute({u: u.param_like(i) for i, u in enumerate(inputs)})
         body = graph_rewrite(body, pm_ctx, ctx=(inputs, itertools.count(0)), bottom_up=True, name="capture")
         implicit_buffers = [u for u in inputs[n_explicit:] if u.op is Ops.BUFFER]
         if implicit_buffers and not self.allow_implicit:
             listed = ", ".join(f"{b.dtype!r}[{b.arg}] on {b.device}" for b in implicit_buffers)
-            raise FunctionError(f"function {name} has {len(implicit_buffers)} implicit buffer(s) but "
-                               f"allow_implicit is False: {listed}. Pass them as arguments or use "
-                               "@function(allow_implicit=True)")
-        fxn = body.call(*inputs, grad_fxn=self.grad_fxn, name=name, precompile=self.precompile,
-                        precompile_backward=self.precompile_backward)
+            raise FunctionError(
+                f"function {name} has {len(implicit_buffers)} implicit buffer(s) but "
+                f"allow_implicit is False: {listed}. Pass them as arguments or use "
+                "@function(allow_implicit=True)"
+            )
+        fxn = body.call(
+            *inputs,
+            grad_fxn=self.grad_fxn,
+            name=name,
+            precompile=self.precompile,
+            precompile_backward=self.precompile_backward,
+        )
         if isinstance(ret, tuple):
             return tuple(Tensor(fxn.gettuple(i)) for i in range(len(ret)))  # type: ignore[return-value]
         return Tensor(fxn.gettuple(0))  # type: ignore[return-value]
 
 
 @overload
-def function(fxn: Callable[P, R], *, precompile: bool = False, precompile_backward: bool = False,
-             allow_implicit: bool = False, grad_fxn: GradFxn | None = None) -> _Function[P, R]: ...
+def function(
+    fxn: Callable[P, R],
+    *,
+    precompile: bool = False,
+    precompile_backward: bool = False,
+    allow_implicit: bool = False,
+    grad_fxn: GradFxn | None = None,
+) -> _Function[P, R]: ...
 @overload
-def function(fxn: None = None, *, precompile: bool = False, precompile_backward: bool = False,
-             allow_implicit: bool = False, grad_fxn: GradFxn | None = None
-             ) -> Callable[[Callable[P, R]], _Function[P, R]]: ...
-def function(fxn: Callable[P, R] | None = None, *, precompile: bool = False,
-             precompile_backward: bool = False,
-             allow_implicit: bool = False, grad_fxn: GradFxn | None = None) -> Any:
+def function(
+    fxn: None = None,
+    *,
+    precompile: bool = False,
+    precompile_backward: bool = False,
+    allow_implicit: bool = False,
+    grad_fxn: GradFxn | None = None,
+) -> Callable[[Callable[P, R]], _Function[P, R]]: ...
+def function(
+    fxn: Callable[P, R] | None = None,
+    *,
+    precompile: bool = False,
+    precompile_backward: bool = False,
+    allow_implicit: bool = False,
+    grad_fxn: GradFxn | None = None,
+) -> Any:
     """Trace `fxn` into a FUNCTION on every call. Use as `@function` or `@function(precompile=True, ...)`,
     or wrap a callable object: `function(obj, allow_implicit=True)`."""
+
     def wrap(f: Callable[P, R]) -> _Function[P, R]:
         return _Function(f, precompile, precompile_backward, allow_implicit, grad_fxn)
+
     return wrap if fxn is None else wrap(fxn)

@@ -1,5 +1,6 @@
 """Reverse-mode gradients on UOps (layer 9): the local rules `pm_gradient`, `compute_gradient` and
 `call_gradient` for FUNCTION/CALL nodes, exactly as specified in docs/semantics.md §3 (quirks included)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,18 +15,42 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.uop import UOp, all_metadata
 
-__all__ = ["NOT_DIFFERENTIABLE", "call_gradient", "compute_gradient", "pm_gradient",
-           "pm_transform_unique_const", "reduce_gradient"]
+__all__ = [
+    "NOT_DIFFERENTIABLE",
+    "call_gradient",
+    "compute_gradient",
+    "pm_gradient",
+    "pm_transform_unique_const",
+    "reduce_gradient",
+]
 
 LocalGrads = tuple[UOp | None, ...]
 NOOP = UOp(Ops.NOOP)  # the placeholder for "no gradient here" (interned: every bare NOOP is this node)
 
 # ops that are deliberately absent from pm_gradient: reaching one on a target path raises RuntimeError
-NOT_DIFFERENTIABLE = frozenset({
-    Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.SUB, Ops.FDIV, Ops.CDIV, Ops.MULACC, Ops.THREEFRY,
-    Ops.SHL, Ops.SHR, Ops.CMOD, Ops.FLOORDIV, Ops.FLOORMOD, Ops.MSELECT, Ops.MSTACK, Ops.ALLREDUCE,
-    Ops.BUFFER_VIEW,
-})
+NOT_DIFFERENTIABLE = frozenset(
+    {
+        Ops.CMPEQ,
+        Ops.AND,
+        Ops.OR,
+        Ops.XOR,
+        Ops.NEG,
+        Ops.SUB,
+        Ops.FDIV,
+        Ops.CDIV,
+        Ops.MULACC,
+        Ops.THREEFRY,
+        Ops.SHL,
+        Ops.SHR,
+        Ops.CMOD,
+        Ops.FLOORDIV,
+        Ops.FLOORMOD,
+        Ops.MSELECT,
+        Ops.MSTACK,
+        Ops.ALLREDUCE,
+        Ops.BUFFER_VIEW,
+    }
+)
 
 
 # ---------------------------------------------------------------------- local rules
@@ -79,45 +104,78 @@ def _after_call_grad(ctx: UOp, d: UOp, k: UOp) -> LocalGrads:
     return (ctx, UOp.maketuple(*(ctx if i == pos else NOOP for i in range(len(k.src) - 1))))
 
 
-pm_gradient = PatternMatcher([
-    (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),  # d cast(x) = cast back
-    (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),  # d(1/x) = -1/x^2
-    (UPat(Ops.SIN, name="ret"), lambda ctx, ret: ((math.pi / 2 - ret.src[0]).sin() * ctx,)),  # d sin = cos
-    (UPat(Ops.LOG2, name="ret"), lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),)),  # d log2 x = 1/x ln2
-    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),  # d 2^x = 2^x ln2
-    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),  # d sqrt x = 1/(2 sqrt x)
-    (UPat(Ops.TRUNC), lambda ctx: (ctx.const_like(0),)),  # d trunc x = 0 (almost everywhere)
-    (UPat((Ops.CMPLT, Ops.CMPNE)), lambda: (None, None)),  # comparisons have no gradient
-    (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),  # d(a+b) = (1, 1)
-    (UPat(Ops.POW, name="ret", src=(UPat.var("b"), UPat.var("e"))), _pow_grad),  # d b^e, guarded at b=0
-    (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), _max_grad),  # to the larger; ties split
-    (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),  # d(ab) = (b, a)
-    (UPat(Ops.WHERE, name="ret"), lambda ctx, ret: (None, ret.src[0].where(ctx, ctx.const_like(0)),
-                                                   ret.src[0].where(ctx.const_like(0), ctx))),  # route by c
-    (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: reduce_gradient(ctx, ret, ret.arg[0])),
-    (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),  # identity
-    (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),  # force a contiguous gradient
-    (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (ctx.reshape(ret.src[0].shape), None)),  # reshape back
-    (UPat(Ops.EXPAND, name="ret"), _expand_grad),  # sum over the broadcast axes
-    (UPat(Ops.PAD, name="ret"), _pad_grad),  # keep the unpadded window
-    (UPat(Ops.SHRINK, name="ret"), _shrink_grad),  # zero-pad back to the input's shape
-    (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (ctx.permute(argsort(ret.arg)),)),  # inverse permutation
-    (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)),
-    (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None)),  # copy back
-    # the gradient of a MULTI is the incoming gradient cut into the same shards: the slice below a new MULTI
-    (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: ctx.shard(ret.device, ret.axis).src),
-    (UPat(Ops.TUPLE), lambda ctx: ctx.src),  # one entry per element
-    (UPat(Ops.AFTER, src=(UPat.var("d"), UPat(Ops.CALL, name="k"))), _after_call_grad),  # one-hot to the CALL
-    (UPat(Ops.AFTER, src=(UPat(), UPat(Ops.STORE))), lambda ctx: (None, ctx)),  # clone/assign are transparent
-    (UPat(Ops.STORE, src=(UPat(), UPat())), lambda ctx: (None, ctx)),  # to the stored value
-    (UPat(Ops.BITCAST), lambda: (None,)),  # bits, not values
-])
+pm_gradient = PatternMatcher(
+    [
+        (UPat(Ops.CAST, name="ret"), lambda ctx, ret: (ctx.cast(ret.src[0].dtype),)),  # d cast(x) = cast back
+        (UPat(Ops.RECIPROCAL, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),  # d(1/x) = -1/x^2
+        (
+            UPat(Ops.SIN, name="ret"),
+            lambda ctx, ret: ((math.pi / 2 - ret.src[0]).sin() * ctx,),
+        ),  # d sin = cos
+        (
+            UPat(Ops.LOG2, name="ret"),
+            lambda ctx, ret: (ctx / (ret.src[0] * math.log(2)),),
+        ),  # d log2 x = 1/x ln2
+        (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ret * ctx * math.log(2),)),  # d 2^x = 2^x ln2
+        (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx / (ret * 2),)),  # d sqrt x = 1/(2 sqrt x)
+        (UPat(Ops.TRUNC), lambda ctx: (ctx.const_like(0),)),  # d trunc x = 0 (almost everywhere)
+        (UPat((Ops.CMPLT, Ops.CMPNE)), lambda: (None, None)),  # comparisons have no gradient
+        (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),  # d(a+b) = (1, 1)
+        (UPat(Ops.POW, name="ret", src=(UPat.var("b"), UPat.var("e"))), _pow_grad),  # d b^e, guarded at b=0
+        (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), _max_grad),  # to the larger; ties split
+        (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ret.src[1] * ctx, ret.src[0] * ctx)),  # d(ab) = (b, a)
+        (
+            UPat(Ops.WHERE, name="ret"),
+            lambda ctx, ret: (
+                None,
+                ret.src[0].where(ctx, ctx.const_like(0)),
+                ret.src[0].where(ctx.const_like(0), ctx),
+            ),
+        ),  # route by c
+        (UPat(Ops.REDUCE, name="ret"), lambda ctx, ret: reduce_gradient(ctx, ret, ret.arg[0])),
+        (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),  # identity
+        (UPat(Ops.CONTIGUOUS_BACKWARD), lambda ctx: (ctx.contiguous(),)),  # force a contiguous gradient
+        (
+            UPat(Ops.RESHAPE, name="ret"),
+            lambda ctx, ret: (ctx.reshape(ret.src[0].shape), None),
+        ),  # reshape back
+        (UPat(Ops.EXPAND, name="ret"), _expand_grad),  # sum over the broadcast axes
+        (UPat(Ops.PAD, name="ret"), _pad_grad),  # keep the unpadded window
+        (UPat(Ops.SHRINK, name="ret"), _shrink_grad),  # zero-pad back to the input's shape
+        (
+            UPat(Ops.PERMUTE, name="ret"),
+            lambda ctx, ret: (ctx.permute(argsort(ret.arg)),),
+        ),  # inverse permutation
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (ctx.flip([i for i, f in enumerate(ret.arg) if f]),)),
+        (
+            UPat(Ops.COPY, name="ret"),
+            lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None),
+        ),  # copy back
+        # the gradient of a MULTI is the incoming gradient cut into the same shards: the slice below a new MULTI
+        (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: ctx.shard(ret.device, ret.axis).src),
+        (UPat(Ops.TUPLE), lambda ctx: ctx.src),  # one entry per element
+        (
+            UPat(Ops.AFTER, src=(UPat.var("d"), UPat(Ops.CALL, name="k"))),
+            _after_call_grad,
+        ),  # one-hot to the CALL
+        (
+            UPat(Ops.AFTER, src=(UPat(), UPat(Ops.STORE))),
+            lambda ctx: (None, ctx),
+        ),  # clone/assign are transparent
+        (UPat(Ops.STORE, src=(UPat(), UPat())), lambda ctx: (None, ctx)),  # to the stored value
+        (UPat(Ops.BITCAST), lambda: (None,)),  # bits, not values
+    ]
+)
 
 # renumber "unique" constants per body from 0 so that two traces of one function have an equal key
-pm_transform_unique_const = PatternMatcher([
-    (UPat(Ops.CONST, src=(UPat(Ops.UNIQUE), UPat(Ops.DEVICE, name="d")), name="c"),
-     lambda ctx, c, d: c.replace(src=(UOp(Ops.LUNIQUE, arg=next(ctx[1])), d))),  # UNIQUE -> LUNIQUE(n)
-])
+pm_transform_unique_const = PatternMatcher(
+    [
+        (
+            UPat(Ops.CONST, src=(UPat(Ops.UNIQUE), UPat(Ops.DEVICE, name="d")), name="c"),
+            lambda ctx, c, d: c.replace(src=(UOp(Ops.LUNIQUE, arg=next(ctx[1])), d)),
+        ),  # UNIQUE -> LUNIQUE(n)
+    ]
+)
 
 
 # ---------------------------------------------------------------------- the walk
@@ -139,8 +197,9 @@ def _add_to_tuple(holder: UOp, grads: dict[UOp, UOp], i: int, g: UOp) -> None:
 
 def _merge(old: UOp, new: UOp) -> UOp:
     if old.op is Ops.TUPLE and new.op is Ops.TUPLE:  # CALL gradients arriving through several AFTERs
-        return UOp.maketuple(*(b if a.op is Ops.NOOP else a if b.op is Ops.NOOP else a + b
-                               for a, b in zip(old.src, new.src)))
+        return UOp.maketuple(
+            *(b if a.op is Ops.NOOP else a if b.op is Ops.NOOP else a + b for a, b in zip(old.src, new.src))
+        )
     return old + new  # a NOOP here fails in dtype promotion, as at the reference
 
 
@@ -214,8 +273,9 @@ def call_gradient(ctx: UOp, k: UOp, needed: set[int]) -> LocalGrads:
     nargs, out_grads = len(args), ctx.src
     slot_param = {u.arg: u for u in body.toposort(enter_calls=False) if u.op is Ops.PARAM}
     # output gradient i enters the backward body as slot nargs+i
-    seed = UOp.maketuple(*(NOOP if g.op is Ops.NOOP else g.param_like(nargs + i)
-                           for i, g in enumerate(out_grads)))
+    seed = UOp.maketuple(
+        *(NOOP if g.op is Ops.NOOP else g.param_like(nargs + i) for i, g in enumerate(out_grads))
+    )
     inner = compute_gradient(body, seed, set(slot_param.values()))
     # precompile: forward output i is an input (slot nargs+nout+i) instead of being recomputed
     fwd_inputs: tuple[UOp, ...] = ()

@@ -17,6 +17,7 @@ whose nodes carry metadata (the rules tag the nodes they build with their forwar
 does not hold), a graph with an arg that does not hash, and a structure whose gradient built a node with
 an identity of its own (a UNIQUE or a BUFFER).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -92,11 +93,13 @@ def _record(nodes: list[UOp], outs: list[UOp | None]) -> _Template:
         for u in out.toposort(gate=lambda x: x not in index and x not in built):
             if u.op in (Ops.UNIQUE, Ops.BUFFER):
                 return _UNCACHEABLE
-            fields.append((u.op, u.dtype, tuple(index[s] if s in index else ~built[s] for s in u.src),
-                           u.arg, u.tag))
+            fields.append(
+                (u.op, u.dtype, tuple(index[s] if s in index else ~built[s] for s in u.src), u.arg, u.tag)
+            )
             built[u] = len(fields) - 1
-    return _Template(tuple(fields), tuple(None if o is None else index[o] if o in index else ~built[o]
-                                          for o in outs))
+    return _Template(
+        tuple(fields), tuple(None if o is None else index[o] if o in index else ~built[o] for o in outs)
+    )
 
 
 def gradients(root: UOp, seed: UOp, targets: Sequence[UOp]) -> list[UOp | None]:
@@ -123,8 +126,9 @@ def gradients(root: UOp, seed: UOp, targets: Sequence[UOp]) -> list[UOp | None]:
     if VERIFY:
         expected = _derived(root, seed, targets)
         if any(a is not b for a, b in zip(outs, expected)):
-            raise GradientError(f"a gradient template built other nodes than compute_gradient: {outs} "
-                                f"against {expected}")
+            raise GradientError(
+                f"a gradient template built other nodes than compute_gradient: {outs} against {expected}"
+            )
     return outs
 
 

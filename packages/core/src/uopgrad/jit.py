@@ -43,6 +43,7 @@ TinyJit, so no two threads can wait on each other). A TinyJit called (or reset) 
 thread (recursion, directly or through another TinyJit) raises JitError; so does one called while another
 captures. The Tensors a replay returns are shared by all calls, whichever thread made them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -139,8 +140,10 @@ def _fixed_arguments(fxn: str, pairs: list[tuple[Name, Any]]) -> tuple[Fixed, di
         if isinstance(x, UOp) and x.op is Ops.BIND:
             var, val = x.unbind()
             if var_vals.setdefault(var.arg[0], val) != val:
-                raise JitError(f"TinyJit {fxn!r} is called with variable {var.arg[0]!r} bound to both "
-                               f"{var_vals[var.arg[0]]} and {val}")
+                raise JitError(
+                    f"TinyJit {fxn!r} is called with variable {var.arg[0]!r} bound to both "
+                    f"{var_vals[var.arg[0]]} and {val}"
+                )
             # by name, range and dtype: a variable made anew each call (`Variable("i", 0, 9).bind(n)` in the
             # step's caller, tinygrad's habit) is the same variable, even once the last one was collected
             keys[name] = (_VAR, var.arg, var.dtype)
@@ -172,22 +175,29 @@ def _buffer(t: Tensor, k: int, var_vals: dict[str, int]) -> tuple[UOp, UOp]:
     while base.op in GroupOp.Movement or base.op is Ops.MULTI:  # a sharded input: its BUFFER on the tuple
         base = base.src[0]
     if base.op is not Ops.BUFFER:
-        raise JitError(f"TinyJit input {k} ({t.shape}, {t.dtype!r}) is not a buffer or a view of one; pass "
-                       "t.contiguous()")
+        raise JitError(
+            f"TinyJit input {k} ({t.shape}, {t.dtype!r}) is not a buffer or a view of one; pass "
+            "t.contiguous()"
+        )
     binds = {b: b.src[0] for b in u.toposort() if b.op is Ops.BIND}
     for b in binds:
         var, val = b.unbind()
         if var_vals.setdefault(var.arg[0], val) != val:
-            raise JitError(f"TinyJit input {k} binds variable {var.arg[0]!r} to {val}, another to "
-                           f"{var_vals[var.arg[0]]}")
+            raise JitError(
+                f"TinyJit input {k} binds variable {var.arg[0]!r} to {val}, another to {var_vals[var.arg[0]]}"
+            )
     view = u.substitute({base: UOp(Ops.NOOP), **binds}, walk=True) if u is not base else UOp(Ops.NOOP)
     return base, view
 
 
 def _unbound_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
     """A shape with its bound variables' values taken out (they may change from call to call)."""
-    return tuple(s.substitute({b: b.src[0] for b in s.toposort() if b.op is Ops.BIND}, walk=True)
-                 if isinstance(s, UOp) else s for s in shape)
+    return tuple(
+        s.substitute({b: b.src[0] for b in s.toposort() if b.op is Ops.BIND}, walk=True)
+        if isinstance(s, UOp)
+        else s
+        for s in shape
+    )
 
 
 def _outputs(ret: object) -> list[Tensor]:
@@ -206,8 +216,11 @@ def _places(ret: object) -> list[tuple[object, Tensor]]:
     return [(k, t) for k, t in inner if isinstance(t, Tensor)]
 
 
-def _returned_inputs(ret: object, tensors: Sequence[Tensor], bufs: Sequence[UOp],
-                     ) -> dict[object, tuple[int, bool]]:
+def _returned_inputs(
+    ret: object,
+    tensors: Sequence[Tensor],
+    bufs: Sequence[UOp],
+) -> dict[object, tuple[int, bool]]:
     """The returned Tensors that hold an input's buffer (`b.assign(...)` returned): by place, the input's
     number and whether it is that very input Tensor. A replay returns this call's input there, not the
     capture's, whose buffer the replay does not write."""
@@ -249,8 +262,11 @@ class _Launch:
             runner.run_kernel(self.item.replace(src=(self.item.src[0], *bufs)), vals)
 
 
-def _step_of(entry: tuple[UOp, dict[str, int], Callable[[str], Runner]], where: dict[UOp, int],
-             variables: Sequence[str]) -> tuple[Callable[[], None] | _Launch, tuple[str, ...]]:
+def _step_of(
+    entry: tuple[UOp, dict[str, int], Callable[[str], Runner]],
+    where: dict[UOp, int],
+    variables: Sequence[str],
+) -> tuple[Callable[[], None] | _Launch, tuple[str, ...]]:
     """A captured launch as a replay step (bound once where it reads no input and no live variable), and
     the variables whose values come from each call."""
     item, var_vals, device = entry
@@ -287,8 +303,14 @@ class _Captured:
     the kernel and copy CALLs each replay launches (tinygrad's `captured.linear`); host fills (random
     draws, and host data a captured kernel writes into) are replayed besides."""
 
-    def __init__(self, rec: list[Recorded], inputs: Sequence[UOp], ret: object, variables: Sequence[str],
-                 prune: bool = False) -> None:
+    def __init__(
+        self,
+        rec: list[Recorded],
+        inputs: Sequence[UOp],
+        ret: object,
+        variables: Sequence[str],
+        prune: bool = False,
+    ) -> None:
         where = {b: k for k, b in enumerate(inputs)}
         self.ret, self.inputs = ret, list(inputs)
         self.bases = self.inputs  # set by TinyJit: each input Tensor's BUFFER (one on a device tuple)
@@ -327,8 +349,11 @@ class _Captured:
                 kernels, ops, mem = kernels + 1, ops + o, mem + m
         # a fill is replayed where its values change (random) or a captured launch writes into its buffer
         keep = {b for b, f in fills.items() if (f.fresh or b in written) and int(b.arg) > 0}
-        self._entries = [fills[e.buf] if isinstance(e, HostFill) else e for e in entries
-                         if not isinstance(e, HostFill) or e.buf in keep]
+        self._entries = [
+            fills[e.buf] if isinstance(e, HostFill) else e
+            for e in entries
+            if not isinstance(e, HostFill) or e.buf in keep
+        ]
         self._where, self._variables = where, variables
         written.update((e.buf, None) for e in self._entries if isinstance(e, HostFill))
         self.steps = self._bound()
@@ -340,8 +365,10 @@ class _Captured:
 
     def _bound(self) -> list[Callable[[], None] | _Launch | HostFill]:
         """The replay's steps, each kernel that reads no input bound once to its buffers' memory."""
-        return [e if isinstance(e, HostFill) else _step_of(e, self._where, self._variables)[0]
-                for e in self._entries]
+        return [
+            e if isinstance(e, HostFill) else _step_of(e, self._where, self._variables)[0]
+            for e in self._entries
+        ]
 
     def _intermediates(self) -> list[UOp]:
         """The buffers the replayed launches make anew: their first use in a replay is a kernel that writes
@@ -385,8 +412,9 @@ class _Captured:
         dev.copyin(new, dev.copyout(buf))
         return new
 
-    def replay(self, tensors: Sequence[Tensor], bases: Sequence[UOp], inputs: Sequence[UOp],
-               var_vals: dict[str, int]) -> object:
+    def replay(
+        self, tensors: Sequence[Tensor], bases: Sequence[UOp], inputs: Sequence[UOp], var_vals: dict[str, int]
+    ) -> object:
         """Run the step on these inputs (`bases`: each input Tensor's BUFFER, `inputs`: the BUFFERs the
         kernels read, one per device of a sharded input); what the capture returned, with this call's inputs
         in the places where it returned an input (a view of one: the same view of this call's)."""
@@ -398,8 +426,12 @@ class _Captured:
             if (hit := self.returned_inputs.get(place)) is None:
                 return t
             k, same = hit
-            return tensors[k] if same else Tensor(t.uop.substitute({self.bases[k]: bases[k]}),
-                                                  requires_grad=t.requires_grad)
+            return (
+                tensors[k]
+                if same
+                else Tensor(t.uop.substitute({self.bases[k]: bases[k]}), requires_grad=t.requires_grad)
+            )
+
         if isinstance(ret, Tensor):
             return now(None, ret)
         if isinstance(ret, dict):
@@ -447,6 +479,7 @@ def _per_device(base: UOp) -> tuple[UOp, ...]:
     """The BUFFERs the kernels of an input read: its BUFFER, or one per device for a BUFFER on a device tuple
     (a sharded or replicated input; the captured kernels read each device's, so each is an input)."""
     return shard_buffers(base) if isinstance(base.device, tuple) else (base,)
+
 
 _running = threading.local()  # .stack: the TinyJits running in this thread, outermost first
 
@@ -500,16 +533,20 @@ class TinyJit(Generic[R]):
         """Take this TinyJit's lock, marked as running in this thread (see the module docstring's Calls)."""
         stack = _stack()
         if any(j is self for j in stack):
-            chain = " -> ".join(j.name for j in stack[next(k for k, j in enumerate(stack) if j is self):])
-            raise JitError(f"TinyJit {self.name!r} is {what} while it runs in this thread ({chain} -> "
-                           f"{self.name}): a jitted function cannot call itself, directly or through another "
-                           "TinyJit; call the plain function (its .fxn) inside it")
+            chain = " -> ".join(j.name for j in stack[next(k for k, j in enumerate(stack) if j is self) :])
+            raise JitError(
+                f"TinyJit {self.name!r} is {what} while it runs in this thread ({chain} -> "
+                f"{self.name}): a jitted function cannot call itself, directly or through another "
+                "TinyJit; call the plain function (its .fxn) inside it"
+            )
         if not stack:
             self._lock.acquire()
         elif not self._lock.acquire(blocking=False):
-            raise JitError(f"TinyJit {self.name!r} is {what} from inside TinyJit {stack[-1].name!r} while it "
-                           "runs in another thread: waiting there could deadlock; call it outside the other "
-                           "TinyJit, or give each thread its own")
+            raise JitError(
+                f"TinyJit {self.name!r} is {what} from inside TinyJit {stack[-1].name!r} while it "
+                "runs in another thread: waiting there could deadlock; call it outside the other "
+                "TinyJit, or give each thread its own"
+            )
         stack.append(self)
 
     def _exit(self) -> None:
@@ -518,8 +555,10 @@ class TinyJit(Generic[R]):
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         if recording() is not None:  # a replay here would launch kernels the capture does not record
-            raise JitError(f"TinyJit {self.name!r} is called while another TinyJit captures: having "
-                           "TinyJit inside another TinyJit is not supported (nested TinyJits)")
+            raise JitError(
+                f"TinyJit {self.name!r} is called while another TinyJit captures: having "
+                "TinyJit inside another TinyJit is not supported (nested TinyJits)"
+            )
         pairs: list[tuple[Name, Any]] = [*enumerate(args), *sorted(kwargs.items())]
         names, tensors = _input_tensors(pairs)
         fixed, var_vals = _fixed_arguments(self.name, pairs)
@@ -530,8 +569,10 @@ class TinyJit(Generic[R]):
         bufs = [s for b in bases for s in _per_device(b)]  # what the captured kernels read
         info = [(_unbound_shape(t.shape), t.dtype, t.device, v) for t, (_, v) in zip(tensors, views)]
         if len(set(bufs)) != len(bufs):
-            raise JitError("the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
-                           "(t.contiguous()) for one of them")
+            raise JitError(
+                "the same buffer is passed to a TinyJit twice (as two inputs); pass a copy "
+                "(t.contiguous()) for one of them"
+            )
         if self._expected is not None:
             self._check(names, info, fixed, pairs)
         if not JIT:  # Context(JIT=0): every call runs the function (and counts for nothing)
@@ -561,47 +602,74 @@ class TinyJit(Generic[R]):
             Tensor.realize(*outs)
         return ret
 
-    def _capture(self, rec: list[Recorded], ret: object, tensors: list[Tensor], bases: list[UOp],
-                 bufs: list[UOp], variables: list[str]) -> None:
+    def _capture(
+        self,
+        rec: list[Recorded],
+        ret: object,
+        tensors: list[Tensor],
+        bases: list[UOp],
+        bufs: list[UOp],
+        variables: list[str],
+    ) -> None:
         """Keep what the second call recorded as the capture (see the module docstring)."""
         if not rec:
-            raise JitError(f"TinyJit {self.name!r} ran no kernels on its second call: there is "
-                           "nothing to capture (does it return the Tensors it computes?)")
+            raise JitError(
+                f"TinyJit {self.name!r} ran no kernels on its second call: there is "
+                "nothing to capture (does it return the Tensors it computes?)"
+            )
         if not isinstance(ret, (Tensor, list, tuple, dict)) and ret is not None:
-            raise JitError(f"TinyJit {self.name!r} returned a {type(ret).__name__}; a captured "
-                           "step returns Tensors (or a list, tuple or dict of them), or None")
-        if all(isinstance(Device[str(e.buf.device)], CompiledBackend) for e in rec
-               if isinstance(e, HostFill)):  # host values on REFERENCE: run plainly, as there
+            raise JitError(
+                f"TinyJit {self.name!r} returned a {type(ret).__name__}; a captured "
+                "step returns Tensors (or a list, tuple or dict of them), or None"
+            )
+        if all(
+            isinstance(Device[str(e.buf.device)], CompiledBackend) for e in rec if isinstance(e, HostFill)
+        ):  # host values on REFERENCE: run plainly, as there
             self.captured = _Captured(rec, bufs, ret, variables, self.prune)
             self.captured.bases = list(bases)
             self.captured.returned_inputs = _returned_inputs(ret, tensors, bases)
 
-    def _check(self, names: list[Name], info: list[InputInfo], fixed: Fixed, pairs: list[tuple[Name, Any]],
-               ) -> None:
+    def _check(
+        self,
+        names: list[Name],
+        info: list[InputInfo],
+        fixed: Fixed,
+        pairs: list[tuple[Name, Any]],
+    ) -> None:
         assert self._expected is not None
         want_names, want, want_fixed, shown = self._expected
         if list(fixed) != list(want_fixed):
-            raise JitError(f"TinyJit {self.name!r} was captured with the arguments {list(want_fixed)}, not "
-                           f"{list(fixed)}: pass the same ones, by position or keyword as at capture")
+            raise JitError(
+                f"TinyJit {self.name!r} was captured with the arguments {list(want_fixed)}, not "
+                f"{list(fixed)}: pass the same ones, by position or keyword as at capture"
+            )
         if names != want_names or len(info) != len(want):
-            raise JitError(f"TinyJit {self.name!r} was captured with Tensor arguments {want_names} "
-                           f"({len(want)} tensors), not {names} ({len(info)} tensors)")
+            raise JitError(
+                f"TinyJit {self.name!r} was captured with Tensor arguments {want_names} "
+                f"({len(want)} tensors), not {names} ({len(info)} tensors)"
+            )
         for k, (got, exp) in enumerate(zip(info, want)):
             if got[:3] == exp[:3] and got[3] is not exp[3]:
-                raise JitError(f"TinyJit {self.name!r}: input {k} is another view of its buffer than at "
-                               "capture (another offset or stride): the captured kernels read the captured "
-                               "view. Pass t.contiguous(), or the same view (a variable offset: a bound "
-                               "variable)")
+                raise JitError(
+                    f"TinyJit {self.name!r}: input {k} is another view of its buffer than at "
+                    "capture (another offset or stride): the captured kernels read the captured "
+                    "view. Pass t.contiguous(), or the same view (a variable offset: a bound "
+                    "variable)"
+                )
             if got != exp:
-                raise JitError(f"TinyJit {self.name!r}: input {k} is shape {got[0]}, {got[1]!r} on "
-                               f"{got[2]}; it was captured with shape {exp[0]}, {exp[1]!r} on {exp[2]}. Use "
-                               "another TinyJit (or reset()) for other inputs")
+                raise JitError(
+                    f"TinyJit {self.name!r}: input {k} is shape {got[0]}, {got[1]!r} on "
+                    f"{got[2]}; it was captured with shape {exp[0]}, {exp[1]!r} on {exp[2]}. Use "
+                    "another TinyJit (or reset()) for other inputs"
+                )
         for name, x in pairs:
             if (key := fixed[name]) != (want_key := want_fixed[name]):
                 same = isinstance(key, _Same) and isinstance(want_key, _Same)
                 was, now = _label(name) + shown.get(name, "a Tensor"), _label(name) + _show(x)
-                raise JitError(f"TinyJit {self.name!r} was captured with {was} and is now called with {now}"
-                               f"{' (another object)' * same}: an "
-                               "argument other than a Tensor is fixed at capture. Pass a value that changes "
-                               "as a Tensor (or an int as a bound variable, UOp.variable(...).bind(v)), or "
-                               "use another TinyJit (one per object, for a method), or reset()")
+                raise JitError(
+                    f"TinyJit {self.name!r} was captured with {was} and is now called with {now}"
+                    f"{' (another object)' * same}: an "
+                    "argument other than a Tensor is fixed at capture. Pass a value that changes "
+                    "as a Tensor (or an int as a bound variable, UOp.variable(...).bind(v)), or "
+                    "use another TinyJit (one per object, for a method), or reset()"
+                )

@@ -4,6 +4,7 @@
 (NEG is MUL by -1, SUB is ADD of a negation, division is MUL by RECIPROCAL, `eq` is CMPNE(CMPNE(a, b), True)).
 `MovementMixin` normalises the arguments of the six movement ops and returns `self` when nothing changes.
 """
+
 from __future__ import annotations
 
 import operator
@@ -222,8 +223,9 @@ def _size(s: object) -> int:
     try:
         return operator.index(s)  # type: ignore[arg-type]  # anything: a TypeError says what it is
     except TypeError:
-        raise TypeError(f"a size must be an int or a symbolic size (UOp), not {type(s).__name__} "
-                        f"{s!r}") from None
+        raise TypeError(
+            f"a size must be an int or a symbolic size (UOp), not {type(s).__name__} {s!r}"
+        ) from None
 
 
 class MovementMixin:
@@ -249,8 +251,9 @@ class MovementMixin:
             raise IndexError(f"axis {axis} is out of range for shape {self.shape}")
         return axis + self.ndim if axis < 0 else axis
 
-    def reshape(self, shape: sint | None | Sequence[sint | None] = (),
-                *args: sint | None | Sequence[sint | None]) -> Self:
+    def reshape(
+        self, shape: sint | None | Sequence[sint | None] = (), *args: sint | None | Sequence[sint | None]
+    ) -> Self:
         """View with a new shape (`reshape(2, 3)`, `reshape((2, 3))` or `reshape(shape=(2, 3))`); one
         dimension may be -1, and None keeps the old size."""
         given = resolve_shape_arg((shape, *args))
@@ -269,8 +272,9 @@ class MovementMixin:
             return self
         return self._mop(Ops.RESHAPE, tuple(new))
 
-    def expand(self, shape: sint | None | Sequence[sint | None] = (),
-               *args: sint | None | Sequence[sint | None]) -> Self:
+    def expand(
+        self, shape: sint | None | Sequence[sint | None] = (), *args: sint | None | Sequence[sint | None]
+    ) -> Self:
         """Broadcast to `shape` (as sizes, one sequence or `shape=`; aligned on the right; -1 or None keeps a
         dimension)."""
         new = resolve_shape_arg((shape, *args))

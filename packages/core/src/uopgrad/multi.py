@@ -18,6 +18,7 @@ The all-reduce is the driver's: each device receives every other device's partia
 in device order (direct all-to-all, n*(n-1) copies), so every device holds the same bits. A backend with a
 collective library (NCCL on a multi-GPU box) would take over through `set_allreduce`, which is only a hook.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,8 +33,18 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.realized import is_realized_after, realized_view
 from uopgrad.uop import DEVICE_NUM, UOp
 
-__all__ = ["AllReduce", "Lowering", "has_multi", "in_use", "inline", "mark_used", "multi_buffer",
-           "set_allreduce", "shard_buffers", "tuple_buffers_of"]
+__all__ = [
+    "AllReduce",
+    "Lowering",
+    "has_multi",
+    "in_use",
+    "inline",
+    "mark_used",
+    "multi_buffer",
+    "set_allreduce",
+    "shard_buffers",
+    "tuple_buffers_of",
+]
 
 # a collective all-reduce: (per-device partials, reduce op, devices) -> per-device results
 AllReduce = Callable[[Sequence[UOp], Ops, tuple[str, ...]], list[UOp]]
@@ -92,7 +103,8 @@ def has_multi(u: UOp, memo: dict[UOp, bool] | None = None) -> bool:
     for n in u.toposort():
         if n not in memo:
             memo[n] = (n.op is Ops.MULTI and bool(n.src)) or (
-                n.op is not Ops.COPY and any(memo.get(s, False) for s in n.src))
+                n.op is not Ops.COPY and any(memo.get(s, False) for s in n.src)
+            )
     return memo[u]
 
 
@@ -152,8 +164,9 @@ class Lowering:
         slice padded to the whole) is the sum of the devices' values, in device order (the adjoint of
         copying to every device and keeping a slice)."""
         p = self.parts(u)
-        if has_multi(u, self._multi) or not any(v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM
-                                                for v in u.toposort()):
+        if has_multi(u, self._multi) or not any(
+            v.op is Ops.DEFINE_VAR and v.arg[0] == DEVICE_NUM for v in u.toposort()
+        ):
             return self.gather(p, device)
         total: UOp | None = None
         for x in p[0]:
@@ -229,8 +242,13 @@ class Lowering:
 
     # op -> device i's graph of a value of that op (any other op: `_per_device`)
     LOCAL_RULES: ClassVar[dict[Ops, Callable[[Lowering, UOp, int], UOp]]] = {
-        Ops.DEVICE: _local_device, Ops.BUFFER: _local_buffer, Ops.COPY: _local_copy, Ops.MULTI: _local_multi,
-        Ops.DEFINE_VAR: _local_define_var, **dict.fromkeys(GroupOp.Movement, _local_movement)}
+        Ops.DEVICE: _local_device,
+        Ops.BUFFER: _local_buffer,
+        Ops.COPY: _local_copy,
+        Ops.MULTI: _local_multi,
+        Ops.DEFINE_VAR: _local_define_var,
+        **dict.fromkeys(GroupOp.Movement, _local_movement),
+    }
 
     def gather(self, p: Parts, device: str) -> UOp:
         """The whole value of `p` on `device`: the shards copied there and concatenated in device order."""
@@ -278,8 +296,11 @@ class Lowering:
                 out.append(x)
                 continue
             sz = cast("int", x.shape[axis]) // n
-            out.append(x.shrink(tuple((sz * i, sz * (i + 1)) if a == axis else (0, s)
-                                      for a, s in enumerate(x.shape))))
+            out.append(
+                x.shrink(
+                    tuple((sz * i, sz * (i + 1)) if a == axis else (0, s) for a, s in enumerate(x.shape))
+                )
+            )
         return tuple(out)
 
     def _sharded(self, u: UOp, devices: tuple[str, ...]) -> Parts:
@@ -354,8 +375,10 @@ class Lowering:
             return tuple(x.permute(arg) for x in parts), u.axis
         full = u.src[0].shape[axis] if axis is not None else None
         touches = axis is not None and (
-            (op is Ops.PAD and arg[axis] != (0, 0)) or (op is Ops.SHRINK and arg[axis] != (0, full))
-            or (op is Ops.FLIP and arg[axis]))
+            (op is Ops.PAD and arg[axis] != (0, 0))
+            or (op is Ops.SHRINK and arg[axis] != (0, full))
+            or (op is Ops.FLIP and arg[axis])
+        )
         if touches:  # the op works across shards: on the whole value, on every device
             parts, axis = self.reshard((parts, axis), None, devices), None
         if axis is not None and op is Ops.SHRINK:
@@ -364,14 +387,21 @@ class Lowering:
 
     @staticmethod
     def _not_shardable(u: UOp) -> DeviceError:
-        return DeviceError(f"{u.op} is not supported on sharded values ({u.short()}); gather it first with "
-                           f".to(device)")
+        return DeviceError(
+            f"{u.op} is not supported on sharded values ({u.short()}); gather it first with .to(device)"
+        )
 
     # op -> the shards of a sharded value of that op (any other op is an error)
     SHARDED_RULES: ClassVar[dict[Ops, Callable[[Lowering, UOp, tuple[str, ...]], Parts]]] = {
-        Ops.MULTI: _multi_shards, Ops.REDUCE: _reduce, Ops.ALLREDUCE: _allreduce_op, Ops.AFTER: _assign,
-        Ops.GETTUPLE: _gettuple, **dict.fromkeys(GroupOp.ALU, _elementwise),
-        **dict.fromkeys(_PER_SHARD, _per_shard), **dict.fromkeys(GroupOp.Movement, _movement)}
+        Ops.MULTI: _multi_shards,
+        Ops.REDUCE: _reduce,
+        Ops.ALLREDUCE: _allreduce_op,
+        Ops.AFTER: _assign,
+        Ops.GETTUPLE: _gettuple,
+        **dict.fromkeys(GroupOp.ALU, _elementwise),
+        **dict.fromkeys(_PER_SHARD, _per_shard),
+        **dict.fromkeys(GroupOp.Movement, _movement),
+    }
 
 
 def inline(k: UOp, i: int) -> UOp:

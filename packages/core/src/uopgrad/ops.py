@@ -1,5 +1,6 @@
 """The op vocabulary of the IR (layer 3): `Ops` (declaration order = toposort tie-breaks) and `GroupOp`, and
 the two names every layer above shares about sizes: `sint` and `DEVICE_NUM`."""
+
 # ruff: noqa: E702  (the enum is a table: one row per family of ops)
 from __future__ import annotations
 
@@ -18,29 +19,104 @@ DEVICE_NUM = "_device_num"  # the name of the variable that stands for a shard's
 class Ops(Enum):
     """Every op a UOp can have. The order is the reference's: values auto-increment in declaration order."""
 
-    DEFINE_VAR = auto(); BIND = auto(); SPECIAL = auto(); DEFINE_LOCAL = auto(); DEFINE_REG = auto()
-    NOOP = auto(); REWRITE_ERROR = auto(); PARAM = auto(); FUNCTION = auto(); CALL = auto(); PATCH = auto()
-    PROGRAM = auto(); LINEAR = auto(); SOURCE = auto(); BINARY = auto(); SINK = auto(); AFTER = auto()
-    GROUP = auto(); GEP = auto(); STACK = auto(); TUPLE = auto(); GETTUPLE = auto(); INDEX = auto()
-    LOAD = auto(); STORE = auto(); WMMA = auto(); SHAPED_WMMA = auto(); CAST = auto(); BITCAST = auto()
+    DEFINE_VAR = auto()
+    BIND = auto()
+    SPECIAL = auto()
+    DEFINE_LOCAL = auto()
+    DEFINE_REG = auto()
+    NOOP = auto()
+    REWRITE_ERROR = auto()
+    PARAM = auto()
+    FUNCTION = auto()
+    CALL = auto()
+    PATCH = auto()
+    PROGRAM = auto()
+    LINEAR = auto()
+    SOURCE = auto()
+    BINARY = auto()
+    SINK = auto()
+    AFTER = auto()
+    GROUP = auto()
+    GEP = auto()
+    STACK = auto()
+    TUPLE = auto()
+    GETTUPLE = auto()
+    INDEX = auto()
+    LOAD = auto()
+    STORE = auto()
+    WMMA = auto()
+    SHAPED_WMMA = auto()
+    CAST = auto()
+    BITCAST = auto()
     # unary ALU
-    EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIPROCAL = auto(); NEG = auto()
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIPROCAL = auto()
+    NEG = auto()
     TRUNC = auto()
     # binary ALU
-    ADD = auto(); MUL = auto(); SHL = auto(); SHR = auto(); CDIV = auto(); MAX = auto(); CMOD = auto()
-    CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); XOR = auto(); OR = auto(); AND = auto(); THREEFRY = auto()
-    SUB = auto(); FDIV = auto(); POW = auto(); FLOORDIV = auto(); FLOORMOD = auto()
+    ADD = auto()
+    MUL = auto()
+    SHL = auto()
+    SHR = auto()
+    CDIV = auto()
+    MAX = auto()
+    CMOD = auto()
+    CMPLT = auto()
+    CMPNE = auto()
+    CMPEQ = auto()
+    XOR = auto()
+    OR = auto()
+    AND = auto()
+    THREEFRY = auto()
+    SUB = auto()
+    FDIV = auto()
+    POW = auto()
+    FLOORDIV = auto()
+    FLOORMOD = auto()
     # ternary ALU
-    WHERE = auto(); MULACC = auto()
-    BARRIER = auto(); RANGE = auto(); IF = auto(); END = auto(); ENDIF = auto(); WAIT = auto()
-    VCONST = auto(); CONST = auto(); CUSTOM = auto(); CUSTOMI = auto(); INS = auto()
-    UNIQUE = auto(); DEVICE = auto(); LUNIQUE = auto()
-    CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); STAGE = auto(); COPY = auto()
-    BUFFER = auto(); BUFFER_VIEW = auto(); MSELECT = auto(); MSTACK = auto(); CUSTOM_FUNCTION = auto()
+    WHERE = auto()
+    MULACC = auto()
+    BARRIER = auto()
+    RANGE = auto()
+    IF = auto()
+    END = auto()
+    ENDIF = auto()
+    WAIT = auto()
+    VCONST = auto()
+    CONST = auto()
+    CUSTOM = auto()
+    CUSTOMI = auto()
+    INS = auto()
+    UNIQUE = auto()
+    DEVICE = auto()
+    LUNIQUE = auto()
+    CONTIGUOUS = auto()
+    CONTIGUOUS_BACKWARD = auto()
+    DETACH = auto()
+    STAGE = auto()
+    COPY = auto()
+    BUFFER = auto()
+    BUFFER_VIEW = auto()
+    MSELECT = auto()
+    MSTACK = auto()
+    CUSTOM_FUNCTION = auto()
     # movement
-    RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
-    MULTI = auto(); REDUCE = auto(); ALLREDUCE = auto(); UNROLL = auto(); CONTRACT = auto()
-    VCAT = auto(); PTRCAT = auto()
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    FLIP = auto()
+    MULTI = auto()
+    REDUCE = auto()
+    ALLREDUCE = auto()
+    UNROLL = auto()
+    CONTRACT = auto()
+    VCAT = auto()
+    PTRCAT = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -55,9 +131,29 @@ class GroupOp:
     """Named sets of ops used by patterns, shape inference and the tables' completeness checks."""
 
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.NEG, Ops.TRUNC})
-    Binary = frozenset({Ops.ADD, Ops.MUL, Ops.CDIV, Ops.MAX, Ops.CMOD, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
-                        Ops.XOR, Ops.SHL, Ops.SHR, Ops.OR, Ops.AND, Ops.THREEFRY, Ops.SUB, Ops.FDIV, Ops.POW,
-                        Ops.FLOORDIV, Ops.FLOORMOD})
+    Binary = frozenset(
+        {
+            Ops.ADD,
+            Ops.MUL,
+            Ops.CDIV,
+            Ops.MAX,
+            Ops.CMOD,
+            Ops.CMPLT,
+            Ops.CMPNE,
+            Ops.CMPEQ,
+            Ops.XOR,
+            Ops.SHL,
+            Ops.SHR,
+            Ops.OR,
+            Ops.AND,
+            Ops.THREEFRY,
+            Ops.SUB,
+            Ops.FDIV,
+            Ops.POW,
+            Ops.FLOORDIV,
+            Ops.FLOORMOD,
+        }
+    )
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
@@ -66,9 +162,23 @@ class GroupOp:
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
     Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
     # bodies of calls that are kernels or effects, not values: they make CALL, everything else FUNCTION
-    OpaqueBody = frozenset({Ops.SINK, Ops.PROGRAM, Ops.LINEAR, Ops.COPY, Ops.BUFFER_VIEW,
-                            Ops.CUSTOM_FUNCTION})
+    OpaqueBody = frozenset(
+        {Ops.SINK, Ops.PROGRAM, Ops.LINEAR, Ops.COPY, Ops.BUFFER_VIEW, Ops.CUSTOM_FUNCTION}
+    )
     Call = frozenset({Ops.CALL, Ops.FUNCTION})
     # ops whose result has no shape at the tensor level
-    Shapeless = frozenset({Ops.UNIQUE, Ops.LUNIQUE, Ops.DEVICE, Ops.SINK, Ops.TUPLE, Ops.CALL, Ops.FUNCTION,
-                           Ops.PROGRAM, Ops.LINEAR, Ops.SOURCE, Ops.BINARY})
+    Shapeless = frozenset(
+        {
+            Ops.UNIQUE,
+            Ops.LUNIQUE,
+            Ops.DEVICE,
+            Ops.SINK,
+            Ops.TUPLE,
+            Ops.CALL,
+            Ops.FUNCTION,
+            Ops.PROGRAM,
+            Ops.LINEAR,
+            Ops.SOURCE,
+            Ops.BINARY,
+        }
+    )

@@ -8,6 +8,7 @@ every function in `tracers`. `CODEGEN_PASSES` is the codegen pipeline in order (
 §2.1); `lower` runs it over a kernel for a `Target` and caches the program. `run_schedule` launches a
 schedule's items in order, each on the device its buffers live on.
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,9 +39,23 @@ from uopgrad.rewrite import PatternMatcher, graph_rewrite
 from uopgrad.uop import KernelInfo, UOp
 from uopgrad.verify import verify
 
-__all__ = ["CODEGEN_PASSES", "HostFill", "LowerContext", "Pass", "clear_program_cache", "lower",
-           "note_host_fill", "pass_stats", "program_cache_info", "recording", "rewrite_pass", "run_passes",
-           "run_schedule", "set_recording", "tracers"]
+__all__ = [
+    "CODEGEN_PASSES",
+    "HostFill",
+    "LowerContext",
+    "Pass",
+    "clear_program_cache",
+    "lower",
+    "note_host_fill",
+    "pass_stats",
+    "program_cache_info",
+    "recording",
+    "rewrite_pass",
+    "run_passes",
+    "run_schedule",
+    "set_recording",
+    "tracers",
+]
 
 
 @dataclass
@@ -48,8 +63,8 @@ class LowerContext:
     """What the codegen passes of one kernel read and write besides the graph: the target (read) and the
     launch dimensions (written by the gpudims pass)."""
 
-    target: Target                               # what the kernel is lowered for
-    choice: Choice | None = None                 # the opt pass's register tiles (None: its heuristic)
+    target: Target  # what the kernel is lowered for
+    choice: Choice | None = None  # the opt pass's register tiles (None: its heuristic)
     global_size: tuple[int, int, int] | None = None  # set by the gpudims pass
     local_size: tuple[int, int, int] | None = None
 
@@ -128,11 +143,16 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
-    Pass("opt", lambda sink, ctx: optimize(sink, ctx.target.vector_width, ctx.ops, ctx.choice,
-                                           ctx.target.scratch),
-         applies=lambda ctx: ctx.grid is None and ctx.target.vector_width > 0),
-    Pass("group", _group,  # a big reduce split over a workgroup's threads (grid backends with local memory)
-         applies=lambda ctx: ctx.grid is not None and ctx.target.local_memory > 0),
+    Pass(
+        "opt",
+        lambda sink, ctx: optimize(sink, ctx.target.vector_width, ctx.ops, ctx.choice, ctx.target.scratch),
+        applies=lambda ctx: ctx.grid is None and ctx.target.vector_width > 0,
+    ),
+    Pass(
+        "group",
+        _group,  # a big reduce split over a workgroup's threads (grid backends with local memory)
+        applies=lambda ctx: ctx.grid is not None and ctx.target.local_memory > 0,
+    ),
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
     rewrite_pass("index dtype", pm_index_dtype, lambda sink, _ctx: index_dtype(sink)),  # index -> int32/64
@@ -149,8 +169,13 @@ def _choice(choice: Choice | None = None) -> Choice | None:
     return choice
 
 
-def _legacy(ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
-            choice: Choice | None = None, scratch: int = 0) -> tuple[Target, Choice | None]:
+def _legacy(
+    ops: frozenset[Ops],
+    grid: GridSpec | None = None,
+    vector_width: int = 0,
+    choice: Choice | None = None,
+    scratch: int = 0,
+) -> tuple[Target, Choice | None]:
     """The former arguments `(ops, grid, vector_width, choice, scratch)` as a target and a choice."""
     return Target.for_ops(ops, grid, vector_width, scratch), choice
 
@@ -158,8 +183,14 @@ def _legacy(ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int
 @overload
 def lower(kernel: UOp, target: Target, choice: Choice | None = None) -> Program: ...
 @overload
-def lower(kernel: UOp, target: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
-          choice: Choice | None = None, scratch: int = 0) -> Program: ...  # deprecated: kept one release
+def lower(
+    kernel: UOp,
+    target: frozenset[Ops],
+    grid: GridSpec | None = None,
+    vector_width: int = 0,
+    choice: Choice | None = None,
+    scratch: int = 0,
+) -> Program: ...  # deprecated: kept one release
 def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: Any) -> Program:
     """`lower(kernel, target, choice=None)`: the linear program of `kernel` (a kernel CALL, or its SINK
     body) for `target`. Every ALU op outside `target.ops` is decomposed; the opt pass runs where the target
@@ -168,8 +199,9 @@ def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: An
     cached by kernel structure, target and choice. The former `lower(kernel, ops, grid, vector_width,
     choice, scratch)` still works (deprecated, kept for one release: `Target.for_ops` makes the target it
     stands for)."""
-    target, choice = (target, _choice(*args, **kwargs)) if isinstance(target, Target) else \
-        _legacy(target, *args, **kwargs)
+    target, choice = (
+        (target, _choice(*args, **kwargs)) if isinstance(target, Target) else _legacy(target, *args, **kwargs)
+    )
     if not OPT and target.vector_width:
         target = replace(target, vector_width=0)  # OPT=0: the unoptimised kernel
     body = kernel.src[0] if kernel.op is Ops.CALL else kernel
@@ -187,9 +219,16 @@ def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: An
     uops = _with_all_params(linear, body, nargs)
     if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in target.ops}):
         raise LoweringError(f"the backend does not render {missing}, and codegen can't decompose them")
-    prg = Program(_name(kernel, body), uops, tuple(u.arg for u in uops if u.op is Ops.PARAM),
-                  tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),
-                  _slots(uops, Ops.STORE), _slots(uops, Ops.LOAD), ctx.global_size, ctx.local_size)
+    prg = Program(
+        _name(kernel, body),
+        uops,
+        tuple(u.arg for u in uops if u.op is Ops.PARAM),
+        tuple(sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0])),
+        _slots(uops, Ops.STORE),
+        _slots(uops, Ops.LOAD),
+        ctx.global_size,
+        ctx.local_size,
+    )
     _cache[key] = prg
     return prg
 
@@ -271,7 +310,6 @@ def count_kernel(device: str, prg: Program, var_vals: dict[str, int], seconds: f
     debug.kernel_ran(device, prg.name, seconds or 0.0, ops, mem, prg.global_size, prg.local_size)
 
 
-
 class Runner(Protocol):
     """What `run_schedule` needs of a device: its name, host copies, and a way to run one kernel item."""
 
@@ -342,5 +380,6 @@ def run_schedule(items: Sequence[UOp], var_vals: dict[str, int], device: Callabl
         elif body.op is Ops.SINK:
             device(str(bufs[0].device) if bufs else "").run_kernel(item, var_vals)
         else:
-            raise BackendError(f"a schedule item is a CALL of a kernel SINK or a COPY, not of {body.op}: "
-                               f"{item.short()}")
+            raise BackendError(
+                f"a schedule item is a CALL of a kernel SINK or a COPY, not of {body.op}: {item.short()}"
+            )

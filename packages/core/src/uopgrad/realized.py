@@ -14,6 +14,7 @@ A realized value is `AFTER(DETACH(view), CALL(SINK(STORE(P1, P0)), value, DETACH
 The graph kept under `value` never holds a runnable effect: realize turns every assign or kernel that ran
 into this form too (`realized_effect`). spec/realize.md says why gradients survive.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -27,9 +28,24 @@ from uopgrad.facts import Fact
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
 
-__all__ = ["REALIZE", "buffers_read", "check_not_overwritten", "effects", "effects_under", "is_realized",
-           "is_realized_after", "is_realized_call", "overwritten", "reads", "realized", "realized_effect",
-           "realized_view", "settle", "storage_view", "strip_realized"]
+__all__ = [
+    "REALIZE",
+    "buffers_read",
+    "check_not_overwritten",
+    "effects",
+    "effects_under",
+    "is_realized",
+    "is_realized_after",
+    "is_realized_call",
+    "overwritten",
+    "reads",
+    "realized",
+    "realized_effect",
+    "realized_view",
+    "settle",
+    "storage_view",
+    "strip_realized",
+]
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
@@ -76,8 +92,11 @@ def realized(view: UOp, value: UOp) -> UOp:
         # so a loop that realizes each step's value from the last one holds one step's buffers, not all
         value = d
     unique = UOp(Ops.UNIQUE, arg=("realize", next(_counter)))
-    call = UOp(Ops.CALL, src=(_store_body(value, view), value, d, unique),
-               arg=CallInfo(_realized_gradient, (), REALIZE))
+    call = UOp(
+        Ops.CALL,
+        src=(_store_body(value, view), value, d, unique),
+        arg=CallInfo(_realized_gradient, (), REALIZE),
+    )
     _reads[call] = () if value is d else tuple((b, _versions.get(b, 0)) for b in reads(value))
     return d.after(call)
 
@@ -92,6 +111,7 @@ def buffers_read(u: UOp) -> list[UOp]:
             done.append(n)
             return False
         return True
+
     out = dict.fromkeys(b for b in u.toposort(gate=gate, enter_calls=False) if b.op is Ops.BUFFER)
     out.update((b, None) for n in done for b in realized_view(n).toposort() if b.op is Ops.BUFFER)
     return list(out)
@@ -153,8 +173,12 @@ def _fill_reads_effects(u: UOp) -> None:
             put_effects(node, _EMPTY)
             continue
         srcs = node.src[1:] if op in calls else node.src
-        put_reads(node, _SELF if op is buffer else
-                  _union([frozenset((x,)) if (r := get_reads(x)) is _SELF else r for x in srcs]))
+        put_reads(
+            node,
+            _SELF
+            if op is buffer
+            else _union([frozenset((x,)) if (r := get_reads(x)) is _SELF else r for x in srcs]),
+        )
         effects = [get_effects(x) for x in srcs]
         if op is after:
             effects.append(frozenset(node.src[1:]))
@@ -186,17 +210,22 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
     new contents (PyTorch raises here too)."""
     # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
     # walk of every gradient graph) is never computed
-    stale = [b for call in graph.toposort(enter_calls=False) for b, version in _reads.get(call, ())
-             if _versions.get(b, 0) != version]
+    stale = [
+        b
+        for call in graph.toposort(enter_calls=False)
+        for b, version in _reads.get(call, ())
+        if _versions.get(b, 0) != version
+    ]
     if not stale:
         return
     need = set(needed)
     for b in stale:
         if b in need:
             raise GradientError(
-                    f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
-                    f"on {b.device} that has been overwritten in place since (an assign after the forward "
-                    "pass). Call backward() (or realize the gradients) before updating the tensors it reads.")
+                f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
+                f"on {b.device} that has been overwritten in place since (an assign after the forward "
+                "pass). Call backward() (or realize the gradients) before updating the tensors it reads."
+            )
 
 
 def is_realized_after(u: UOp) -> bool:

@@ -11,6 +11,7 @@ The engine is written against the five UOp fields and `replace` only, so it sits
 
 The tricks that only buy speed sit in sections marked HOT PATH, each naming the benchmark that guards it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,15 +49,26 @@ class UPat(MathMixin):
 
     __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "any_of", "_orderings", "_made")
 
-    def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
-                 src: UPat | Sequence[UPat] | None = None, arg: Any = None, name: str | None = None,
-                 allow_any_len: bool = False, any_of: tuple[UPat, ...] | None = None) -> None:
+    def __init__(
+        self,
+        op: Ops | Iterable[Ops] | None = None,
+        dtype: DType | Iterable[DType] | None = None,
+        src: UPat | Sequence[UPat] | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        allow_any_len: bool = False,
+        any_of: tuple[UPat, ...] | None = None,
+    ) -> None:
         if name == "ctx":
             raise ValueError("'ctx' is reserved for the rewrite context and can't name a pattern")
-        self.op: frozenset[Ops] | None = frozenset((op,)) if isinstance(op, Ops) else \
-            (frozenset(op) if op is not None else None)
-        self.dtype: frozenset[DType] | None = frozenset((dtype,)) if isinstance(dtype, DType) else \
-            (frozenset(dtype) if dtype is not None else None)
+        self.op: frozenset[Ops] | None = (
+            frozenset((op,)) if isinstance(op, Ops) else (frozenset(op) if op is not None else None)
+        )
+        self.dtype: frozenset[DType] | None = (
+            frozenset((dtype,))
+            if isinstance(dtype, DType)
+            else (frozenset(dtype) if dtype is not None else None)
+        )
         self.src = src
         self.arg = arg
         self.name = name
@@ -74,6 +86,7 @@ class UPat(MathMixin):
         else:
             self._orderings = None
         self._made: dict[bool, _Maker] = {}  # by has_ctx: what builds this pattern's rule function for a fxn
+
     @staticmethod
     @functools.cache
     def var(name: str | None = None, dtype: DType | tuple[DType, ...] | None = None) -> UPat:
@@ -105,8 +118,10 @@ class UPat(MathMixin):
 
     def or_after(self, name: str | None = None) -> UPat:
         """This pattern, or an AFTER of it."""
-        return UPat.any(self if name is None else self.named(name),
-                        UPat(Ops.AFTER, name=name, src=(self,), allow_any_len=True))
+        return UPat.any(
+            self if name is None else self.named(name),
+            UPat(Ops.AFTER, name=name, src=(self,), allow_any_len=True),
+        )
 
     def cast(self, dtype: DType | tuple[DType, ...] | None = None, name: str | None = None) -> UPat:
         """A CAST (to `dtype`, one of them, or any) of this pattern."""
@@ -143,11 +158,16 @@ class UPat(MathMixin):
             out = [b for p in self.any_of for b in p.match(uop, dict(store))]
             return out if self.name is None else [b for b in out if b.setdefault(self.name, uop) is uop]
         store = dict(store)
-        if (self.op is not None and uop.op not in self.op) or \
-                (self.name is not None and store.setdefault(self.name, uop) is not uop) or \
-                (self.dtype is not None and uop.dtype not in self.dtype and
-                 uop.dtype.scalar() not in self.dtype) or \
-                (self.arg is not None and not self.arg == uop.arg):
+        if (
+            (self.op is not None and uop.op not in self.op)
+            or (self.name is not None and store.setdefault(self.name, uop) is not uop)
+            or (
+                self.dtype is not None
+                and uop.dtype not in self.dtype
+                and uop.dtype.scalar() not in self.dtype
+            )
+            or (self.arg is not None and not self.arg == uop.arg)
+        ):
             return []
         if self._orderings is None:
             return [store]
@@ -222,6 +242,7 @@ class PatternMatcher:
 
 # ------------------------------------------------------------------------------------------- compiled rules
 
+
 def _rule_fn(pat: UPat, fxn: Callable[..., Any], has_ctx: bool) -> RuleFn:
     """The rule as a function; its code is made once per pattern (and has_ctx), then bound to `fxn`."""
     if (make := pat._made.get(has_ctx)) is None:
@@ -255,10 +276,16 @@ def _compiled(pat: UPat, has_ctx: bool) -> _Maker:
     code = _Code()
     lines = ["def make(f):", "    def rule(uop, ctx):"]
     for conds, bound in _ways(pat, "uop", code, {}, top=True):
-        args = (["ctx=ctx"] if has_ctx else []) + [f"{n}={e}" if n.isidentifier() and not keyword.iskeyword(n)
-                                                   else f"**{{{n!r}: {e}}}" for n, e in bound.items()]
-        lines += [f"        if {' and '.join(conds) or 'True'}:", f"            ret = f({', '.join(args)})",
-                  "            if ret is not None:", "                return ret"]
+        args = (["ctx=ctx"] if has_ctx else []) + [
+            f"{n}={e}" if n.isidentifier() and not keyword.iskeyword(n) else f"**{{{n!r}: {e}}}"
+            for n, e in bound.items()
+        ]
+        lines += [
+            f"        if {' and '.join(conds) or 'True'}:",
+            f"            ret = f({', '.join(args)})",
+            "            if ret is not None:",
+            "                return ret",
+        ]
     lines += ["        return None", "    return rule"]
     namespace: dict[str, Any] = dict(code.consts)
     exec(compile("\n".join(lines), f"<rule {pat!r:.200}>", "exec"), namespace)
@@ -321,6 +348,7 @@ def _every_source(rep: UPat, e: str, code: _Code, bound: dict[str, str], top: bo
 # Two tricks of the compiled matcher, for speed only. Guarded by bench/rewrite.py's sym workload ("match
 # each node"): each was worth 5-8% there when it was written. The model is `UPat.match` and `_ways`.
 
+
 def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
     """`e.op in ops`, as identity tests for a few ops: an Ops hash is a Python call, so a set test of a
     few ops costs more than comparing them one by one."""
@@ -338,11 +366,17 @@ def _op_fn(rules: tuple[tuple[RuleFn, int], ...], hits: list[int]) -> RuleFn:
     unrolled (a loop over (rule, index) pairs costs a tuple unpack and a branch per rule); the code depends
     only on the number of rules."""
     if (make := _op_makers.get(len(rules))) is None:
-        lines = [f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
-                 "    def op_rules(uop, ctx):"]
+        lines = [
+            f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
+            "    def op_rules(uop, ctx):",
+        ]
         for i in range(len(rules)):
-            lines += [f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
-                      "            if track():", f"                hits[i{i}] += 1", "            return ret"]
+            lines += [
+                f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
+                "            if track():",
+                f"                hits[i{i}] += 1",
+                "            return ret",
+            ]
         lines += ["        return None", "    return op_rules"]
         namespace: dict[str, Any] = {}
         exec(compile("\n".join(lines), f"<{len(rules)} rules>", "exec"), namespace)
@@ -364,8 +398,9 @@ _Entry = tuple["UOp", int, "UOp"]  # (node, stage, work node) on the fixpoint en
 
 
 class _RewriteContext:
-    def __init__(self, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any,
-                 enter_calls: bool) -> None:
+    def __init__(
+        self, pm: PatternMatcher | None, bpm: PatternMatcher | None, ctx: Any, enter_calls: bool
+    ) -> None:
         self.pm, self.bpm, self.ctx, self.enter_calls = pm, bpm, ctx, enter_calls
         self.replace: dict[UOp, UOp] = {}
         self.bpm_cache: dict[UOp, UOp | None] = {}
@@ -426,8 +461,9 @@ class _RewriteContext:
                                 if seen is None:
                                     seen = set()
                                 if test_n in seen:
-                                    raise RewriteError("infinite loop in a bottom-up fixpoint at "
-                                                       f"{test_n.op}")
+                                    raise RewriteError(
+                                        f"infinite loop in a bottom-up fixpoint at {test_n.op}"
+                                    )
                                 seen.add(new_n)
                                 new_n = test_n
                         except BottomUpGate:
@@ -468,23 +504,35 @@ class _RewriteContext:
                         waitlist.setdefault(missing, []).append((n, 1, new_n))
                         break
                     if new_src != src:  # element-wise identity: UOps compare by identity
-                        cand = new_n.__class__(new_n.op, new_n.dtype, new_src,  # type: ignore[arg-type]
-                                               new_n.arg, new_n.tag)
+                        cand = new_n.__class__(
+                            new_n.op,
+                            new_n.dtype,
+                            new_src,  # type: ignore[arg-type]
+                            new_n.arg,
+                            new_n.tag,
+                        )
                         if closed and cand not in replace and not is_call[cv := cand.op._value_]:
                             # every result is a key that maps to itself (kept so where results are
                             # stored), so the candidate's sources need no visit: rewriting it from scratch
                             # comes down to bpm on it, then pm on it
                             gated, ret = False, None
-                            if bpm_fns is not None and (bfn := bpm_fns[cv]) is not None and \
-                                    (ret := bcache.get(cand, _MISSING)) is _MISSING:
+                            if (
+                                bpm_fns is not None
+                                and (bfn := bpm_fns[cv]) is not None
+                                and (ret := bcache.get(cand, _MISSING)) is _MISSING
+                            ):
                                 try:
                                     ret = bcache[cand] = bfn(cand, ctx)
                                 except BottomUpGate:
                                     ret, gated = None, True
                             if ret is None:  # (a bpm rewrite is taken on by stage 0 below, its answer cached)
                                 linked: UOp | None = cand  # pm's answer if it has a result, else cand
-                                if not gated and (fn := pm_fns[cv]) is not None and \
-                                        (ret := fn(cand, ctx)) is not None and (linked := rget(ret)) is None:
+                                if (
+                                    not gated
+                                    and (fn := pm_fns[cv]) is not None
+                                    and (ret := fn(cand, ctx)) is not None
+                                    and (linked := rget(ret)) is None
+                                ):
                                     push((n, 2, cand))  # pm's answer is new: on with it as the candidate
                                     n, new_n, cand = cand, cand, ret
                                 if linked is not None:
@@ -521,6 +569,7 @@ class _RewriteContext:
                         stack.extend(waitlist.pop(n))
                 break
         return replace[root]
+
     # -------------------------------------------------------------------------------------- end HOT PATH
 
     def walk(self, root: UOp) -> UOp:
@@ -558,9 +607,16 @@ def _rebuilt(n: UOp, src: tuple[UOp, ...]) -> UOp:
     return type(n)(n.op, n.dtype, src, n.arg, n.tag)
 
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
-                  name: str | None = None,
-                  bpm: PatternMatcher | None = None, walk: bool = False, enter_calls: bool = False) -> UOp:
+def graph_rewrite(
+    sink: UOp,
+    pm: PatternMatcher,
+    ctx: Any = None,
+    bottom_up: bool = False,
+    name: str | None = None,
+    bpm: PatternMatcher | None = None,
+    walk: bool = False,
+    enter_calls: bool = False,
+) -> UOp:
     """Rewrite the graph under `sink` with `pm`: top-down (post-order) by default, bottom-up (pre-order) with
     `bottom_up=True`, both directions when `bpm` is given; to a fixpoint, or in one pass with `walk=True`.
     Bodies of CALL/FUNCTION nodes are left alone unless `enter_calls`. `name` labels the pass: the engine's

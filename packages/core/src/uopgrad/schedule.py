@@ -6,6 +6,7 @@ kernel reads (computed once, read from its buffer by each). FUNCTIONs are inline
 except precompiled ones, which are scheduled as a unit of their own and reused from the schedule cache when
 the same body is called again. The forms produced are the contract of spec/kernels.md §1.
 """
+
 from __future__ import annotations
 
 import functools
@@ -116,13 +117,19 @@ class _Inliner:
         return element
 
 
-pm_early = PatternMatcher([
-    (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),  # detach(x) -> x
-    (UPat(Ops.GETTUPLE, src=(UPat(Ops.TUPLE, name="t"),), name="g"),
-     lambda g, t: t.src[g.arg]),  # (a, b)[0] -> a
-    (UPat(Ops.GETTUPLE, src=(UPat(Ops.FUNCTION, name="k"),), name="g"),
-     lambda ctx, g, k: ctx.element(g, k)),  # f(args)[i] -> body[i], PARAMs := args (unless precompiled)
-])
+pm_early = PatternMatcher(
+    [
+        (UPat((Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),)), lambda x: x),  # detach(x) -> x
+        (
+            UPat(Ops.GETTUPLE, src=(UPat(Ops.TUPLE, name="t"),), name="g"),
+            lambda g, t: t.src[g.arg],
+        ),  # (a, b)[0] -> a
+        (
+            UPat(Ops.GETTUPLE, src=(UPat(Ops.FUNCTION, name="k"),), name="g"),
+            lambda ctx, g, k: ctx.element(g, k),
+        ),  # f(args)[i] -> body[i], PARAMs := args (unless precompiled)
+    ]
+)
 
 
 # ---------------------------------------------------------------------- pass 2: kernel bodies
@@ -132,8 +139,8 @@ class _KernelCtx:
     def __init__(self, views: dict[UOp, UOp], root: UOp | None, out: UOp) -> None:
         self.views, self.root = views, root
         self.params: dict[UOp, UOp] = {}
-        self.after: list[UOp] = []          # effects this kernel waits for
-        self.after_bufs: set[UOp] = set()   # buffers read through those AFTERs
+        self.after: list[UOp] = []  # effects this kernel waits for
+        self.after_bufs: set[UOp] = set()  # buffers read through those AFTERs
         self.param(out)
 
     def param(self, buf: UOp) -> UOp:
@@ -167,13 +174,24 @@ def _uninitialised(u: UOp) -> bool:
 
 
 # run bottom-up (parents first), so a realized node is replaced before its sources are visited
-pm_kernelize = PatternMatcher([
-    (UPat(name="x"), lambda ctx, x: ctx.realized(x)),  # a realized node -> a read of its buffer's view
-    (UPat(Ops.BUFFER, name="x"), lambda ctx, x: ctx.param(x)),  # BUFFER -> PARAM(slot, dtype.ptr(size))
-    (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx.strip_after(x)),  # AFTER(x, effects) -> x, after effects
-    (UPat(Ops.CONST, name="x"), lambda x: _plain_const(x) if x.src else None),  # CONST(DEVICE) -> CONST
-    (UPat(Ops.BIND, src=(UPat.var("v"), UPat()),), lambda v: v),  # BIND(var, c) -> var (a kernel argument)
-])
+pm_kernelize = PatternMatcher(
+    [
+        (UPat(name="x"), lambda ctx, x: ctx.realized(x)),  # a realized node -> a read of its buffer's view
+        (UPat(Ops.BUFFER, name="x"), lambda ctx, x: ctx.param(x)),  # BUFFER -> PARAM(slot, dtype.ptr(size))
+        (
+            UPat(Ops.AFTER, name="x"),
+            lambda ctx, x: ctx.strip_after(x),
+        ),  # AFTER(x, effects) -> x, after effects
+        (UPat(Ops.CONST, name="x"), lambda x: _plain_const(x) if x.src else None),  # CONST(DEVICE) -> CONST
+        (
+            UPat(
+                Ops.BIND,
+                src=(UPat.var("v"), UPat()),
+            ),
+            lambda v: v,
+        ),  # BIND(var, c) -> var (a kernel argument)
+    ]
+)
 
 
 @dataclass
@@ -218,8 +236,9 @@ def _big_nested(red: UOp) -> bool:
     """A REDUCE with at least NESTED_OUTPUTS outputs that another REDUCE of its kernel reduces (the matmul
     under a mean-squared-error loss): fused, the outer reduce's loop runs it one output at a time, with no
     vector lanes or threads over its outputs; realized, it is a kernel of its own that has them."""
-    return isinstance(red.device, str) and _concrete_shape(red) and \
-        cast(int, prod(red.shape)) >= NESTED_OUTPUTS
+    return (
+        isinstance(red.device, str) and _concrete_shape(red) and cast(int, prod(red.shape)) >= NESTED_OUTPUTS
+    )
 
 
 def _index_math(nodes: list[UOp], r: dict[UOp, None]) -> dict[UOp, frozenset[UOp] | None]:
@@ -234,8 +253,11 @@ def _index_math(nodes: list[UOp], r: dict[UOp, None]) -> dict[UOp, frozenset[UOp
             out[u] = frozenset()
         elif u.op in GroupOp.Movement:
             out[u] = out.get(u.src[0])
-        elif (u.op in GroupOp.ALU or u.op is Ops.CAST) and not dtypes.is_float(u.dtype) and \
-                all(out.get(s) is not None for s in u.src):
+        elif (
+            (u.op in GroupOp.ALU or u.op is Ops.CAST)
+            and not dtypes.is_float(u.dtype)
+            and all(out.get(s) is not None for s in u.src)
+        ):
             out[u] = frozenset().union(*(cast(frozenset[UOp], out[s]) for s in u.src))
         else:
             out[u] = None
@@ -250,8 +272,9 @@ def _in_place_ok(target: UOp, value: UOp) -> bool:
         reads_out[u] = (u.op is Ops.PARAM and u.arg == 0) or any(reads_out[s] for s in u.src)
         if u.op is Ops.REDUCE and reads_out[u]:
             return False
-        if u.op not in GroupOp.Movement and any(reads_out[s] and s.base.op is Ops.PARAM and s is not target
-                                                 for s in u.src):
+        if u.op not in GroupOp.Movement and any(
+            reads_out[s] and s.base.op is Ops.PARAM and s is not target for s in u.src
+        ):
             return False
     return not (reads_out[value] and value.base.op is Ops.PARAM and value is not target)
 
@@ -265,10 +288,10 @@ class _Scheduler:
         if bad := {u.op for u in self.nodes} & _UNSUPPORTED:
             raise NotImplementedError(f"the scheduler does not handle {sorted(o.name for o in bad)} yet")
         self.var_vals = {u.src[0].arg[0]: u.src[1].arg for u in self.sink.toposort() if u.op is Ops.BIND}
-        self.views: dict[UOp, UOp] = {}     # realized node -> the view of its buffer
+        self.views: dict[UOp, UOp] = {}  # realized node -> the view of its buffer
         self.items: list[_Item] = []
-        self.effects: dict[UOp, int] = {}   # STORE/CALL effect -> its item
-        self.fresh: set[UOp] = set()        # buffers this schedule allocates
+        self.effects: dict[UOp, int] = {}  # STORE/CALL effect -> its item
+        self.fresh: set[UOp] = set()  # buffers this schedule allocates
 
     # -------------------------------------------------------------- which nodes get a buffer
     def realize_points(self) -> dict[UOp, None]:
@@ -315,9 +338,12 @@ class _Scheduler:
                 cost[u] = cost.get(u.src[0], 1)
             else:
                 cost[u] = c = 1 + sum(cost.get(x, 1) for x in dict.fromkeys(u.src))
-                if (c > budget or (fanout[u] > 1 and 8 * c > budget)) and \
-                        (u.op in GroupOp.ALU or u.op in (Ops.REDUCE, Ops.CAST)) and \
-                        isinstance(u.device, str) and _concrete_shape(u):
+                if (
+                    (c > budget or (fanout[u] > 1 and 8 * c > budget))
+                    and (u.op in GroupOp.ALU or u.op in (Ops.REDUCE, Ops.CAST))
+                    and isinstance(u.device, str)
+                    and _concrete_shape(u)
+                ):
                     r[u] = None
                     cost[u] = 1
 
@@ -330,13 +356,21 @@ class _Scheduler:
         owner: dict[UOp, UOp | None] = {}
         for u in reversed(self.nodes):
             owner[u] = u if u in r or u.op is Ops.STORE else _owner(consumers[u], owner, r)
-            if owner[u] is _SHARED and u.op is Ops.REDUCE and isinstance(u.device, str) and \
-                    _concrete_shape(u):
+            if (
+                owner[u] is _SHARED
+                and u.op is Ops.REDUCE
+                and isinstance(u.device, str)
+                and _concrete_shape(u)
+            ):
                 # realized in the layout its readers see it in, where they all see it through one chain of
                 # reshapes and permutes (a weight's gradient, read transposed): no copy to transpose it
                 top = u
-                while len(cs := consumers[top]) == 1 and cs[0].op in (Ops.RESHAPE, Ops.PERMUTE) and \
-                        cs[0] not in r and owner.get(cs[0]) is _SHARED:
+                while (
+                    len(cs := consumers[top]) == 1
+                    and cs[0].op in (Ops.RESHAPE, Ops.PERMUTE)
+                    and cs[0] not in r
+                    and owner.get(cs[0]) is _SHARED
+                ):
                     top = cs[0]
                 r[top] = None
                 owner[u] = top
@@ -345,7 +379,7 @@ class _Scheduler:
         """Each node's consumers (a call's arguments, not its body)."""
         consumers: dict[UOp, list[UOp]] = defaultdict(list)
         for u in self.nodes:
-            for s in (u.src[1:] if u.op in GroupOp.Call else u.src):
+            for s in u.src[1:] if u.op in GroupOp.Call else u.src:
                 consumers[s].append(u)
         return consumers
 
@@ -359,18 +393,23 @@ class _Scheduler:
         consumers = self._consumers()
         index_math = _index_math(self.nodes, r)
         expanded: dict[UOp, bool] = {}
-        reduced: dict[UOp, bool] = {}         # the value flows into a REDUCE of this kernel
-        into_reduce: dict[UOp, bool] = {}     # ... through an EXPAND
+        reduced: dict[UOp, bool] = {}  # the value flows into a REDUCE of this kernel
+        into_reduce: dict[UOp, bool] = {}  # ... through an EXPAND
         for u in reversed(self.nodes):
             fused = [c for c in consumers[u] if c not in r and c.op not in _BOUNDARY]
             expanded[u] = any(c.op is Ops.EXPAND for c in consumers[u]) or any(expanded[c] for c in fused)
             reduced[u] = any(c.op is Ops.REDUCE for c in consumers[u]) or any(reduced[c] for c in fused)
-            into_reduce[u] = any(c.op is Ops.EXPAND and reduced[c] for c in consumers[u]) or \
-                any(into_reduce[c] for c in fused)
+            into_reduce[u] = any(c.op is Ops.EXPAND and reduced[c] for c in consumers[u]) or any(
+                into_reduce[c] for c in fused
+            )
             if u.op is Ops.REDUCE and (expanded[u] or (reduced[u] and _big_nested(u))):
                 r[u] = None
-            elif u.op in GroupOp.ALU and into_reduce[u] and any(c.op in GroupOp.Movement for c in fused) and \
-                    not ((reads := index_math.get(u)) is not None and len(reads) <= 1):
+            elif (
+                u.op in GroupOp.ALU
+                and into_reduce[u]
+                and any(c.op in GroupOp.Movement for c in fused)
+                and not ((reads := index_math.get(u)) is not None and len(reads) <= 1)
+            ):
                 r[u] = None
 
     def allocate(self, u: UOp) -> UOp:
@@ -381,8 +420,9 @@ class _Scheduler:
         size: sint = prod(shape)
         limit = size if isinstance(size, int) else size.vmax
         if not isinstance(limit, int):
-            raise ScheduleError(f"can't realize shape {shape}: a symbolic dimension has no finite upper "
-                                "bound")
+            raise ScheduleError(
+                f"can't realize shape {shape}: a symbolic dimension has no finite upper bound"
+            )
         buf = UOp.new_buffer(u.device, limit, u.dtype.base)
         self.fresh.add(buf)
         view = buf if isinstance(size, int) else buf.shrink(((0, size),))
@@ -413,8 +453,9 @@ class _Scheduler:
         if out.op is not Ops.BUFFER:
             out = _view_chain(self.views[out])[1]
         ctx = _KernelCtx(self.views, root, out)
-        body = graph_rewrite(target.store(value).sink(), pm_kernelize, ctx=ctx, bottom_up=True,
-                             name="schedule: kernelize")
+        body = graph_rewrite(
+            target.store(value).sink(), pm_kernelize, ctx=ctx, bottom_up=True, name="schedule: kernelize"
+        )
         st = body.src[0]
         if not _in_place_ok(st.src[0], st.src[1]):
             # the value reads the written buffer at other elements: compute it into a buffer of its own first
@@ -496,8 +537,11 @@ class _Scheduler:
                 self.effects[u] = made[v] if into.get(v) is u else self.kernel(u.src[0], u.src[1], None)
             elif u.op is Ops.COPY and u in self.views:
                 self.copy(u)
-            elif u in self.views and not _precompiled_output(u) and \
-                    not _uninitialised(u.src[0] if u.op is Ops.CONTIGUOUS else u):
+            elif (
+                u in self.views
+                and not _precompiled_output(u)
+                and not _uninitialised(u.src[0] if u.op is Ops.CONTIGUOUS else u)
+            ):
                 made[u] = self.kernel(self.views[u], u.src[0] if u.op is Ops.CONTIGUOUS else u, u)
         return self.order(), self.outputs()
 
@@ -516,8 +560,13 @@ class _Scheduler:
             v = st.src[1]
             while v not in points and v.op is Ops.RESHAPE:  # a reshape of a contiguous buffer is free
                 v = v.src[0]
-            if v not in points or v in into or v.op is Ops.COPY or _precompiled_output(v) \
-                    or _uninitialised(v.src[0] if v.op is Ops.CONTIGUOUS else v):
+            if (
+                v not in points
+                or v in into
+                or v.op is Ops.COPY
+                or _precompiled_output(v)
+                or _uninitialised(v.src[0] if v.op is Ops.CONTIGUOUS else v)
+            ):
                 continue
             t = st.src[0]
             if (found := _buffer_of(t)) is None or found[1] or not _concrete_shape(v):
@@ -526,7 +575,7 @@ class _Scheduler:
             if not isinstance(buf.arg, int) or prod(v.shape) != buf.arg or uses[buf] != 1:
                 continue
             while chain is not buf and uses[chain] == 1:  # the view is only written (read, it would see
-                chain = chain.src[0]                       # the new contents before the STORE's turn)
+                chain = chain.src[0]  # the new contents before the STORE's turn)
             if chain is buf:
                 into[v] = st
         return into
@@ -702,14 +751,18 @@ def _template(sink: UOp, inputs: list[UOp]) -> _Template:
     sched = _Scheduler(sink)
     items, outputs = sched.build()
     known = set(inputs)
-    used = dedup([b for it in items for b in it.src[1:]] +
-                 [b for v in outputs if v is not None for b in v.toposort() if b.op is Ops.BUFFER])
+    used = dedup(
+        [b for it in items for b in it.src[1:]]
+        + [b for v in outputs if v is not None for b in v.toposort() if b.op is Ops.BUFFER]
+    )
     fresh = [b for b in used if b not in known]
     mapping = {b: _placeholder(b, i) for i, b in enumerate([*inputs, *fresh])}
     return _Template(
         tuple(_rebind(it, mapping) for it in items),
         tuple(None if v is None else v.substitute(mapping) for v in outputs),
-        tuple(mapping[b] for b in inputs), tuple(mapping[b] for b in fresh))
+        tuple(mapping[b] for b in inputs),
+        tuple(mapping[b] for b in fresh),
+    )
 
 
 def schedule(sink: UOp, check: bool = False) -> Schedule:

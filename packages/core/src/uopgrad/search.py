@@ -10,6 +10,7 @@ the same bits: a tile shape only copies stores and shares loads, and each output
 (spec/opt.md); what may reorder a reduce (unrolling it) is the heuristic's decision, not searched.
 `BEAM=0`, the default, is the heuristic alone. Kernels with variables (symbolic shapes) are not searched.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,12 @@ BEAM = ContextVar("BEAM", 0)
 
 def _digest(be: CompiledBackend, body: UOp, nargs: int, target: Target) -> str:
     # the whole target (a new knob is in the key without an edit here), the renderer and the compiler
-    ident = (nargs, target.canonical(), type(be.renderer).__name__,
-             getattr(be.compiler, "cache_key", type(be.compiler).__name__))
+    ident = (
+        nargs,
+        target.canonical(),
+        type(be.renderer).__name__,
+        getattr(be.compiler, "cache_key", type(be.compiler).__name__),
+    )
     return hashlib.sha256(b"beam-3|" + body.key + repr(ident).encode()).hexdigest()
 
 
@@ -79,10 +84,12 @@ def _race(be: CompiledBackend, found: dict[str, tuple[Choice, Program]], beam: i
     first = found[srcs[0]][1]
     bufs = _buffers(be, first)
     try:
-        runs = {src: be.runtime(be.renderer.function_name(found[src][1].name), lib)
-                for src, lib in zip(srcs, libs)}
+        runs = {
+            src: be.runtime(be.renderer.function_name(found[src][1].name), lib)
+            for src, lib in zip(srcs, libs)
+        }
         quick = sorted(srcs, key=lambda s: _time(runs[s], found[s][1], bufs, 3))
-        return found[min(quick[:max(beam, 1)], key=lambda s: _time(runs[s], found[s][1], bufs, 10))][0]
+        return found[min(quick[: max(beam, 1)], key=lambda s: _time(runs[s], found[s][1], bufs, 10))][0]
     finally:
         for h, nbytes in bufs.values():
             be.allocator.free(h, nbytes)
@@ -97,8 +104,9 @@ def _buffers(be: CompiledBackend, prg: Program) -> dict[int, tuple[object, int]]
             continue
         np_dt = np.dtype(dtypes.to_numpy(p.dtype.base))
         n = max(p.dtype.size, 1)
-        data = rng.standard_normal(n) if np_dt.kind == "f" else rng.integers(0, 2 if np_dt.kind == "b" else 7,
-                                                                             n)
+        data = (
+            rng.standard_normal(n) if np_dt.kind == "f" else rng.integers(0, 2 if np_dt.kind == "b" else 7, n)
+        )
         arr = np.ascontiguousarray(data.astype(np_dt))
         h = be.allocator.alloc(arr.nbytes, False)
         be.allocator.copyin(h, arr.view(np.uint8).data)

@@ -3,6 +3,7 @@ an ALU op on constants, and `sym`, the table of algebraic and index-arithmetic l
 Every law holds for every value of its dtype: ints wrap at their width, `index` is unbounded, floats are
 IEEE. The laws are listed in spec/symbolic.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,17 @@ from uopgrad.uop_index import sym_infer
 if TYPE_CHECKING:  # the rules build nodes through the nodes they match (uop.py imports this module)
     from uopgrad.uop import UOp
 
-__all__ = ["exec_alu", "pm_commutative", "pm_laws", "pm_move_where_on_load", "pm_simplify_valid",
-           "pm_sym_ungated", "pm_symbolic", "sym", "sym_infer"]
+__all__ = [
+    "exec_alu",
+    "pm_commutative",
+    "pm_laws",
+    "pm_move_where_on_load",
+    "pm_simplify_valid",
+    "pm_sym_ungated",
+    "pm_symbolic",
+    "sym",
+    "sym_infer",
+]
 
 _INTS = (*dtypes.ints, dtypes.index)
 _INTS_BOOL = (*_INTS, dtypes.bool)
@@ -47,8 +57,9 @@ def _fold_lanes(a: UOp) -> UOp | None:
     out: list[object] = []  # a lane is a constant or Invalid
     try:
         for vals in zip(*lanes):
-            out.append(Invalid if any(v is Invalid for v in vals) else
-                       exec_alu(a.op, a.dtype.scalar(), list(vals)))
+            out.append(
+                Invalid if any(v is Invalid for v in vals) else exec_alu(a.op, a.dtype.scalar(), list(vals))
+            )
     except (ArithmeticError, TypeError):
         return None
     return type(a)(Ops.VCONST, a.dtype, (), tuple(out))
@@ -126,75 +137,98 @@ _xf = UPat.var("x", dtypes.floats)
 # CONST only (not VCONST): the helpers read `c.arg` as one number
 _c, _c1, _c2 = UPat(Ops.CONST, name="c"), UPat(Ops.CONST, name="c1"), UPat(Ops.CONST, name="c2")
 
-pm_laws = PatternMatcher([
-    # ** constant folding **
-    (UPat(FOLDED, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
-    (UPat(FOLDED, src=UPat((Ops.CONST, Ops.VCONST)), name="a"), _fold_lanes),  # alu(v1, v2) -> v by lane
-    (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
-    # ** canonical order: constants go right **
-    (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),
-     _const_right),  # c op x -> x op c
-    # ** identities **
-    (_xib + 0, lambda x: x),  # x+0 -> x (ints, bool; for floats -0.0+0.0 is 0.0, and 1/0.0 != 1/-0.0)
-    (_xf + _c, lambda x, c: x if _is_neg_zero(c.arg) else None),  # x+(-0.0) -> x (floats)
-    (_x * 1, lambda x: x),  # x*1 -> x
-    (_xib * 0, lambda x: x.const_like(0)),  # x*0 -> 0 (ints, bool; a float NaN*0 is NaN)
-    (_xi // 1, lambda x: x),  # x//1 -> x
-    (_xi % 1, lambda x: x.const_like(0)),  # x%1 -> 0
-    (UPat(GroupOp.Idempotent, src=(_x, _x)), lambda x: x),  # max(x,x) -> x, x&x -> x, x|x -> x
-    ((_x < _x).named("r"), lambda r, x: r.const_like(False)),  # x<x -> False
-    (_xib.ne(_xib).named("r"), lambda r, x: r.const_like(False)),  # x!=x -> False (ints, bool; NaN != NaN)
-    # ** combining terms (ints wrap, so these hold modulo 2**bits) **
-    (UPat.var("x", _INTS_FLOATS) + UPat.var("x", _INTS_FLOATS), lambda x: x * 2),  # x+x -> x*2
-    ((_xi + _c1) + _c2, lambda x, c1, c2: x + (c1 + c2)),  # (x+c1)+c2 -> x+(c1+c2)
-    ((_xi * _c1) * _c2, lambda x, c1, c2: x * (c1 * c2)),  # (x*c1)*c2 -> x*(c1*c2)
-    (_xi * _c1 + _xi * _c2, lambda x, c1, c2: x * (c1 + c2)),  # x*c1+x*c2 -> x*(c1+c2)
-    (_xi * _c + _xi, lambda x, c: x * (c + 1)),  # x*c+x -> x*(c+1)
-    # ** where **
-    (UPat.const(dtypes.bool, True).where(_a, _b), lambda a, b: a),  # where(True, a, b) -> a
-    (UPat.const(dtypes.bool, False).where(_a, _b), lambda a, b: b),  # where(False, a, b) -> b
-    (UPat.var("c").where(_a, _a), lambda c, a: a),  # where(c, a, a) -> a
-    # ** bool **
-    (_xb & True, lambda x: x),  # x&True -> x
-    (_xb & False, lambda x: x.const_like(False)),  # x&False -> False
-    (_xb | False, lambda x: x),  # x|False -> x
-    (_xb | True, lambda x: x.const_like(True)),  # x|True -> True
-    (_xb.ne(False), lambda x: x),  # x!=False -> x
-    (_xb.ne(True).ne(True), lambda x: x),  # not(not(x)) -> x
-    # ** floor division and modulo of integers: c != 0, and the dividend must not wrap where that matters **
-    ((_xw % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
-    ((_xw % _c) + (_xw // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
-    ((_xw // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0
-    ((_xw * _c) // _c, lambda x, c: x if _no_wrap(x, c) else None),  # (x*c)//c -> x
-    ((_xw * _c) % _c, lambda x, c: x.const_like(0) if _no_wrap(x, c) else None),  # (x*c)%c -> 0
-    ((_xw * _c + _y) // _c,
-     lambda x, c, y: x + y // c if _no_wrap(x, c, y) else None),  # (x*c+y)//c -> x+y//c
-    ((_xw * _c + _y) % _c,
-     lambda x, c, y: y % c if _no_wrap(x, c, y) else None),  # (x*c+y)%c -> y%c
-    # when all of x's range [vmin, vmax] has one quotient q = vmin//c = vmax//c:
-    (_xw // _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x.const_like(q)),  # x//c -> q
-    (_xw % _c, lambda x, c: None if (q := _quotient(x, c.arg)) is None else x - q * c.arg),  # x%c -> x-q*c
-    # ** value ranges (vmin/vmax) **
-    (UPat(GroupOp.ALU, dtypes.ints, name="x"), _fold_range),  # x -> c when vmin == vmax == c (ints)
-    (UPat(GroupOp.Comparison, src=(UPat(dtype=_INTS_BOOL), UPat(dtype=_INTS_BOOL)), name="x"),
-     _fold_range),  # a<b, a!=b -> True/False when the ranges of a and b decide it
-])
+pm_laws = PatternMatcher(
+    [
+        # ** constant folding **
+        (UPat(FOLDED, src=UPat(Ops.CONST), name="a"), _fold),  # alu(c1, ..., cn) -> c (not x//0)
+        (UPat(FOLDED, src=UPat((Ops.CONST, Ops.VCONST)), name="a"), _fold_lanes),  # alu(v1, v2) -> v by lane
+        (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="c"),), name="a"), _fold_cast),  # cast(c) -> c'
+        # ** canonical order: constants go right **
+        (
+            UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), _x), name="a"),
+            _const_right,
+        ),  # c op x -> x op c
+        # ** identities **
+        (_xib + 0, lambda x: x),  # x+0 -> x (ints, bool; for floats -0.0+0.0 is 0.0, and 1/0.0 != 1/-0.0)
+        (_xf + _c, lambda x, c: x if _is_neg_zero(c.arg) else None),  # x+(-0.0) -> x (floats)
+        (_x * 1, lambda x: x),  # x*1 -> x
+        (_xib * 0, lambda x: x.const_like(0)),  # x*0 -> 0 (ints, bool; a float NaN*0 is NaN)
+        (_xi // 1, lambda x: x),  # x//1 -> x
+        (_xi % 1, lambda x: x.const_like(0)),  # x%1 -> 0
+        (UPat(GroupOp.Idempotent, src=(_x, _x)), lambda x: x),  # max(x,x) -> x, x&x -> x, x|x -> x
+        ((_x < _x).named("r"), lambda r, x: r.const_like(False)),  # x<x -> False
+        (
+            _xib.ne(_xib).named("r"),
+            lambda r, x: r.const_like(False),
+        ),  # x!=x -> False (ints, bool; NaN != NaN)
+        # ** combining terms (ints wrap, so these hold modulo 2**bits) **
+        (UPat.var("x", _INTS_FLOATS) + UPat.var("x", _INTS_FLOATS), lambda x: x * 2),  # x+x -> x*2
+        ((_xi + _c1) + _c2, lambda x, c1, c2: x + (c1 + c2)),  # (x+c1)+c2 -> x+(c1+c2)
+        ((_xi * _c1) * _c2, lambda x, c1, c2: x * (c1 * c2)),  # (x*c1)*c2 -> x*(c1*c2)
+        (_xi * _c1 + _xi * _c2, lambda x, c1, c2: x * (c1 + c2)),  # x*c1+x*c2 -> x*(c1+c2)
+        (_xi * _c + _xi, lambda x, c: x * (c + 1)),  # x*c+x -> x*(c+1)
+        # ** where **
+        (UPat.const(dtypes.bool, True).where(_a, _b), lambda a, b: a),  # where(True, a, b) -> a
+        (UPat.const(dtypes.bool, False).where(_a, _b), lambda a, b: b),  # where(False, a, b) -> b
+        (UPat.var("c").where(_a, _a), lambda c, a: a),  # where(c, a, a) -> a
+        # ** bool **
+        (_xb & True, lambda x: x),  # x&True -> x
+        (_xb & False, lambda x: x.const_like(False)),  # x&False -> False
+        (_xb | False, lambda x: x),  # x|False -> x
+        (_xb | True, lambda x: x.const_like(True)),  # x|True -> True
+        (_xb.ne(False), lambda x: x),  # x!=False -> x
+        (_xb.ne(True).ne(True), lambda x: x),  # not(not(x)) -> x
+        # ** floor division and modulo of integers: c != 0, and the dividend must not wrap where that matters **
+        ((_xw % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
+        ((_xw % _c) + (_xw // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
+        ((_xw // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0
+        ((_xw * _c) // _c, lambda x, c: x if _no_wrap(x, c) else None),  # (x*c)//c -> x
+        ((_xw * _c) % _c, lambda x, c: x.const_like(0) if _no_wrap(x, c) else None),  # (x*c)%c -> 0
+        (
+            (_xw * _c + _y) // _c,
+            lambda x, c, y: x + y // c if _no_wrap(x, c, y) else None,
+        ),  # (x*c+y)//c -> x+y//c
+        ((_xw * _c + _y) % _c, lambda x, c, y: y % c if _no_wrap(x, c, y) else None),  # (x*c+y)%c -> y%c
+        # when all of x's range [vmin, vmax] has one quotient q = vmin//c = vmax//c:
+        (
+            _xw // _c,
+            lambda x, c: None if (q := _quotient(x, c.arg)) is None else x.const_like(q),
+        ),  # x//c -> q
+        (
+            _xw % _c,
+            lambda x, c: None if (q := _quotient(x, c.arg)) is None else x - q * c.arg,
+        ),  # x%c -> x-q*c
+        # ** value ranges (vmin/vmax) **
+        (UPat(GroupOp.ALU, dtypes.ints, name="x"), _fold_range),  # x -> c when vmin == vmax == c (ints)
+        (
+            UPat(GroupOp.Comparison, src=(UPat(dtype=_INTS_BOOL), UPat(dtype=_INTS_BOOL)), name="x"),
+            _fold_range,
+        ),  # a<b, a!=b -> True/False when the ranges of a and b decide it
+    ]
+)
 
 _index = UPat(Ops.INDEX, name="index")
 # the index-arithmetic normal form of the reference, after the laws above
-pm_symbolic = pm_propagate_invalid + pm_laws + pm_symbolic_simple + pm_commutative + pm_symbolic_index + \
-    pm_div_mod
-pm_sym_distribute = PatternMatcher([
-    # where(s, a, b).cast() -> where(s, a.cast(), b.cast())
-    (UPat.var("s").where(_a, _b).cast().named("cast"), lambda s, a, b, cast: s.where(a.cast(cast.dtype),
-                                                                                       b.cast(cast.dtype))),
-    (-1 * (_xi + _y), lambda x, y: (-x) + (-y)),  # -(x+y) -> -x + -y (ints)
-    ((UPat.var("x", dtypes.index) + _y) * _c, lambda x, y, c: x * c + y * c),  # (x+y)*c -> x*c+y*c (index)
-    # storing what was just loaded from the same element does nothing
-    (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: type(index)(Ops.NOOP)),
-])
+pm_symbolic = (
+    pm_propagate_invalid + pm_laws + pm_symbolic_simple + pm_commutative + pm_symbolic_index + pm_div_mod
+)
+pm_sym_distribute = PatternMatcher(
+    [
+        # where(s, a, b).cast() -> where(s, a.cast(), b.cast())
+        (
+            UPat.var("s").where(_a, _b).cast().named("cast"),
+            lambda s, a, b, cast: s.where(a.cast(cast.dtype), b.cast(cast.dtype)),
+        ),
+        (-1 * (_xi + _y), lambda x, y: (-x) + (-y)),  # -(x+y) -> -x + -y (ints)
+        (
+            (UPat.var("x", dtypes.index) + _y) * _c,
+            lambda x, y, c: x * c + y * c,
+        ),  # (x+y)*c -> x*c+y*c (index)
+        # storing what was just loaded from the same element does nothing
+        (UPat(Ops.STORE, src=(_index, UPat(Ops.LOAD, src=(_index,)))), lambda index: type(index)(Ops.NOOP)),
+    ]
+)
 # `sym` with gates simplified clause by clause (the reference's `sym`); `pm_sym_ungated` skips that step, for
 # the many small rewrites while an index is built (simplify_valid on each was 60 s for a 20000-long arange)
 pm_sym_ungated = pm_symbolic + pm_sym_distribute
 sym = pm_symbolic + pm_simplify_valid + pm_sym_distribute
-

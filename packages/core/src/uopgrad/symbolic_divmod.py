@@ -2,6 +2,7 @@
 nest and factor `x // y` and `x % y` using the value ranges of x and y. Index only: the unbounded integers,
 where floor division is exact and nothing wraps.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,8 +53,15 @@ def _cancel(d: UOp, x: UOp, y: UOp) -> UOp | None:
     return None
 
 
-def _const_divisor(d: UOp, x: UOp, y: UOp, c: int, peeled: UOp, const: int,  # noqa: C901 (one rule list)
-                   terms_: list[UOp]) -> UOp | None:
+def _const_divisor(
+    d: UOp,
+    x: UOp,
+    y: UOp,
+    c: int,
+    peeled: UOp,
+    const: int,  # noqa: C901 (one rule list)
+    terms_: list[UOp],
+) -> UOp | None:
     """The rules for a constant divisor c > 0; `peeled + const` is x, `terms_` the terms of `peeled`."""
     is_mod = d.op is Ops.FLOORMOD
     # (a%(k*c))//c -> (a//c)%k, (a%(k*c))%c -> a%c
@@ -64,8 +72,9 @@ def _const_divisor(d: UOp, x: UOp, y: UOp, c: int, peeled: UOp, const: int,  # n
             return x.src[0] // y % k
     # (a%m + b)%c -> (a+b)%c where c divides m
     if is_mod:
-        stripped = [u.src[0] if u.op is Ops.FLOORMOD and u.src[1].divides(c) is not None else u
-                    for u in terms_]
+        stripped = [
+            u.src[0] if u.op is Ops.FLOORMOD and u.src[1].divides(c) is not None else u for u in terms_
+        ]
         if any(a is not b for a, b in zip(stripped, terms_)):
             return (_usum(stripped, x) + const) % y
     factors = [u.const_factor() for u in terms_]
@@ -97,8 +106,11 @@ def _const_divisor(d: UOp, x: UOp, y: UOp, c: int, peeled: UOp, const: int,  # n
                 return new_x % (c // g) * g + const % g if is_mod else new_x // (c // g) + const // c
     # nest by a factor f of c: x//c -> (x//f)//(c//f); x%c -> (x//f)%(c//f)*f + x%f
     results: list[tuple[int, UOp]] = []
-    nests = {abs(f) for u, f in zip(terms_, factors)
-             if u.op not in (Ops.CONST, Ops.VCONST) and 1 < abs(f) < c and c % f == 0}
+    nests = {
+        abs(f)
+        for u, f in zip(terms_, factors)
+        if u.op not in (Ops.CONST, Ops.VCONST) and 1 < abs(f) < c and c % f == 0
+    }
     for f in nests:
         newxs: UOp | None = fold_divmod(x // f)
         if newxs is None:
@@ -159,13 +171,20 @@ def _cst(name: str) -> UPat:
     return UPat(Ops.CONST, name=name)
 
 
-pm_div_mod = PatternMatcher([
-    # (x//c + a)//d -> (x + a*c)//(c*d) for c, d > 0
-    ((UPat.var("x", IDX) // _cst("c") + _cst("a")) // _cst("d"),
-     lambda x, c, a, d: (x + a * c) // (c * d) if c.arg > 0 and d.arg > 0 else None),
-    # (x+c)//d -> (x + c%d)//d + c//d for d > 0
-    ((UPat.var("x", IDX) + _cst("c")) // _cst("d"),
-     lambda x, c, d: (x + c.arg % d.arg) // d + c.arg // d.arg
-     if c.arg % d.arg != c.arg and d.arg > 0 else None),
-    (UPat((Ops.FLOORDIV, Ops.FLOORMOD), IDX, name="d"), fold_divmod),
-])
+pm_div_mod = PatternMatcher(
+    [
+        # (x//c + a)//d -> (x + a*c)//(c*d) for c, d > 0
+        (
+            (UPat.var("x", IDX) // _cst("c") + _cst("a")) // _cst("d"),
+            lambda x, c, a, d: (x + a * c) // (c * d) if c.arg > 0 and d.arg > 0 else None,
+        ),
+        # (x+c)//d -> (x + c%d)//d + c//d for d > 0
+        (
+            (UPat.var("x", IDX) + _cst("c")) // _cst("d"),
+            lambda x, c, d: (
+                (x + c.arg % d.arg) // d + c.arg // d.arg if c.arg % d.arg != c.arg and d.arg > 0 else None
+            ),
+        ),
+        (UPat((Ops.FLOORDIV, Ops.FLOORMOD), IDX, name="d"), fold_divmod),
+    ]
+)

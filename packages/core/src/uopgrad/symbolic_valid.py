@@ -4,6 +4,7 @@ around it holds (`pm_simplify_valid`), and the conditions of a `where` around a 
 expressions; each clause narrows X, and the expression is simplified with X replaced by a variable of the
 narrowed range.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -24,8 +25,13 @@ _IRREDUCIBLE = (Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE)
 
 def parse_valid(v: UOp) -> tuple[UOp, bool, int] | None:
     """(X, True, c) for a clause X <= c, (X, False, c) for X >= c, None for anything else."""
-    if v.op is Ops.CMPNE and v.src[1].op is Ops.CONST and v.src[1].arg == 1 and \
-            (s0 := v.src[0]).op is Ops.CMPLT and dtypes.is_int(s0.src[0].dtype):
+    if (
+        v.op is Ops.CMPNE
+        and v.src[1].op is Ops.CONST
+        and v.src[1].arg == 1
+        and (s0 := v.src[0]).op is Ops.CMPLT
+        and dtypes.is_int(s0.src[0].dtype)
+    ):
         return s0.src[0], False, int(s0.src[1].vmin)  # (X < c) != True is X >= c
     if v.op is Ops.CMPLT and dtypes.is_int(v.src[0].dtype):
         return v.src[0], True, int(v.src[1].vmax) - 1  # X < c is X <= c-1
@@ -54,8 +60,9 @@ def uop_given_valid(valid: UOp, uop: UOp, try_simplex: bool = True) -> UOp:  # n
         candidates = [[all_candidates[-1]]]
         if expr.op is Ops.ADD and v0 == 1 and all(u.op in _IRREDUCIBLE for u in expr.split_uop(Ops.ADD)):
             # X0 + X1 + ... >= 1 with every Xi >= 0: try each Xi >= 1 on its own
-            candidates.append([(xi, type(xi).variable(f"fake{i}", 1, xi.vmax, xi.dtype))
-                               for xi in expr.split_uop(Ops.ADD)])
+            candidates.append(
+                [(xi, type(xi).variable(f"fake{i}", 1, xi.vmax, xi.dtype)) for xi in expr.split_uop(Ops.ADD)]
+            )
         for candidate in candidates:
             subbed = [uop.substitute({x: nx}) for x, nx in candidate]
             if any(u is uop for u in subbed):
@@ -100,10 +107,12 @@ def _gated_given_valid(cond: UOp, x: UOp, i: UOp) -> UOp | None:
     return cond.where(uop_given_valid(cond, x, try_simplex=False), i)
 
 
-pm_simplify_valid = PatternMatcher([
-    (UPat(Ops.AND, name="valid"), simplify_valid),
-    (invalid_gate, _gated_given_valid),
-])
+pm_simplify_valid = PatternMatcher(
+    [
+        (UPat(Ops.AND, name="valid"), simplify_valid),
+        (invalid_gate, _gated_given_valid),
+    ]
+)
 
 
 def _drop_and_clauses(cond: UOp, x: UOp, i: UOp) -> UOp | None:
@@ -125,8 +134,10 @@ def _where_on_load(cond: UOp, buf: UOp, idx: UOp, or_cast: UOp) -> UOp | None:
     idx_index = {u for u in idx.toposort() if u.op is Ops.INDEX}
 
     def movable(c: UOp) -> bool:
-        return c.ranges.keys() <= idx.ranges.keys() and \
-            all(u in idx_index for u in c.toposort() if u.op is Ops.INDEX)
+        return c.ranges.keys() <= idx.ranges.keys() and all(
+            u in idx_index for u in c.toposort() if u.op is Ops.INDEX
+        )
+
     rest = [c for c in clauses if c not in in_load]
     moved, keep = [c for c in rest if movable(c)], [c for c in rest if not movable(c)]
     if len(keep) == len(clauses):
@@ -137,8 +148,12 @@ def _where_on_load(cond: UOp, buf: UOp, idx: UOp, or_cast: UOp) -> UOp | None:
 
 
 _load = UPat(Ops.INDEX, src=(UPat.var("buf"), UPat.var("idx"))).or_casted("or_cast")
-pm_move_where_on_load = PatternMatcher([
-    (UPat.var("cond").where(_load, 0), _where_on_load),
-    (UPat.var("cond").where(0, _load),
-     lambda cond, buf, idx, or_cast: _where_on_load(cond.logical_not(), buf, idx, or_cast)),
-])
+pm_move_where_on_load = PatternMatcher(
+    [
+        (UPat.var("cond").where(_load, 0), _where_on_load),
+        (
+            UPat.var("cond").where(0, _load),
+            lambda cond, buf, idx, or_cast: _where_on_load(cond.logical_not(), buf, idx, or_cast),
+        ),
+    ]
+)

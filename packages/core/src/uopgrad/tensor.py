@@ -6,6 +6,7 @@ and written against the hooks of tensor_hooks, which Tensor implements here (`uo
 devices, assign); `where`, `div`, `minimum` and `pad` are uopgrad.mixin's with PyTorch's promotion,
 broadcasting and extra arguments added here. Gradients from `compute_gradient` (docs/semantics.md §3.1).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -136,16 +137,27 @@ def _typed(op: Ops, u: UOp) -> UOp:
 def _from_node(data: UOp, dt: DType | None, dev: str | tuple[str, ...] | None) -> UOp:
     """`Tensor(node, dtype, device)`: the node as it is (the reference asserts the dtype), on `dev`."""
     if dt is not None and dt != data.dtype and data.dtype != dtypes.weakint:
-        raise DataDTypeError(f"Tensor({data.op.name} node of {data.dtype}, dtype={dt}): a node is taken as "
-                             f"it is; use Tensor(node).cast({dt}) for a {dt} tensor")
+        raise DataDTypeError(
+            f"Tensor({data.op.name} node of {data.dtype}, dtype={dt}): a node is taken as "
+            f"it is; use Tensor(node).cast({dt}) for a {dt} tensor"
+        )
     uop = data if dt is None else data.cast(dt)  # a symbolic int (weakint) becomes a value of dt
     if dev is not None and uop.device is not None and uop.device != dev:
         uop = uop.copy_to_device(dev)
     return uop
 
 
-class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, CastMixin, InteropMixin,
-             IndexMixin, ShapeMixin, NNMixin):
+class Tensor(
+    CreateMixin,
+    ElementwiseMixin,
+    ReduceMixin,
+    TensorMovementMixin,
+    CastMixin,
+    InteropMixin,
+    IndexMixin,
+    ShapeMixin,
+    NNMixin,
+):
     """A lazy n-dimensional array: a handle on a UOp. `uop` changes when the tensor is realized or assigned.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` takes a Python scalar, a (nested) list or
@@ -155,8 +167,13 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
     # gave it one had no __slots__)
     __slots__ = ("__dict__", "__weakref__", "_id", "_uop", "grad", "requires_grad")
 
-    def __init__(self, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
-                 dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None:
+    def __init__(
+        self,
+        data: TensorData | None = None,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> None:
         dt = to_dtype(dtype) if dtype is not None else None
         devs, dev = device_arg(device)
         data = py_scalar(data)
@@ -196,8 +213,13 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         self.grad: Tensor | None = None
 
     @classmethod
-    def _from_data(cls, data: TensorData | None = None, device: str | tuple[str, ...] | None = None,
-                   dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Tensor:
+    def _from_data(
+        cls,
+        data: TensorData | None = None,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """`Tensor(data, ...)`: the families' hook for a value made from data (tensor_hooks)."""
         return cls(data, device, dtype, requires_grad)
 
@@ -309,8 +331,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             if any(o.shape != shape for o in others):  # equal shapes (the common case) need no broadcast
                 broadcast_shape(shape, *(o.shape for o in others))
         except ValueError as e:
-            raise ValueError(f"shapes {self.shape} and {' and '.join(str(o.shape) for o in others)} can't be "
-                             "broadcast together") from e
+            raise ValueError(
+                f"shapes {self.shape} and {' and '.join(str(o.shape) for o in others)} can't be "
+                "broadcast together"
+            ) from e
         self._check_devices(*others)
 
     def _check_devices(self, *others: Tensor) -> None:
@@ -330,8 +354,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             return Tensor._wrap(_typed(op, self.uop._binop(op, x.uop, reverse)), self, x)
         x = py_scalar(cast(ConstType, x))
         if op is Ops.POW and not reverse and dtypes.is_int(self.dtype) and type(x) is int and x < 0:
-            raise DTypeError(f"{self.dtype} ** {x}: an int base to a negative power is not an int; cast the "
-                             "base to float first")
+            raise DTypeError(
+                f"{self.dtype} ** {x}: an int base to a negative power is not an int; cast the "
+                "base to float first"
+            )
         return Tensor._wrap(_typed(op, self.uop._binop(op, x, reverse)), self)
 
     def sub(self, x: Tensor | ConstType, reverse: bool = False) -> Tensor:
@@ -398,13 +424,24 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         inexact = (q * den).ne(num) & ((num < 0).ne(den < 0))
         return inexact.where(q + 1, q)
 
-    def pad(self, padding: Sequence[tuple[sint, sint] | None] | Sequence[sint], value: ConstType = 0,
-            mode: str = "constant") -> Tensor:
+    def pad(
+        self,
+        padding: Sequence[tuple[sint, sint] | None] | Sequence[sint],
+        value: ConstType = 0,
+        mode: str = "constant",
+    ) -> Tensor:
         """Pad each dimension by (before, after) with `value` (zero by default); also PyTorch's flat form
         (last dimension first; there a negative amount cuts) and mode "reflect", "replicate" or "circular"."""
-        if (mode != "constant" or not all(p is None or isinstance(p, (tuple, list)) for p in padding)
-                or any(isinstance(a, int) and a < 0 for p in padding if p is not None
-                       for a in cast("tuple[sint, sint]", p))):
+        if (
+            mode != "constant"
+            or not all(p is None or isinstance(p, (tuple, list)) for p in padding)
+            or any(
+                isinstance(a, int) and a < 0
+                for p in padding
+                if p is not None
+                for a in cast("tuple[sint, sint]", p)
+            )
+        ):
             return self._pad_mode(padding, mode, value)  # flat form, a mode, or negative amounts (they cut)
         arg = cast("Sequence[tuple[sint, sint] | None]", padding)
         ret = super().pad(arg)
@@ -440,8 +477,10 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         # compared without the AFTERs on top: a tensor with a write of its own pending is the same storage
         on_path = {storage_view(u) for u in chain}
         for t in registry.views_of(base):
-            if t is not self and (storage_view(t.uop) in on_path or
-                                  (t.requires_grad is not True and _storage_chain(t.uop)[1] is base)):
+            if t is not self and (
+                storage_view(t.uop) in on_path
+                or (t.requires_grad is not True and _storage_chain(t.uop)[1] is base)
+            ):
                 t.uop = t.uop.after(store)
         self.uop = self.uop.after(store)
 
@@ -482,20 +521,25 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         form (uopgrad.realized): AFTER(buffer view, CALL of the graph that computed it). The backends see the
         graphs with every realized value read from its buffer; gradients still see the whole graph."""
         if not ALLOW_DEVICE_USAGE:
-            raise DeviceError("realize() is not allowed while device usage is disabled "
-                               "(ALLOW_DEVICE_USAGE=0, e.g. while a function is being traced)")
+            raise DeviceError(
+                "realize() is not allowed while device usage is disabled "
+                "(ALLOW_DEVICE_USAGE=0, e.g. while a function is being traced)"
+            )
         tensors = realize_multi(tensors, _is_realized)  # those on device tuples first; the rest are left
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        written = {b for e in effects_under(todo) if e.op is Ops.STORE
-                   and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER}
+        written = {
+            b
+            for e in effects_under(todo)
+            if e.op is Ops.STORE and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER
+        }
         todo += Tensor._run_readers_first(todo, written)
         devices = {u: str(u.device) for u in todo}
         stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
-        becomes: dict[UOp, UOp] = {}   # a tensor's uop -> its storage view, once the graph ran
+        becomes: dict[UOp, UOp] = {}  # a tensor's uop -> its storage view, once the graph ran
         effects: dict[str, list[UOp]] = {}
-        fresh: set[UOp] = set()         # the uops whose value goes into a buffer of their own
+        fresh: set[UOp] = set()  # the uops whose value goes into a buffer of their own
         for u, s in zip(todo, stripped):
             inner = s
             while inner.op is Ops.AFTER:
@@ -520,8 +564,12 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         ran = effects_under(todo)
         # a value realized under no_grad whose tensors carry no gradient keeps no history (realized() drops
         # what computed a DETACH): an inference loop that realizes each step from the last holds one step
-        cut = set() if grad_enabled() else {t.uop for t in tensors if t.requires_grad is False} - \
-            {t.uop for t in tensors if t.requires_grad is not False}
+        cut = (
+            set()
+            if grad_enabled()
+            else {t.uop for t in tensors if t.requires_grad is False}
+            - {t.uop for t in tensors if t.requires_grad is not False}
+        )
         for u in fresh:
             value = settle(u, ran)
             becomes[u] = realized(becomes[u], value.detach() if u in cut else value)
@@ -538,8 +586,11 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         on another device (a lazy `.to()`) or on several (`.shard()`) is not ordered before the write by one
         device's schedule: it is realized first, in a run of its own."""
         readers = Tensor._readers_of_overwritten(todo, written)
-        if early := {u for u in readers if isinstance(u.device, tuple)
-                     or any(b.device != u.device for b in reads(u) & written)}:
+        if early := {
+            u
+            for u in readers
+            if isinstance(u.device, tuple) or any(b.device != u.device for b in reads(u) & written)
+        }:
             Tensor._realize([t for t in registry.pending() if t.uop in early])
         return [u for u in readers if u not in early]
 
@@ -588,9 +639,11 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         if not all_int(self.shape):
             raise ShapeError(f"no data for the symbolic shape {self.shape}; shrink it to a concrete size")
         if recording() is not None:  # (tinygrad's rule) a replay would reuse the value read at capture
-            raise JitError("cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the "
-                           "value would be baked into every replay; compute with Tensors, or read it outside "
-                           "the step")
+            raise JitError(
+                "cannot read tensor data (numpy, item, tolist) while a TinyJit captures: the "
+                "value would be baked into every replay; compute with Tensors, or read it outside "
+                "the step"
+            )
         # on a device tuple: realized where it lives (a pending write runs), then gathered
         if isinstance(dev := self.device, tuple):
             self.realize()
@@ -622,7 +675,8 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
             raise NonScalarGradientError(
                 f"grad can be implicitly created only for scalar outputs: this tensor has shape "
                 f"{self.shape}; reduce it to a scalar first (`.sum().backward()`) or pass a seed of "
-                "its shape (`.backward(gradient=...)`)")
+                "its shape (`.backward(gradient=...)`)"
+            )
         for t in (self, *targets):
             if not dtypes.is_float(t.dtype):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
@@ -661,8 +715,9 @@ class Tensor(CreateMixin, ElementwiseMixin, ReduceMixin, TensorMovementMixin, Ca
         shard = tuple(s // len(dev) if i == axis else s for i, s in enumerate(self.shape))
         return Tensor(UOp(Ops.MULTI, self.dtype, (UOp.param(slot, self.dtype, shard, dev),), axis))
 
-    def custom_kernel(self, *lst: Tensor, fxn: Callable[..., UOp],
-                      grad_fxn: GradFxn | None = None) -> list[Tensor]:
+    def custom_kernel(
+        self, *lst: Tensor, fxn: Callable[..., UOp], grad_fxn: GradFxn | None = None
+    ) -> list[Tensor]:
         """Run `fxn(*pointer PARAMs)` (a SINK of STOREs) as a kernel over (self, *lst); returns one
         AFTER(argument, CALL) per argument: the outputs are the arguments the kernel wrote."""
         ts = (self, *lst)

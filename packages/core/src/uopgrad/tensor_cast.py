@@ -5,6 +5,7 @@ same object takes another graph) and clone.
 
 Each is one node over the tensor's UOp; bitcast and detach cut the gradient.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -25,8 +26,10 @@ _C = TypeVar("_C", bound="CastMixin")
 
 def _shorthand(name: str, dt: DType, spelled: str) -> Callable[[_C], _C]:
     """The method `name` that casts to `dt` (torch's `half()`, `float()`, ...)."""
+
     def to(self: _C) -> _C:
         return self.cast(dt)
+
     to.__name__, to.__qualname__, to.__doc__ = name, f"CastMixin.{name}", f"Cast to {spelled}."
     return to
 
@@ -90,7 +93,7 @@ class CastMixin(TensorHooks):
         """A copy in a fresh buffer: AFTER(view, STORE(view, self)); gradients flow through to self. A `.grad`
         is cloned with it (the reference's rule)."""
         if isinstance(dev := self.device, tuple):  # storage on every device, split as self is
-            shape = tuple(concrete(d, 'clone') for d in self.shape)
+            shape = tuple(concrete(d, "clone") for d in self.shape)
             view = empty_multi(shape, self.dtype, dev, self.uop.axis)
         else:
             view = self.empty(self.shape, device=self.device, dtype=self.dtype).uop
@@ -103,8 +106,10 @@ class CastMixin(TensorHooks):
         """This tensor on every device of `devices`: whole on each (axis=None) or cut into equal slices along
         `axis`, one per device in order."""
         if isinstance(self.uop.device, tuple):
-            raise DeviceError(f"can't shard a multi-device tensor (it is on {self.uop.device}); shard the "
-                              "single-device value")
+            raise DeviceError(
+                f"can't shard a multi-device tensor (it is on {self.uop.device}); shard the "
+                "single-device value"
+            )
         devs = canonical_devices(devices)
         if len(devs) == 1:
             return self.to(devs[0])
@@ -129,9 +134,21 @@ class CastMixin(TensorHooks):
 
     # the dtype shorthands (torch's names), each `cast` to one dtype; last in the class, as their names
     # (`int`, `bool`, `float`) would shadow the builtins in the annotations of the methods above
-    half, double, float, long = (_shorthand(n, d, sp) for n, d, sp in (
-        ("half", dtypes.float16, "float16"), ("double", dtypes.float64, "float64"),
-        ("float", dtypes.float32, "float32"), ("long", dtypes.int64, "int64")))
-    int, short, bool, bfloat16 = (_shorthand(n, d, sp) for n, d, sp in (
-        ("int", dtypes.int32, "int32"), ("short", dtypes.int16, "int16"), ("bool", dtypes.bool, "bool"),
-        ("bfloat16", dtypes.bfloat16, "bfloat16")))
+    half, double, float, long = (
+        _shorthand(n, d, sp)
+        for n, d, sp in (
+            ("half", dtypes.float16, "float16"),
+            ("double", dtypes.float64, "float64"),
+            ("float", dtypes.float32, "float32"),
+            ("long", dtypes.int64, "int64"),
+        )
+    )
+    int, short, bool, bfloat16 = (
+        _shorthand(n, d, sp)
+        for n, d, sp in (
+            ("int", dtypes.int32, "int32"),
+            ("short", dtypes.int16, "int16"),
+            ("bool", dtypes.bool, "bool"),
+            ("bfloat16", dtypes.bfloat16, "bfloat16"),
+        )
+    )

@@ -8,6 +8,7 @@ formulas.
 A creator makes a BUFFER (copied in from the host for random values) or a lazy constant graph: arange
 doubles a padded constant, eye reshapes a padded column of ones onto the diagonal.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -132,8 +133,13 @@ class CreateMixin(TensorHooks):
     _rng: ClassVar[Threefry] = Threefry(0)  # rand & co.; Tensor.manual_seed sets it
 
     @classmethod
-    def empty(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def empty(
+        cls,
+        *shape: sint | Sequence[sint],
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """An uninitialised tensor: a fresh BUFFER (REFERENCE reads one never written as zeros)."""
         if isinstance(device, tuple):
             return cls.empty(*shape, device=device[0], dtype=dtype, requires_grad=requires_grad).to(device)
@@ -144,9 +150,13 @@ class CreateMixin(TensorHooks):
         return cls._from_data(UOp.new_buffer(dev, size, dt).reshape(shp), requires_grad=requires_grad)
 
     @classmethod
-    def invalids(cls, *shape: sint | Sequence[sint], device: str | None = None,
-                 dtype: DTypeLike | None = None,
-                 requires_grad: bool | None = None) -> Self:
+    def invalids(
+        cls,
+        *shape: sint | Sequence[sint],
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """An uninitialised tensor that is a value, not a buffer (so a function body may make one): realized,
         it is a buffer that no kernel fills; read, its elements may be anything (REFERENCE gives zeros)."""
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -154,31 +164,53 @@ class CreateMixin(TensorHooks):
         return cls._from_data(UOp.invalids(dt, dev, resolve_shape_arg(shape)), requires_grad=requires_grad)
 
     @classmethod
-    def full(cls, shape: sint | Sequence[sint], fill_value: ConstType,
-             device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def full(
+        cls,
+        shape: sint | Sequence[sint],
+        fill_value: ConstType,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of `fill_value`: a unique constant broadcast to `shape` (on every device of a tuple)."""
         shp = nonnegative(resolve_shape_arg((shape,)), "full")
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(py_scalar(fill_value))
-        dev: str | tuple[str, ...] = (canonical_devices(device) if isinstance(device, tuple) else
-                                      Device.canonicalize(device) if device is not None else Device.DEFAULT)
-        return cls._from_data(UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True),
-                              requires_grad=requires_grad)
+        dev: str | tuple[str, ...] = (
+            canonical_devices(device)
+            if isinstance(device, tuple)
+            else Device.canonicalize(device)
+            if device is not None
+            else Device.DEFAULT
+        )
+        return cls._from_data(
+            UOp.const(dt, py_scalar(fill_value), dev, shp, unique=True), requires_grad=requires_grad
+        )
 
     @classmethod
-    def zeros(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def zeros(
+        cls,
+        *shape: sint | Sequence[sint],
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
 
     @classmethod
-    def ones(cls, *shape: sint | Sequence[sint], device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def ones(
+        cls,
+        *shape: sint | Sequence[sint],
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
         return cls.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
 
-    def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None,
-                  requires_grad: bool | None = None) -> Self:
+    def full_like(
+        self, fill_value: ConstType, dtype: DTypeLike | None = None, requires_grad: bool | None = None
+    ) -> Self:
         """`fill_value` in this tensor's shape and device (and dtype, unless given); sharded like it."""
         if (axis := self.uop.axis) is not None and isinstance(devs := self.device, tuple):
             out = self.full(self.shape, fill_value, devs[0], dtype or self.dtype).shard(devs, axis)
@@ -203,9 +235,15 @@ class CreateMixin(TensorHooks):
         return a.shrink(((0, n),)) if k != n else a
 
     @classmethod
-    def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-               device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
-               requires_grad: bool | None = None) -> Self:
+    def arange(
+        cls,
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """start, start+step, ... up to (not including) stop; int32 for int arguments, else float32."""
         if isinstance(device, tuple):
             return cls.arange(start, stop, step, device[0], dtype, requires_grad).to(device)
@@ -216,8 +254,9 @@ class CreateMixin(TensorHooks):
         dt = to_dtype(dtype) if dtype is not None else dtypes.from_py([start, stop, step])
         lo, hi = (start, stop - step) if step > 0 else (stop - step, start)  # the reference's bounds check
         if lo < dtypes.min(dt) or hi > dtypes.max(dt):
-            raise DTypeRangeError(f"arange({start}, {stop}, {step}) has values {dt} can't hold; pick a wider "
-                                  "dtype")
+            raise DTypeRangeError(
+                f"arange({start}, {stop}, {step}) has values {dt} can't hold; pick a wider dtype"
+            )
         n = max(0, math.ceil((stop - start) / step))
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if n == 0:
@@ -228,8 +267,14 @@ class CreateMixin(TensorHooks):
         return cls._from_data(ret.cast(dt).uop, requires_grad=requires_grad)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def eye(
+        cls,
+        n: int,
+        m: int | None = None,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """The identity matrix (n x m), built lazily: a padded column of ones, reshaped onto the diagonal."""
         if n < 0 or (m is not None and m < 0):
             raise ValueError(f"eye({n}, {m}): sizes must be non-negative")
@@ -240,16 +285,25 @@ class CreateMixin(TensorHooks):
         return cls._from_data(ret.uop, requires_grad=requires_grad)
 
     @classmethod
-    def from_blob(cls, ptr: int, shape: Sequence[int], dtype: DTypeLike | None = None,
-                  device: str | None = None, requires_grad: bool | None = None) -> Self:
+    def from_blob(
+        cls,
+        ptr: int,
+        shape: Sequence[int],
+        dtype: DTypeLike | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A tensor over the host memory at address `ptr` (say a numpy array's or a CPU torch tensor's data),
         without copying or owning it: writes through the pointer show in the tensor and the tensor's writes in
         the memory, so the memory must outlive the tensor. Devices whose memory is host memory only."""
         t = cls.empty(*shape, device=device, dtype=dtype, requires_grad=requires_grad)
         buf, dev = plain_buffer(t.uop), str(t.uop.device)
         backend = Device[dev]
-        if buf is None or not isinstance(backend, CompiledBackend) or \
-                not isinstance(backend.allocator, HostAllocator):
+        if (
+            buf is None
+            or not isinstance(backend, CompiledBackend)
+            or not isinstance(backend.allocator, HostAllocator)
+        ):
             raise DeviceError(f"from_blob: {dev} has no host memory to wrap a pointer in")
         nbytes = max(int(buf.arg), 1) * buf.dtype.base.itemsize
         backend.adopt(buf, np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)))
@@ -262,8 +316,14 @@ class CreateMixin(TensorHooks):
         cls._rng = Threefry(seed)
 
     @classmethod
-    def _random(cls, draw: Callable[[RandomStream], np.ndarray], device: str | tuple[str, ...] | None,
-                dtype: DTypeLike | None, requires_grad: bool | None, default: DType | None = None) -> Self:
+    def _random(
+        cls,
+        draw: Callable[[RandomStream], np.ndarray],
+        device: str | tuple[str, ...] | None,
+        dtype: DTypeLike | None,
+        requires_grad: bool | None,
+        default: DType | None = None,
+    ) -> Self:
         """A tensor of `draw(stream)`'s values, from the device's stream. While a TinyJit captures, the draw
         is noted so that each replay draws anew from the stream of its moment: the random state is an input
         of the step, so jitted and plain calls give the same values after the same manual_seed (tinygrad's
@@ -278,62 +338,103 @@ class CreateMixin(TensorHooks):
         return ret
 
     @classmethod
-    def rand(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
-             dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def rand(
+        cls,
+        *shape: int | Sequence[int],
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Uniform random values in [0, 1) (the reference's, bit for bit, after the same manual_seed)."""
         shp = nonnegative(resolve_shape_arg(shape), "rand")
         dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
         return cls._random(lambda g: g.random(shp, dt), device, dt, requires_grad)
 
     @classmethod
-    def randn(cls, *shape: int | Sequence[int], device: str | tuple[str, ...] | None = None,
-              dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def randn(
+        cls,
+        *shape: int | Sequence[int],
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Standard normal random values."""
         shp = nonnegative(resolve_shape_arg(shape), "randn")
         return cls._random(lambda g: g.standard_normal(shp), device, dtype, requires_grad)
 
     @classmethod
-    def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0,
-                device: str | None = None,
-                dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def uniform(
+        cls,
+        *shape: int | Sequence[int],
+        low: float = 0.0,
+        high: float = 1.0,
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Uniform random values in [low, high)."""
         shp = nonnegative(resolve_shape_arg(shape), "uniform")
         return cls._random(lambda g: g.uniform(low, high, shp), device, dtype, requires_grad)
 
     @classmethod
-    def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
-               device: str | None = None,
-               dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+    def normal(
+        cls,
+        *shape: int | Sequence[int],
+        mean: float = 0.0,
+        std: float = 1.0,
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Normal random values with the given mean and standard deviation."""
         shp = nonnegative(resolve_shape_arg(shape), "normal")
         return cls._random(lambda g: g.normal(mean, std, shp), device, dtype, requires_grad)
 
     @classmethod
-    def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, device: str | None = None,
-                dtype: DTypeLike | None = None) -> Self:
+    def randint(
+        cls,
+        *shape: int | Sequence[int],
+        low: int = 0,
+        high: int = 10,
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+    ) -> Self:
         """Random integers in [low, high)."""
         shp = nonnegative(resolve_shape_arg(shape), "randint")
         return cls._random(lambda g: g.integers(low, high, shp), device, dtype, None, dtypes.int32)
 
     @classmethod
-    def randperm(cls, n: int, device: str | None = None, dtype: DType | str | None = None,
-                 requires_grad: bool | None = None) -> Self:
+    def randperm(
+        cls,
+        n: int,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """A random permutation of 0 .. n-1 (int32 unless `dtype` says otherwise)."""
         return cls._random(lambda g: g.permutation(n), device, dtype, requires_grad, dtypes.int32)
 
     @classmethod
-    def scaled_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
-                       dtype: DTypeLike | None = None,
-                       requires_grad: bool | None = None) -> Self:
+    def scaled_uniform(
+        cls,
+        *shape: int | Sequence[int],
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "scaled_uniform")
         scale = prod(shp) ** -0.5
         return cls._random(lambda g: g.uniform(-1.0, 1.0, shp) * scale, device, dtype, requires_grad)
 
     @classmethod
-    def glorot_uniform(cls, *shape: int | Sequence[int], device: str | None = None,
-                       dtype: DTypeLike | None = None,
-                       requires_grad: bool | None = None) -> Self:
+    def glorot_uniform(
+        cls,
+        *shape: int | Sequence[int],
+        device: str | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """Glorot/Xavier uniform initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "glorot_uniform")
         bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))

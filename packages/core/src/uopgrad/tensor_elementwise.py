@@ -6,6 +6,7 @@ binary extras (lerp, logaddexp, copysign, fmod, mod, bitwise ops). Generic over 
 Each op is a composition of ALU nodes the gradient table already knows, so every backend runs it without
 new kernels. Rounding and tests have zero gradient (their comparisons carry none).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,11 +27,29 @@ _E = TypeVar("_E", bound="ElementwiseMixin")  # the helpers below take and give 
 
 # Abramowitz & Stegun 7.1.26 is too coarse for float32; erf comes from erfc(x) = t·exp(-x² + P(t)) with
 # t = 1/(1 + |x|/2) (Numerical Recipes' erfc, relative error below 1.2e-7 everywhere).
-_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
-                1.48851587, -0.82215223, 0.17087277)
+_ERFC_COEFFS = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
 # Abramowitz & Stegun 4.4.46: arcsin(x) = pi/2 - sqrt(1 - x) * P(x) on [0, 1]
-_ASIN_COEFFS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256,
-                0.0066700901, -0.0012624911)
+_ASIN_COEFFS = (
+    1.5707963050,
+    -0.2145988016,
+    0.0889789874,
+    -0.0501743046,
+    0.0308918810,
+    -0.0170881256,
+    0.0066700901,
+    -0.0012624911,
+)
 
 
 _BIG = 2.0**28  # above it x² ± 1 rounds to x² even in float64
@@ -467,8 +486,9 @@ class ElementwiseMixin(TensorHooks):
         result: `.item()` reads it; torch returns a Python bool)."""
         return self.isclose(other, rtol, atol, equal_nan).all()
 
-    def isclose(self, other: Self | ConstType, rtol: float = 1e-5, atol: float = 1e-8,
-                equal_nan: bool = False) -> Self:
+    def isclose(
+        self, other: Self | ConstType, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    ) -> Self:
         """|self - other| <= atol + rtol * |other| elementwise (NaNs equal when equal_nan)."""
         o = self.ufix(other)
         close = ((self == o) | ((self - o).abs() <= atol + rtol * o.abs())) & self.isfinite() & o.isfinite()

@@ -1,6 +1,7 @@
 """Gradient mode (layer 15, below tensor.py and its mixins): `no_grad` and `grad_enabled`, which every op's
 result and every `[]=` consult to decide whether a gradient flows back through it.
 """
+
 from __future__ import annotations
 
 from contextlib import ContextDecorator

@@ -7,6 +7,7 @@ dimension and the comparison selects (WHERE) and reduces. That costs a factor of
 fused kernel, never a new kernel kind, and the gradient flows through WHERE to the selected elements.
 Scans and sorts compare every pair along their axis (quadratic in that axis, fine for the sizes models use).
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,10 @@ class IndexMixin(TensorHooks):
         d = self._axis(dim)
         larger = any(i > s for k, (i, s) in enumerate(zip(index.shape, self.shape)) if k != d)
         if index.ndim != self.ndim or larger:
-            raise OperandShapeError(f"{what} index of shape {index.shape} does not fit {self.shape} along "
-                                    f"dim {d}: it needs the same rank and no larger size outside dim")
+            raise OperandShapeError(
+                f"{what} index of shape {index.shape} does not fit {self.shape} along "
+                f"dim {d}: it needs the same rank and no larger size outside dim"
+            )
         n = _int(self.shape[d])
         return d, n, self._int_index(index, n, what)
 
@@ -106,15 +109,18 @@ class IndexMixin(TensorHooks):
             vals = vals.expand(tuple(index.shape))
         else:
             if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
-                raise OperandShapeError(f"scatter src of shape {src.shape} is smaller than its index "
-                                        f"{index.shape}")
+                raise OperandShapeError(
+                    f"scatter src of shape {src.shape} is smaller than its index {index.shape}"
+                )
             if src.dtype != self.dtype:  # PyTorch and the reference refuse to cast silently
                 raise DTypeError(f"scatter of a {src.dtype} src into a {self.dtype} tensor; cast src first")
             vals = src.shrink(tuple((0, i) for i in index.shape))
         mask = idx.unsqueeze(-1)._one_hot_along_dim(n, -1).transpose(-1, d)
         vals = vals.unsqueeze(-1).transpose(-1, d)
-        pads: list[tuple[int, int] | None] = [None if k == d else (0, _int(s) - _int(i))
-                                              for k, (s, i) in enumerate(zip(self.shape, index.shape))]
+        pads: list[tuple[int, int] | None] = [
+            None if k == d else (0, _int(s) - _int(i))
+            for k, (s, i) in enumerate(zip(self.shape, index.shape))
+        ]
         return mask.pad([*pads, None], value=False), vals.pad([*pads, None]), d
 
     def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
@@ -124,8 +130,10 @@ class IndexMixin(TensorHooks):
             if reduce not in ("add", "multiply"):
                 raise ValueError(f"scatter reduce must be 'add' or 'multiply', not {reduce!r}")
             if not isinstance(src, (int, float, bool)):  # the reference's rule: a scalar src only
-                raise TypeError(f"scatter(reduce={reduce!r}) takes a scalar src; for a tensor src use "
-                                f"scatter_reduce(dim, index, src, {'sum' if reduce == 'add' else 'prod'!r})")
+                raise TypeError(
+                    f"scatter(reduce={reduce!r}) takes a scalar src; for a tensor src use "
+                    f"scatter_reduce(dim, index, src, {'sum' if reduce == 'add' else 'prod'!r})"
+                )
             values = self.full_like(src).shrink(tuple((0, i) for i in index.shape))
             return self.scatter_reduce(dim, index, values, "sum" if reduce == "add" else "prod")
         mask, vals, _ = self._scatter_parts(dim, index, src)
@@ -135,8 +143,9 @@ class IndexMixin(TensorHooks):
         hit = mask.any(-1)
         return hit.where(pick.where(vals, 0).sum(-1, dtype=self.dtype), self)
 
-    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str,
-                       include_self: bool = True) -> Self:
+    def scatter_reduce(
+        self, dim: int, index: Self, src: Self, reduce: str, include_self: bool = True
+    ) -> Self:
         """Reduce src into a copy of self at `index` along `dim` with "sum", "prod", "mean", "amax" or
         "amin" (torch.scatter_reduce); places no index names keep self."""
         if reduce not in _SCATTER_REDUCES:
@@ -172,8 +181,10 @@ class IndexMixin(TensorHooks):
             if is_tensor_like(i):
                 t = i if isinstance(i, type(self)) else self._from_data(i, device=self.device)
                 if t.dtype == dtypes.bool:
-                    raise IndexError("indexing with a bool tensor has a data-dependent shape; use "
-                                     "masked_select, or where() to keep the shape")
+                    raise IndexError(
+                        "indexing with a bool tensor has a data-dependent shape; use "
+                        "masked_select, or where() to keep the shape"
+                    )
                 if not dtypes.is_int(t.dtype):
                     raise IndexError(f"tensors used as indices must be integer tensors, not {t.dtype}")
                 s = slice(None)
@@ -198,8 +209,11 @@ class IndexMixin(TensorHooks):
         mask: Self | None = None
         for k, ((_, t), n) in enumerate(zip(tensors, sizes)):
             idx = self._int_index(t, n, "indexing").expand(b)
-            oh = idx.reshape(b + (1,) * len(dims)).eq(self.arange(n, device=self.device).reshape(
-                (1,) * len(b) + tuple(n if j == k else 1 for j in range(len(dims)))))
+            oh = idx.reshape(b + (1,) * len(dims)).eq(
+                self.arange(n, device=self.device).reshape(
+                    (1,) * len(b) + tuple(n if j == k else 1 for j in range(len(dims)))
+                )
+            )
             mask = oh if mask is None else mask & oh
         assert mask is not None
         rest = [d for d in range(self.ndim) if d not in dims]
@@ -229,8 +243,11 @@ class IndexMixin(TensorHooks):
         val = v.cast(self.dtype)
         order = _result_order(dims, nb, nr)
         try:
-            val = val.expand(br) if order is None else \
-                val.expand(tuple(br[o] for o in order)).permute(np.argsort(order).tolist())
+            val = (
+                val.expand(br)
+                if order is None
+                else val.expand(tuple(br[o] for o in order)).permute(np.argsort(order).tolist())
+            )
         except ValueError as e:
             raise ValueError(f"can't set a value of shape {v.shape} into an index of shape {br}") from e
         if prod(bshape) == 0:  # an empty index writes nothing
@@ -274,8 +291,10 @@ class IndexMixin(TensorHooks):
         if not shape:
             return self.empty(n, 0, device=self.device, dtype=dtypes.int32)
         lin = self.arange(_int(prod(shape)), device=self.device)
-        cols = [((lin // int(np.prod(shape[k + 1:]))) % shape[k]).masked_select(mask, n, fill_value)
-                for k in range(len(shape))]
+        cols = [
+            ((lin // int(np.prod(shape[k + 1 :]))) % shape[k]).masked_select(mask, n, fill_value)
+            for k in range(len(shape))
+        ]
         return cols[0].stack(*cols[1:], dim=1)
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
@@ -362,8 +381,7 @@ class IndexMixin(TensorHooks):
         """The indices that sort self along `dim`."""
         return self.sort(dim, descending)[1]
 
-    def topk(self, k: int, dim: int = -1, largest: bool = True,
-             sorted_: bool = True) -> tuple[Self, Self]:
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
         """(values, indices) of the k largest (smallest when not largest) along `dim`, always in sorted
         order (so sorted_ changes nothing)."""
         d = self._axis(dim)

@@ -4,6 +4,7 @@
 
 Values always cross as host copies, so a consumer never aliases device memory.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
@@ -29,8 +30,10 @@ def host_array(x: Any) -> np.ndarray:  # noqa: ANN401  (any array-like: torch, j
         try:
             return np.asarray(x)
         except Exception as e:
-            raise TypeError(f"can't make a Tensor from {type(x).__name__}: its memory is not host-visible "
-                            f"and it has no usable __array__ ({e}); copy it to the host first") from e
+            raise TypeError(
+                f"can't make a Tensor from {type(x).__name__}: its memory is not host-visible "
+                f"and it has no usable __array__ ({e}); copy it to the host first"
+            ) from e
 
 
 class InteropMixin(TensorHooks):
@@ -41,13 +44,21 @@ class InteropMixin(TensorHooks):
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         """`np.asarray(t)`: the values (realized and copied to the host, so `copy=False` is an error)."""
         if copy is False:
-            raise ValueError("a Tensor's values are always copied to the host; np.asarray(t) with copy=False "
-                             "is not possible")
+            raise ValueError(
+                "a Tensor's values are always copied to the host; np.asarray(t) with copy=False "
+                "is not possible"
+            )
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,  # noqa: ANN401
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:  # noqa: ANN401
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,  # noqa: ANN401
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:  # noqa: ANN401
         """A DLPack capsule of the values (the array-API exchange, e.g. `torch.from_dlpack(t)`): a host copy,
         as for `numpy()`, whatever the device, so the consumer never aliases device memory."""
         if copy is False:

@@ -7,6 +7,7 @@ each part into place and sums them. Indexing by tensors goes to tensor_index. `[
 tensor's storage, or, where a gradient must flow through the write (or the tensor is on several devices),
 builds the new value as where(mask, the value put back through the inverse view ops, self).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,12 +55,12 @@ class TensorMovementMixin(TensorHooks):
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim), self._axis(end_dim)
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Split dimension `dim` into `sizes`."""
         d = self._axis(dim)
-        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Drop size-1 dimensions (only `dim`, if given and of size 1)."""
@@ -68,7 +69,7 @@ class TensorMovementMixin(TensorHooks):
         d = self._axis(dim)  # a 0-d tensor takes dim 0 or -1, as PyTorch
         if self.ndim == 0:
             return self
-        return self.reshape(self.shape[:d] + self.shape[d + 1:]) if self.shape[d] == 1 else self
+        return self.reshape(self.shape[:d] + self.shape[d + 1 :]) if self.shape[d] == 1 else self
 
     def unsqueeze(self, dim: int) -> Self:
         """Insert a size-1 dimension at `dim`."""
@@ -84,8 +85,9 @@ class TensorMovementMixin(TensorHooks):
         if ts[0] is not self:  # called on the class with a sequence
             return ts[0].cat(*ts[1:], dim=dim)
         if self.ndim == 0:
-            raise IndexError("cat of a 0-d tensor: there is no dimension to join along; unsqueeze or stack "
-                             "instead")
+            raise IndexError(
+                "cat of a 0-d tensor: there is no dimension to join along; unsqueeze or stack instead"
+            )
         d = self._axis(dim)
         for t in args:
             mismatch = any(i != d and a != b for i, (a, b) in enumerate(zip(self.shape, t.shape)))
@@ -119,9 +121,9 @@ class TensorMovementMixin(TensorHooks):
         elif size > n * step:
             x = x.shrink(tuple((0, n * step) if i == dim else None for i in range(self.ndim)))
         shp = x.shape
-        x = x.reshape(shp[:dim] + (n, step) + shp[dim + 1:])
+        x = x.reshape(shp[:dim] + (n, step) + shp[dim + 1 :])
         x = x.shrink(tuple((0, 1) if i == dim + 1 else None for i in range(x.ndim)))
-        return x.reshape(shp[:dim] + (n,) + shp[dim + 1:])
+        return x.reshape(shp[:dim] + (n,) + shp[dim + 1 :])
 
     def _normalize_index(self, indices: object) -> list[Any]:
         idx = list(indices) if isinstance(indices, tuple) else [indices]
@@ -129,8 +131,10 @@ class TensorMovementMixin(TensorHooks):
             if isinstance(i, (type(self), list, np.ndarray)) or isinstance(i, bool):
                 raise TypeError(f"indexing with {type(i).__name__} (advanced indexing) is not supported")
             if not (i is None or i is Ellipsis or isinstance(i, (int, slice, UOp, np.integer))):
-                raise IndexError(f"can't index a Tensor with {type(i).__name__} {i!r:.40}: use ints, slices, "
-                                 "None, ... or integer tensors")
+                raise IndexError(
+                    f"can't index a Tensor with {type(i).__name__} {i!r:.40}: use ints, slices, "
+                    "None, ... or integer tensors"
+                )
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis (...)")
         consuming = sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -139,7 +143,7 @@ class TensorMovementMixin(TensorHooks):
         fill = [slice(None)] * (self.ndim - consuming)
         if Ellipsis in [i for i in idx if not isinstance(i, UOp)]:
             e = next(j for j, i in enumerate(idx) if i is Ellipsis)
-            return idx[:e] + fill + idx[e + 1:]
+            return idx[:e] + fill + idx[e + 1 :]
         return idx + fill
 
     def _view_plan(self, indices: object) -> _ViewPlan:
@@ -210,10 +214,13 @@ class TensorMovementMixin(TensorHooks):
                 lo, hi = cast("tuple[int, int]", plan.shrinks[d])
                 t = t.unsqueeze(d + 1)
                 t = t.pad(tuple((0, step - 1) if k == d + 1 else None for k in range(t.ndim)))
-                t = t.reshape(t.shape[:d] + (n * step,) + t.shape[d + 2:])
+                t = t.reshape(t.shape[:d] + (n * step,) + t.shape[d + 2 :])
                 size, dims = hi - lo, range(t.ndim)
-                t = t.shrink([(0, size) if k == d else None for k in dims]) if n * step >= size else \
-                    t.pad([(0, size - n * step) if k == d else None for k in dims])
+                t = (
+                    t.shrink([(0, size) if k == d else None for k in dims])
+                    if n * step >= size
+                    else t.pad([(0, size - n * step) if k == d else None for k in dims])
+                )
             t = t.flip(plan.flips)
             out.append(t.pad([(lo, s - hi) for (lo, hi), s in zip(plan.shrinks, self.shape)]))
         return out[0], out[1]
@@ -235,8 +242,9 @@ class TensorMovementMixin(TensorHooks):
         indices = index_tuple(indices)
         if isinstance(v, type(self)):
             if v.dtype != self.dtype:
-                raise DTypeMismatchError(f"setitem of a {v.dtype} tensor into a {self.dtype} tensor; cast it "
-                                         "first")
+                raise DTypeMismatchError(
+                    f"setitem of a {v.dtype} tensor into a {self.dtype} tensor; cast it first"
+                )
             value = v
         else:
             value = self._from_data(py_scalar(v), device=self.device, dtype=self.dtype)
@@ -279,11 +287,17 @@ class TensorMovementMixin(TensorHooks):
         (other than the value written, `x[i] += y`'s included) would silently drop out of self's gradient
         (the reference refuses it too)."""
         keep = value.uop.toposort()
-        users = dedup(s for t in registry.all_tensors() if t is not self and t.uop is not value.uop
-                      and t.uop not in keep for s in t.uop.src)
+        users = dedup(
+            s
+            for t in registry.all_tensors()
+            if t is not self and t.uop is not value.uop and t.uop not in keep
+            for s in t.uop.src
+        )
         if users and old in UOp.sink(*users).toposort():
-            raise GradientError("can't setitem on a tensor that requires grad and that another live tensor "
-                                "was already built on")
+            raise GradientError(
+                "can't setitem on a tensor that requires grad and that another live tensor "
+                "was already built on"
+            )
 
 
 @dataclass

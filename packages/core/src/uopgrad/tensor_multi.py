@@ -1,6 +1,7 @@
 """Tensors on several devices (layer 15, below the Tensor mixins): device tuples, fresh storage on them, and
 how a value on a device tuple is realized and read back (`shard` itself is tensor_cast's). The rules are
 uopgrad.multi's."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -19,8 +20,15 @@ from uopgrad.uop import UOp
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
-__all__ = ["canonical_devices", "device_arg", "empty_multi", "merge_devices",
-           "per_device_roots", "realize_multi", "replicate"]
+__all__ = [
+    "canonical_devices",
+    "device_arg",
+    "empty_multi",
+    "merge_devices",
+    "per_device_roots",
+    "realize_multi",
+    "replicate",
+]
 
 
 def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
@@ -132,8 +140,10 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
         if t.uop.op is Ops.AFTER and t.uop.src[1].op is Ops.STORE:
             assigns.add(t.uop)
         # an assign stays one (it writes the device's buffer); any other value gets a buffer of its own
-        done[t.uop] = ([cls._from_data(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False)
-                        for p in parts], axis)
+        done[t.uop] = (
+            [cls._from_data(p if p.op is Ops.AFTER else p.contiguous(), requires_grad=False) for p in parts],
+            axis,
+        )
     cls._realize([p for ps, _ in done.values() for p in ps])
     becomes = {u: realized(view, u) for u, view in kept.items()}
     for u, (ps, axis) in done.items():

@@ -6,6 +6,7 @@ Convolution and pooling gather their windows with movement ops only (`_pool`: pa
 reshape, permute), so a convolution is a broadcast multiply and a sum, like every other reduce; their
 gradients come from the movement ops' rules.
 """
+
 from __future__ import annotations
 
 import math
@@ -90,8 +91,9 @@ class NNMixin(TensorHooks):
         return _Train(cls, mode)
 
     # ------------------------------------------------------------------ windows
-    def _pool(self, k_: Sequence[int], stride: int | Sequence[int] = 1,
-              dilation: int | Sequence[int] = 1) -> Self:
+    def _pool(
+        self, k_: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1
+    ) -> Self:
         """The sliding windows over the last len(k_) dims: shape (..., *out, *k_)."""
         x = self
         n = len(k_)
@@ -103,8 +105,10 @@ class NNMixin(TensorHooks):
         noop: list[tuple[int, int] | None] = [None] * len(lead)
         o_ = [math.ceil((i - d * (k - 1)) / s) for i, d, k, s in zip(i_, d_, k_, s_)]
         if any(o <= 0 for o in o_):
-            raise ArgumentError(f"the window {tuple(k_)} (dilation {d_}) does not fit the input {i_}; pad "
-                                "the input or use a smaller kernel")
+            raise ArgumentError(
+                f"the window {tuple(k_)} (dilation {d_}) does not fit the input {i_}; pad "
+                "the input or use a smaller kernel"
+            )
         if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
             # windows don't overlap: cut to out*stride, split each dim into (out, stride), keep k of stride
             x = x.pad([*noop, *((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_))])
@@ -135,23 +139,33 @@ class NNMixin(TensorHooks):
         return self._pad_mode(full, "constant", value)
 
     # ------------------------------------------------------------------ convolution
-    def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
-               stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-               padding: int | Sequence[int] = 0, dtype: Any = None) -> Self:  # noqa: ANN401
+    def conv2d(
+        self,
+        weight: Self,
+        bias: Self | None = None,
+        groups: int = 1,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dtype: Any = None,
+    ) -> Self:  # noqa: ANN401
         """Convolution (PyTorch's conv2d, also 1-d and 3-d): self (N, Cin, *spatial), weight
         (Cout, Cin/groups, *kernel), bias (Cout,)."""
         hw = tuple(_int(s) for s in weight.shape[2:])
         n = len(hw)
         if self.ndim != n + 2:
-            raise ValueError(f"conv input of shape {self.shape} needs {n + 2} dims for the weight "
-                             f"{weight.shape}")
+            raise ValueError(
+                f"conv input of shape {self.shape} needs {n + 2} dims for the weight {weight.shape}"
+            )
         bs, cin_all = self.shape[:2]
         cout, cin = _int(weight.shape[0]), _int(weight.shape[1])
         if _int(cin_all) != groups * cin or cout % groups:
-            raise ValueError(f"conv: input has {cin_all} channels, weight {weight.shape} with "
-                             f"groups={groups} needs {groups * cin} (and Cout divisible by groups)")
+            raise ValueError(
+                f"conv: input has {cin_all} channels, weight {weight.shape} with "
+                f"groups={groups} needs {groups * cin} (and Cout divisible by groups)"
+            )
         w = self._pad_spatial(padding, n)._pool(hw, stride, dilation)  # (N, Cin, *out, *kernel)
-        oyx = tuple(w.shape[2:2 + n])
+        oyx = tuple(w.shape[2 : 2 + n])
         rcout = cout // groups
         w = w.reshape((bs, groups, cin, 1) + oyx + hw).expand((bs, groups, cin, rcout) + oyx + hw)
         w = w.permute(0, 1, 3, *(4 + j for j in range(n)), 2, *(4 + n + j for j in range(n)))
@@ -159,9 +173,16 @@ class NNMixin(TensorHooks):
         ret = (w * wt).sum(tuple(-1 - j for j in range(n + 1)), dtype=dtype).reshape((bs, cout) + oyx)
         return ret if bias is None else ret + bias.reshape((1, cout) + (1,) * n)
 
-    def conv_transpose2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
-                         stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-                         padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Self:
+    def conv_transpose2d(
+        self,
+        weight: Self,
+        bias: Self | None = None,
+        groups: int = 1,
+        stride: int | Sequence[int] = 1,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+    ) -> Self:
         """Transposed convolution (PyTorch's conv_transpose2d): weight (Cin, Cout/groups, *kernel).
         Built as a convolution of the input with zeros between its elements and the flipped kernel."""
         x = self
@@ -176,14 +197,22 @@ class NNMixin(TensorHooks):
             x = x.pad([None, None, *(p for s in st for p in (None, (0, s - 1)))])
             x = x.reshape(lead + tuple(_int(a) * s for a, s in zip(x.shape[2::2], st)))
             x = x.shrink([None, None, *((0, _int(a) - (s - 1)) for a, s in zip(x.shape[2:], st))])
-        pads = [v for k, d, p, o in reversed(list(zip(hw, dl, pd, op))) for v in ((k - 1) * d - p,
-                                                                               (k - 1) * d - p + o)]
+        pads = [
+            v
+            for k, d, p, o in reversed(list(zip(hw, dl, pd, op)))
+            for v in ((k - 1) * d - p, (k - 1) * d - p + o)
+        ]
         return x.conv2d(w, bias, groups=groups, dilation=dl, padding=pads)
 
     # ------------------------------------------------------------------ pooling
-    def _pool_setup(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
-                    dilation: int | Sequence[int], padding: int | Sequence[int],
-                    ceil_mode: bool) -> tuple[_Ints, _Ints, _Ints, list[int], list[int]]:
+    def _pool_setup(
+        self,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] | None,
+        dilation: int | Sequence[int],
+        padding: int | Sequence[int],
+        ceil_mode: bool,
+    ) -> tuple[_Ints, _Ints, _Ints, list[int], list[int]]:
         """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode, the flat
         padding asked for). `padding` is an int, one per dim, or PyTorch's flat 2n-tuple (as F.pad's)."""
         k = _tuple(kernel_size, 2, "kernel_size") if isinstance(kernel_size, int) else tuple(kernel_size)
@@ -202,9 +231,15 @@ class NNMixin(TensorHooks):
         flat = [v for j in reversed(range(n)) for v in (p[j][0], p[j][1] + extra[j])]
         return k, s, d, flat, [v for j in reversed(range(n)) for v in p[j]]
 
-    def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   ceil_mode: bool = False, return_indices: bool = False) -> Self | tuple[Self, Self]:
+    def max_pool2d(
+        self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        ceil_mode: bool = False,
+        return_indices: bool = False,
+    ) -> Self | tuple[Self, Self]:
         """Max over sliding windows of the last len(kernel_size) dims (stride defaults to the kernel). With
         return_indices, also the int32 position of each max in its input plane (flattened, row-major; the
         first one where a window holds it more than once), as PyTorch's; `max_unpool2d` inverts it."""
@@ -215,7 +250,7 @@ class NNMixin(TensorHooks):
         mx = win.max(axes)
         if not return_indices:
             return mx
-        plane = tuple(_int(v) for v in self.shape[-len(k):])
+        plane = tuple(_int(v) for v in self.shape[-len(k) :])
         size = math.prod(plane)
         # rank = size - flat position (so the first position ranks highest); padding ranks 0, below them all
         rank = self.arange(size, 0, -1, device=self.device, dtype=dtypes.int32).reshape(plane)
@@ -223,9 +258,15 @@ class NNMixin(TensorHooks):
         best = win.eq(mx.reshape(mx.shape + (1,) * len(k))).where(rank_win, 0).max(axes)
         return mx, (size - best).cast(dtypes.int32)
 
-    def max_unpool2d(self, indices: Self, kernel_size: int | Sequence[int] = (2, 2),
-                     stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
-                     padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Self:
+    def max_unpool2d(
+        self,
+        indices: Self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_size: Sequence[int] | None = None,
+    ) -> Self:
         """The partial inverse of max_pool2d(return_indices=True): each value of self (N, C, *pooled) at its
         index in a zero plane of the input's size (`output_size`, whose last dims count, disambiguates)."""
         bs, c, *pooled = (_int(v) for v in self.shape)
@@ -241,8 +282,10 @@ class NNMixin(TensorHooks):
             else:
                 pads = [(int(a), int(b)) for a, b in cast("list[tuple[int, int]]", pad_pairs(n, padding))]
             # the input size whose pooling gives `pooled` with the last window ending at the input's end
-            out = tuple((i - 1) * st - (pa + pb) + dl * (kk - 1) + 1
-                        for i, kk, st, dl, (pa, pb) in zip(pooled, k, s, d, pads))
+            out = tuple(
+                (i - 1) * st - (pa + pb) + dl * (kk - 1) + 1
+                for i, kk, st, dl, (pa, pb) in zip(pooled, k, s, d, pads)
+            )
         else:
             out = tuple(output_size)[-n:]
         size = math.prod(out)
@@ -252,9 +295,15 @@ class NNMixin(TensorHooks):
         picked = hit.where(self.reshape(bs, c, 1, -1), low).max(3)
         return hit.any(3).where(picked, 0).reshape(bs, c, *out)
 
-    def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
+    def avg_pool2d(
+        self,
+        kernel_size: int | Sequence[int] = (2, 2),
+        stride: int | Sequence[int] | None = None,
+        dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> Self:
         """Mean over sliding windows; count_include_pad counts the zero padding (not ceil_mode's)."""
         k, s, d, flat, asked = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         axes = tuple(-1 - j for j in range(len(k)))
@@ -266,8 +315,9 @@ class NNMixin(TensorHooks):
         return total / count
 
     # ------------------------------------------------------------------ normalisation
-    def batchnorm(self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self,
-                  axis: int | Sequence[int] = 1) -> Self:
+    def batchnorm(
+        self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self, axis: int | Sequence[int] = 1
+    ) -> Self:
         """(self - mean) * invstd * weight + bias, the statistics broadcast along `axis`."""
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         axes = tuple(self._axis(a) for a in axes)
@@ -285,8 +335,9 @@ class NNMixin(TensorHooks):
         return y * (y * y).mean(axis, keepdim=True).add(eps).rsqrt()
 
     # ------------------------------------------------------------------ losses
-    def nll_loss(self, Y: Self, weight: Self | None = None, ignore_index: int | None = None,
-                 reduction: str = "mean") -> Self:
+    def nll_loss(
+        self, Y: Self, weight: Self | None = None, ignore_index: int | None = None, reduction: str = "mean"
+    ) -> Self:
         """Negative log likelihood of log-probabilities self (N, C, ...) at int targets Y (N, ...)."""
         cdim = 0 if self.ndim == 1 else 1
         y = Y.to(self.device)
@@ -300,8 +351,9 @@ class NNMixin(TensorHooks):
             return nll.sum() / w.sum()
         return _reduce(nll, reduction)
 
-    def cross_entropy(self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0,
-                      ignore_index: int = -100) -> Self:
+    def cross_entropy(
+        self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100
+    ) -> Self:
         """Cross entropy of logits self (N, C, ...) against int class indices Y (N, ...) or class
         probabilities of self's shape, with label smoothing; index targets equal to ignore_index count
         for nothing (the mean is over the others), as PyTorch."""
@@ -315,9 +367,11 @@ class NNMixin(TensorHooks):
             return _reduce(-(logp * probs).sum(cdim), reduction)
         want = tuple(s for d, s in enumerate(self.shape) if d != cdim)
         if tuple(Y.shape) != want:
-            raise OperandShapeError(f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits "
-                                    f"of shape {self.shape}; they need shape {want} (or be probabilities, "
-                                    "logits' shape)")
+            raise OperandShapeError(
+                f"cross_entropy: class-index targets of shape {Y.shape} don't fit logits "
+                f"of shape {self.shape}; they need shape {want} (or be probabilities, "
+                "logits' shape)"
+            )
         y = Y.to(self.device)
         valid = y.ne(ignore_index)
         safe = valid.where(y, 0).unsqueeze(cdim)
@@ -336,24 +390,27 @@ class NNMixin(TensorHooks):
         PyTorch does (and where the clamp holds, the gradient is the clamped function's: 0, never NaN)."""
         return _reduce(-(Y * _log_clamped(self) + (1 - Y) * _log_clamped(1 - self)), reduction)
 
-    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean",
-                                   pos_weight: Self | None = None) -> Self:
+    def binary_crossentropy_logits(
+        self, Y: Self, reduction: str = "mean", pos_weight: Self | None = None
+    ) -> Self:
         """Binary cross entropy of logits self, computed stably from logsigmoid."""
         log_p = self.logsigmoid()
         log_1mp = log_p - self
         pos = Y * log_p if pos_weight is None else pos_weight * Y * log_p
         return _reduce(-(pos + (1 - Y) * log_1mp), reduction)
 
-    def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                        reduction: str = "mean") -> Self:
+    def sparse_categorical_crossentropy(
+        self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Self:
         """Cross entropy of logits self (classes on the LAST axis, unlike cross_entropy) against int class
         indices Y; targets equal to ignore_index count for nothing (the mean is over the others), and
         label_smoothing mixes in the uniform distribution, as PyTorch's CrossEntropyLoss."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
         if Y.device != self.device:
-            raise DeviceError(f"sparse_categorical_crossentropy: targets on {Y.device}, logits on "
-                              f"{self.device}")
+            raise DeviceError(
+                f"sparse_categorical_crossentropy: targets on {Y.device}, logits on {self.device}"
+            )
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, not {reduction!r}")
         logp = self.log_softmax(-1)
@@ -397,17 +454,24 @@ class NNMixin(TensorHooks):
         keep = self.rand_like(requires_grad=False) >= p
         return keep.where(self * (1 / (1 - p)), 0)
 
-    def scaled_dot_product_attention(self, key: Self, value: Self, attn_mask: Self | None = None,
-                                     dropout_p: float = 0.0, is_causal: bool = False,
-                                     enable_gqa: bool = False) -> Self:
+    def scaled_dot_product_attention(
+        self,
+        key: Self,
+        value: Self,
+        attn_mask: Self | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        enable_gqa: bool = False,
+    ) -> Self:
         """softmax(self @ key^T / sqrt(d) + mask) @ value; a bool mask keeps where True; is_causal masks
         the future (the upper triangle). enable_gqa: key and value have fewer heads (dim -3) than the query,
         each shared by a run of query heads (grouped-query attention)."""
         if enable_gqa:
             hq, hk, hv = (_int(t.shape[-3]) for t in (self, key, value))
             if hq % hk or hq % hv:
-                raise ValueError(f"enable_gqa: {hq} query heads are not a multiple of the {hk} key and {hv} "
-                                 "value heads")
+                raise ValueError(
+                    f"enable_gqa: {hq} query heads are not a multiple of the {hk} key and {hv} value heads"
+                )
             key, value = key.repeat_interleave(hq // hk, dim=-3), value.repeat_interleave(hq // hv, dim=-3)
         acc = least_upper_dtype(self.dtype, key.dtype, dtypes.float32)
         qk = self.matmul(key.transpose(-2, -1), dtype=acc)

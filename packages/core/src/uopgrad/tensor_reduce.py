@@ -5,6 +5,7 @@ matrix product (dot, matmul, `@`, linear).
 Every reduce is one REDUCE_AXIS node of ADD, MUL or MAX over the normalised axes (min through the
 order-reversing map); a matrix product is a broadcast multiply summed over the shared dimension.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ class ReduceMixin(TensorHooks):
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     @dim_alias
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dtype: DTypeLike | None = None) -> Self:
+    def sum(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DTypeLike | None = None
+    ) -> Self:
         """Sum over `axis` (all by default), accumulated in `sum_acc_dtype`; half/bfloat16 cast back."""
         acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
@@ -58,8 +60,9 @@ class ReduceMixin(TensorHooks):
         return ret.cast(self.dtype) if dtype is None and low_float else ret
 
     @dim_alias
-    def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-             dtype: DTypeLike | None = None) -> Self:
+    def prod(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DTypeLike | None = None
+    ) -> Self:
         """Product over `axis`."""
         return self.cast(to_dtype(dtype) if dtype is not None else self.dtype)._reduce(Ops.MUL, axis, keepdim)
 
@@ -67,9 +70,11 @@ class ReduceMixin(TensorHooks):
         """A reduce without identity over an empty axis has no value: raise, as PyTorch does."""
         empty = [a for a in self._axes(axis) if isinstance(self.shape[a], int) and self.shape[a] == 0]
         if empty:
-            raise EmptyReduceError(f"{op}(): the reduced axis {empty[0]} of shape {self.shape} is empty, and "
-                                   f"{op} has no identity (use a reduction with one, such as sum, or check "
-                                   "the size)")
+            raise EmptyReduceError(
+                f"{op}(): the reduced axis {empty[0]} of shape {self.shape} is empty, and "
+                f"{op} has no identity (use a reduction with one, such as sum, or check "
+                "the size)"
+            )
 
     def _max(self, axis: int | Sequence[int] | None, keepdim: bool) -> Self:
         """max without the empty check: NaN wins, and its gradient goes to the NaNs (docs/semantics.md §5)."""
@@ -107,15 +112,17 @@ class ReduceMixin(TensorHooks):
         return (total / self._count(axis)).cast(out)
 
     @dim_alias
-    def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            correction: int = 1) -> Self:
+    def var(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> Self:
         """Variance over `axis` with Bessel's `correction` (1 by default, as PyTorch)."""
         squares = (self - self.mean(axis, keepdim=True)).square()
         return squares.sum(axis, keepdim) / max(0, self._count(axis) - correction)
 
     @dim_alias
-    def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            correction: int = 1) -> Self:
+    def std(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> Self:
         """Standard deviation over `axis`."""
         return self.var(axis, keepdim, correction).sqrt()
 
@@ -179,19 +186,24 @@ class ReduceMixin(TensorHooks):
         """Matrix product (numpy's matmul broadcasting), as a sum over a broadcast multiply."""
         n1, n2 = self.ndim, w.ndim
         if n1 == 0 or n2 == 0:
-            raise OperandShapeError(f"matmul needs at least 1 dimension on both sides: {self.shape} and "
-                                    f"{w.shape}")
+            raise OperandShapeError(
+                f"matmul needs at least 1 dimension on both sides: {self.shape} and {w.shape}"
+            )
         if self.shape[-1] != w.shape[-min(n2, 2)]:
-            raise OperandShapeError(f"shapes {self.shape} and {w.shape} can't be multiplied "
-                                    f"({self.shape[-1]} != {w.shape[-min(n2, 2)]})")
+            raise OperandShapeError(
+                f"shapes {self.shape} and {w.shape} can't be multiplied "
+                f"({self.shape[-1]} != {w.shape[-min(n2, 2)]})"
+            )
         # (x * wt).sum(-1, dtype=dtype).cast(out) of the views below, built on the nodes: one Tensor, not six
         # (a matmul was most of a small MLP's forward pass in Python)
         x, wt = self.uop.dot_operands(w.uop)
         try:
             broadcast_shape(x.shape, wt.shape)
         except ValueError as e:
-            raise OperandShapeError(f"matmul of {self.shape} and {w.shape}: shapes {x.shape} and {wt.shape} "
-                                    "can't be broadcast together") from e
+            raise OperandShapeError(
+                f"matmul of {self.shape} and {w.shape}: shapes {x.shape} and {wt.shape} "
+                "can't be broadcast together"
+            ) from e
         self._check_devices(w)
         prod_ = x._binop(Ops.MUL, wt, False)
         acc = sum_acc_dtype(prod_.dtype) if dtype is None else to_dtype(dtype)

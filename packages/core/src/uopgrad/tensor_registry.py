@@ -15,6 +15,7 @@ Entries are weak references, and a tensor whose graph has moved on may stay list
 check each tensor they get (`pending` drops those that are realized now, an assign tests the alias itself).
 `all_tensors()` is every live tensor, in creation order (backward looks for those that require grad).
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,20 +30,36 @@ from uopgrad.uop import UOp
 if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
-__all__ = ["all_tensors", "is_realized", "moved", "pending", "register", "storage_chain", "view_of_buffer",
-           "views_of"]
+__all__ = [
+    "all_tensors",
+    "is_realized",
+    "moved",
+    "pending",
+    "register",
+    "storage_chain",
+    "view_of_buffer",
+    "views_of",
+]
 
 # plain weak references (no callbacks): CPython hands out one shared callback-free ref per object, so both
 # indexes hold the same one, and dead entries are dropped in amortised sweeps
 _all: dict[int, weakref.ReferenceType[Tensor]] = {}
 _pending: dict[int, weakref.ReferenceType[Tensor]] = {}
-_views: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ReferenceType[Tensor]]] = \
-    weakref.WeakKeyDictionary()
+_views: weakref.WeakKeyDictionary[UOp, dict[int, weakref.ReferenceType[Tensor]]] = weakref.WeakKeyDictionary()
 _purge_at = {"all": 1024, "pending": 1024}  # the sizes at which each index drops its dead entries next
 # a DETACH is a view too: `t.detach()` shares t's storage (a write through it reaches t, as in PyTorch); so
 # is a MULTI: a sharded tensor is stored in the per-device buffers of the BUFFER on its device tuple
-_STORAGE_OPS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.AFTER, Ops.DETACH,
-                Ops.MULTI)
+_STORAGE_OPS = (
+    Ops.RESHAPE,
+    Ops.EXPAND,
+    Ops.PERMUTE,
+    Ops.PAD,
+    Ops.SHRINK,
+    Ops.FLIP,
+    Ops.AFTER,
+    Ops.DETACH,
+    Ops.MULTI,
+)
 
 
 def plain_buffer(u: UOp) -> UOp | None:
@@ -122,8 +139,9 @@ def _sweep(index: dict[int, weakref.ReferenceType[Tensor]], name: str) -> None:
     _purge_at[name] = max(1024, 2 * len(index))
 
 
-def _forget(views: dict[int, weakref.ReferenceType[Tensor]], key: int,
-            _ref: weakref.ReferenceType[Tensor]) -> None:
+def _forget(
+    views: dict[int, weakref.ReferenceType[Tensor]], key: int, _ref: weakref.ReferenceType[Tensor]
+) -> None:
     views.pop(key, None)
 
 

@@ -6,6 +6,7 @@ normalize, linspace, the `*_like` creators and Kaiming initialisation. Generic o
 All of them are movement ops, masks and sums over existing primitives (interpolation is a constant
 matrix per resized dimension, computed on the host from the static sizes).
 """
+
 from __future__ import annotations
 
 import math
@@ -137,8 +138,10 @@ class ShapeMixin(TensorHooks):
         of `size` is appended), as torch.Tensor.unfold."""
         d = self._axis(dim)
         if size < 0 or step <= 0 or size > _int(self.shape[d]):  # the reference raises RuntimeError here
-            raise ArgumentError(f"unfold(dim={dim}, size={size}, step={step}) of shape {self.shape}: size "
-                                f"must be in [0, {self.shape[d]}] and step > 0")
+            raise ArgumentError(
+                f"unfold(dim={dim}, size={size}, step={step}) of shape {self.shape}: size "
+                f"must be in [0, {self.shape[d]}] and step > 0"
+            )
         w = self.transpose(d, -1)._pool((size,), step)  # (..., windows, size) with dim d last before it
         return w.transpose(d, -2)
 
@@ -154,8 +157,9 @@ class ShapeMixin(TensorHooks):
         """The elements [i, i + offset] of dims dim1, dim2, as a last dim (as PyTorch)."""
         a, b = self._axis(dim1), self._axis(dim2)
         if a == b:
-            raise ArgumentError(f"diagonal of shape {self.shape}: dim1={dim1} and dim2={dim2} name the same "
-                                "dimension")
+            raise ArgumentError(
+                f"diagonal of shape {self.shape}: dim1={dim1} and dim2={dim2} name the same dimension"
+            )
         y = self.permute(*[k for k in range(self.ndim) if k not in (a, b)], a, b)
         r, c = _int(y.shape[-2]), _int(y.shape[-1])
         lo, hi = (0, offset) if offset >= 0 else (-offset, 0)
@@ -170,20 +174,24 @@ class ShapeMixin(TensorHooks):
             raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', not {indexing!r}")
         ts = [self, *args]
         shape = tuple(_int(t.numel()) for t in ts)
-        out = [t.reshape(tuple(-1 if k == j else 1 for k in range(len(ts)))).expand(shape) for j, t in
-               enumerate(ts)]
+        out = [
+            t.reshape(tuple(-1 if k == j else 1 for k in range(len(ts)))).expand(shape)
+            for j, t in enumerate(ts)
+        ]
         return tuple(o.transpose(0, 1) for o in out) if indexing == "xy" and len(ts) >= 2 else tuple(out)
 
     # ------------------------------------------------------------------ reductions on top of reductions
     @dim_alias
-    def var_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Self, Self]:
+    def var_mean(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Self, Self]:
         """(var, mean) over `axis`."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     @dim_alias
-    def std_mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-                 correction: int = 1) -> tuple[Self, Self]:
+    def std_mean(
+        self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Self, Self]:
         """(std, mean) over `axis`."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
@@ -270,8 +278,9 @@ class ShapeMixin(TensorHooks):
                     raise ShapeError(f"einsum letter {ch!r} has sizes {sizes[ch]} and {s}")
             order = sorted(range(len(spec)), key=lambda k: letters.index(spec[k]))
             t = t.permute(order)
-            aligned.append(t.reshape(tuple(t.shape[order.index(spec.index(c))] if c in spec else 1
-                                           for c in letters)))
+            aligned.append(
+                t.reshape(tuple(t.shape[order.index(spec.index(c))] if c in spec else 1 for c in letters))
+            )
         full = aligned[0]
         for a in aligned[1:]:
             full = full * a
@@ -291,13 +300,19 @@ class ShapeMixin(TensorHooks):
         if len(pairs) != x.ndim:
             raise ValueError(f"pad {tuple(padding)} needs one entry per dimension of {x.shape}")
         if mode == "circular" and any(_int(a) < 0 for p in pairs if p is not None for a in p):
-            raise NotSupportedError(f"circular pad {tuple(padding)} has a negative amount; shrink the tensor "
-                                    "first")
+            raise NotSupportedError(
+                f"circular pad {tuple(padding)} has a negative amount; shrink the tensor first"
+            )
         grow = [None if p is None else (max(0, _int(p[0])), max(0, _int(p[1]))) for p in pairs]
 
         def cut(t: Self) -> Self:  # negative amounts cut from each end
-            return t.shrink([(max(0, -_int(p[0])), _int(t.shape[d]) - max(0, -_int(p[1]))) if p is not None
-                             else None for d, p in enumerate(pairs)])
+            return t.shrink(
+                [
+                    (max(0, -_int(p[0])), _int(t.shape[d]) - max(0, -_int(p[1]))) if p is not None else None
+                    for d, p in enumerate(pairs)
+                ]
+            )
+
         if mode == "constant":
             return cut(x).pad(grow, value=value)
         for d, p in enumerate(grow):  # reflect and replicate see the whole data, then cut (as PyTorch)
@@ -343,8 +358,15 @@ class ShapeMixin(TensorHooks):
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def linspace(cls, start: float, stop: float, steps: int, device: str | None = None,
-                 dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
+    def linspace(
+        cls,
+        start: float,
+        stop: float,
+        steps: int,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """`steps` evenly spaced values from start to stop, both included."""
         if steps < 0:
             raise ValueError(f"linspace needs steps >= 0, not {steps}")
@@ -361,21 +383,29 @@ class ShapeMixin(TensorHooks):
 
     def empty_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
         """An uninitialised tensor of this shape, device and dtype (unless given)."""
-        return self.empty(self.shape, device=self.device, dtype=dtype or self.dtype,
-                          requires_grad=requires_grad)
+        return self.empty(
+            self.shape, device=self.device, dtype=dtype or self.dtype, requires_grad=requires_grad
+        )
 
-    def rand_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
-                  device: str | None = None) -> Self:
+    def rand_like(
+        self, dtype: DType | str | None = None, requires_grad: bool | None = None, device: str | None = None
+    ) -> Self:
         """Uniform [0, 1) values of this shape and device (sharded like this tensor)."""
         return self._random_like(self.rand, dtype, requires_grad, device)
 
-    def randn_like(self, dtype: DType | str | None = None, requires_grad: bool | None = None,
-                   device: str | None = None) -> Self:
+    def randn_like(
+        self, dtype: DType | str | None = None, requires_grad: bool | None = None, device: str | None = None
+    ) -> Self:
         """Standard normal values of this shape and device (sharded like this tensor)."""
         return self._random_like(self.randn, dtype, requires_grad, device)
 
-    def _random_like(self, fn: Callable[..., Self], dtype: DType | str | None, requires_grad: bool | None,
-                     device: str | None) -> Self:
+    def _random_like(
+        self,
+        fn: Callable[..., Self],
+        dtype: DType | str | None,
+        requires_grad: bool | None,
+        device: str | None,
+    ) -> Self:
         """`fn`'s values in this tensor's shape; on a device tuple drawn on the first device and sharded as
         this tensor is (the device can't be changed then: the reference's rule)."""
         dt = dtype or self._float_or_default()
@@ -391,22 +421,34 @@ class ShapeMixin(TensorHooks):
         return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
 
     @classmethod
-    def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
-                        dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
+    def kaiming_uniform(
+        cls,
+        *shape: int | Sequence[int],
+        a: float = 0.01,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """He uniform initialisation for a leaky-relu slope `a`: bound sqrt(6 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_uniform")
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-        return cls.uniform(shp, low=-bound, high=bound, device=device, dtype=dtype,
-                                 requires_grad=requires_grad)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(shp[1:]))
+        return cls.uniform(
+            shp, low=-bound, high=bound, device=device, dtype=dtype, requires_grad=requires_grad
+        )
 
     @classmethod
-    def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, device: str | None = None,
-                       dtype: DType | str | None = None, requires_grad: bool | None = None) -> Self:
+    def kaiming_normal(
+        cls,
+        *shape: int | Sequence[int],
+        a: float = 0.01,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Self:
         """He normal initialisation for a leaky-relu slope `a`: std sqrt(2 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_normal")
-        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
-        return cls.normal(shp, mean=0.0, std=std, device=device, dtype=dtype,
-                                requires_grad=requires_grad)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(shp[1:]))
+        return cls.normal(shp, mean=0.0, std=std, device=device, dtype=dtype, requires_grad=requires_grad)
 
 
 def _ints(shape: Sequence[sint]) -> tuple[int, ...]:
@@ -428,7 +470,7 @@ def _expand_ellipsis(inputs: list[str], out: str | None, ndims: list[int]) -> tu
         raise ValueError("einsum: an operand has more letters than dimensions")
     width = max(spans, default=0)
     ell = "".join(fresh[:width])
-    expanded = [spec.replace("...", ell[width - n:]) for spec, n in zip(inputs, spans)]
+    expanded = [spec.replace("...", ell[width - n :]) for spec, n in zip(inputs, spans)]
     if out is None:
         seen = "".join(expanded)
         out = ell + "".join(sorted(c for c in set(seen) if seen.count(c) == 1 and c not in ell))
@@ -455,13 +497,16 @@ def _pad_dim(x: _S, d: int, before: int, after: int, mode: str) -> _S:
 
     def take(lo: int, hi: int) -> _S:
         return x.shrink(tuple((lo, hi) if k == d else None for k in range(x.ndim)))
+
     if mode == "reflect":
         if before >= n or after >= n:
             raise ValueError(f"reflect padding ({before}, {after}) must be smaller than the size {n}")
         parts = [take(1, before + 1).flip(d), x, take(n - after - 1, n - 1).flip(d)]
     elif mode == "replicate":
+
         def shape(k: int) -> tuple[sint, ...]:
             return tuple(k if j == d else s for j, s in enumerate(x.shape))
+
         parts = [take(0, 1).expand(shape(before)), x, take(n - 1, n).expand(shape(after))]
     else:  # circular
         if before > n or after > n:

@@ -5,6 +5,7 @@ the node and filled in for a whole graph by one iterative post-order pass, so a 
 deep recursion. Printing is uopgrad.uop_print, the index algebra uopgrad.uop_index, simplification the
 `sym` table of uopgrad.symbolic (below this module: its rules build nodes through the nodes they match).
 """
+
 from __future__ import annotations
 
 import _weakref
@@ -25,8 +26,20 @@ from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import pm_symbolic
 from uopgrad.uop_index import IndexMixin, sym_infer
 
-__all__ = ["DEVICE", "DEVICE_NUM", "SHAPE", "CallInfo", "Invalid", "KernelInfo", "Metadata", "UOp",
-           "all_metadata", "sint", "ssimplify", "sym_infer"]
+__all__ = [
+    "DEVICE",
+    "DEVICE_NUM",
+    "SHAPE",
+    "CallInfo",
+    "Invalid",
+    "KernelInfo",
+    "Metadata",
+    "UOp",
+    "all_metadata",
+    "sint",
+    "ssimplify",
+    "sym_infer",
+]
 
 
 @dataclass(frozen=True)
@@ -73,8 +86,15 @@ class UOpMetaClass(type):
 
     ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
-                 tag: Any = None, metadata: tuple[Metadata, ...] | None = None) -> UOp:
+    def __call__(
+        cls,
+        op: Ops,
+        dtype: DType = dtypes.void,
+        src: tuple[UOp, ...] = (),
+        arg: Any = None,
+        tag: Any = None,
+        metadata: tuple[Metadata, ...] | None = None,
+    ) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
         key = (op, dtype, src, arg, tag)
@@ -117,8 +137,11 @@ class _KeyRef(weakref.ref["UOp"]):
     key: tuple[Any, ...]
 
 
-def _drop_keyed(ref: _KeyRef, cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
-                remove_dead: Callable[[dict[Any, Any], Any], None] = _remove_dead) -> None:
+def _drop_keyed(
+    ref: _KeyRef,
+    cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
+    remove_dead: Callable[[dict[Any, Any], Any], None] = _remove_dead,
+) -> None:
     """Weakref callback of a cached node: forget its key's entry if that entry is dead, atomically, so it
     cannot drop the entry of a newer live node that took the key; no lock, so it may run in any thread at any
     allocation (the collector) without deadlocking. The defaults bind what it needs, so it names no module
@@ -155,8 +178,15 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
     _facts: dict[Fact[Any], Any]
 
     if TYPE_CHECKING:  # the constructor's signature; nodes are built (and interned) by UOpMetaClass.__call__
-        def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
-                     tag: Any = None) -> None: ...
+
+        def __init__(
+            self,
+            op: Ops,
+            dtype: DType = dtypes.void,
+            src: tuple[UOp, ...] = (),
+            arg: Any = None,
+            tag: Any = None,
+        ) -> None: ...
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable: can't set {name!r}; use replace()")
@@ -179,11 +209,21 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         """This node with some of op/dtype/src/arg/tag changed; the same object if nothing changes."""
         if bad := set(fields) - {"op", "dtype", "src", "arg", "tag"}:
             raise TypeError(f"replace() got unknown field(s) {sorted(bad)}")
-        new = (fields.get("op", self.op), fields.get("dtype", self.dtype), tuple(fields.get("src", self.src)),
-               fields.get("arg", self.arg), fields.get("tag", self.tag))
+        new = (
+            fields.get("op", self.op),
+            fields.get("dtype", self.dtype),
+            tuple(fields.get("src", self.src)),
+            fields.get("arg", self.arg),
+            fields.get("tag", self.tag),
+        )
         # tuple == on UOps is element-wise identity (UOp has no __eq__)
-        if new[0] is self.op and new[1] == self.dtype and new[2] == self.src and new[3] is self.arg and \
-                new[4] is self.tag:
+        if (
+            new[0] is self.op
+            and new[1] == self.dtype
+            and new[2] == self.src
+            and new[3] is self.arg
+            and new[4] is self.tag
+        ):
             return self
         return UOp(*new)
 
@@ -207,8 +247,9 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return uop_print.to_dot(self)
 
     # ------------------------------------------------------------------ traversal
-    def toposort(self, gate: Callable[[UOp], bool] | None = None,
-                 enter_calls: bool = True) -> dict[UOp, None]:
+    def toposort(
+        self, gate: Callable[[UOp], bool] | None = None, enter_calls: bool = True
+    ) -> dict[UOp, None]:
         """Sources before consumers, left to right (iterative DFS post-order), as an ordered set.
         `gate(node)` False drops the node and stops the walk there; `enter_calls=False` skips call bodies."""
         visited: dict[UOp, None] = {}
@@ -273,8 +314,13 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         """True if this node or anything it depends on (bodies included) has one of `ops`."""
         return any(x.op in ops for x in self.toposort())
 
-    def substitute(self, mapping: Mapping[UOp, UOp], name: str | None = None,
-                   extra_pm: PatternMatcher | None = None, walk: bool = False) -> UOp:
+    def substitute(
+        self,
+        mapping: Mapping[UOp, UOp],
+        name: str | None = None,
+        extra_pm: PatternMatcher | None = None,
+        walk: bool = False,
+    ) -> UOp:
         """Replace nodes by `mapping`, bottom-up: to a fixpoint, or in one outermost-first pass (`walk=True`)
         (simultaneous renaming). CALL/FUNCTION bodies are never entered."""
         live = {k: v for k, v in mapping.items() if k is not v}
@@ -389,8 +435,13 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 
     # ------------------------------------------------------------------ constructors
     @staticmethod
-    def const(dtype: DType, b: ConstType | tuple[ConstType, ...], device: str | tuple[str, ...] | None = None,
-              shape: tuple[sint, ...] | None = None, unique: bool = False) -> UOp:
+    def const(
+        dtype: DType,
+        b: ConstType | tuple[ConstType, ...],
+        device: str | tuple[str, ...] | None = None,
+        shape: tuple[sint, ...] | None = None,
+        unique: bool = False,
+    ) -> UOp:
         """A (canonicalised) constant, on `device`, broadcast to `shape` by reshape + expand."""
         key = None
         if not unique and (kind := type(b)) in _CONST_KINDS and (shape is None or type(shape) is tuple):
@@ -406,8 +457,13 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return ret
 
     @staticmethod
-    def _const(dtype: DType, b: ConstType | tuple[ConstType, ...], device: str | tuple[str, ...] | None,
-               shape: tuple[sint, ...] | None, unique: bool) -> UOp:
+    def _const(
+        dtype: DType,
+        b: ConstType | tuple[ConstType, ...],
+        device: str | tuple[str, ...] | None,
+        shape: tuple[sint, ...] | None,
+        unique: bool,
+    ) -> UOp:
         src: tuple[UOp, ...] = ()
         if device is not None:
             dev = UOp(Ops.DEVICE, arg=device)
@@ -473,13 +529,19 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return UOp(Ops.BUFFER, dtype, (unique, UOp(Ops.DEVICE, arg=device)), size)
 
     @staticmethod
-    def param(slot: int, dtype: DType, shape: tuple[sint, ...] | None = None,
-              device: str | tuple[str, ...] | None = None,
-              vmin_vmax: tuple[ConstType, ConstType] | None = None,
-              name: str | None = None) -> UOp:
+    def param(
+        slot: int,
+        dtype: DType,
+        shape: tuple[sint, ...] | None = None,
+        device: str | tuple[str, ...] | None = None,
+        vmin_vmax: tuple[ConstType, ConstType] | None = None,
+        name: str | None = None,
+    ) -> UOp:
         """A formal input of a call body: PARAM(shape|NOOP, DEVICE|NOOP[, vmin, vmax][, NOOP(name)])."""
-        src = [shape_vec(shape) if shape is not None else UOp(Ops.NOOP),
-               UOp(Ops.DEVICE, arg=device) if device is not None else UOp(Ops.NOOP)]
+        src = [
+            shape_vec(shape) if shape is not None else UOp(Ops.NOOP),
+            UOp(Ops.DEVICE, arg=device) if device is not None else UOp(Ops.NOOP),
+        ]
         if vmin_vmax is not None:
             src += [UOp.const(dtype, vmin_vmax[0]), UOp.const(dtype.scalar(), vmin_vmax[1])]
         if name is not None:
@@ -496,9 +558,15 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             ret = ret.replace(src=(*ret.src, UOp(Ops.MULTI, arg=axis)))
         return ret
 
-    def call(self, *srcs: UOp, grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None,
-             metadata: tuple[Metadata, ...] = (), name: str | None = None, precompile: bool = False,
-             precompile_backward: bool = False) -> UOp:
+    def call(
+        self,
+        *srcs: UOp,
+        grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None,
+        metadata: tuple[Metadata, ...] = (),
+        name: str | None = None,
+        precompile: bool = False,
+        precompile_backward: bool = False,
+    ) -> UOp:
         """Call this body on `srcs`: a CALL for opaque bodies (kernels, effects), else a FUNCTION whose body
         is a TUPLE. PARAM slot i in the body refers to srcs[i]."""
         info = CallInfo(grad_fxn, tuple(metadata), name, precompile, precompile_backward)
@@ -508,16 +576,19 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return UOp(Ops.FUNCTION, dtypes.void, (body, *srcs), info)
 
     @staticmethod
-    def custom_kernel(*srcs: UOp, fxn: Callable[..., UOp],
-                      grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None) -> list[UOp]:
+    def custom_kernel(
+        *srcs: UOp, fxn: Callable[..., UOp], grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None
+    ) -> list[UOp]:
         """Run `fxn(*pointer PARAMs)`, a SINK of STOREs, as a CALL on `srcs` (made contiguous unless AFTERs);
         returns one AFTER(src, CALL) per source: the outputs are the arguments the kernel wrote."""
         contig = [s if s.op is Ops.AFTER else s.contiguous() for s in srcs]
         sizes = [s.size for s in contig]
         if not all_int(sizes):
             raise ValueError(f"custom_kernel needs concrete sizes, got {sizes}")
-        ph = [UOp.param(i, s.dtype.base.ptr(cast(int, n)), device=s.device)
-              for i, (s, n) in enumerate(zip(contig, sizes))]
+        ph = [
+            UOp.param(i, s.dtype.base.ptr(cast(int, n)), device=s.device)
+            for i, (s, n) in enumerate(zip(contig, sizes))
+        ]
         kernel = fxn(*ph).call(*contig, grad_fxn=grad_fxn)
         return [s.after(kernel) for s in contig]
 
@@ -631,11 +702,14 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             return self  # scalars broadcast, they are never cut
         n, size = len(cast("tuple[str, ...]", self.device)), self.shape[axis]
         if not isinstance(size, int) or size % n:
-            raise ShapeError(f"can't shard axis {axis} of shape {self.shape} over {n} devices: its size "
-                             f"must be a multiple of {n}")
+            raise ShapeError(
+                f"can't shard axis {axis} of shape {self.shape} over {n} devices: its size "
+                f"must be a multiple of {n}"
+            )
         dnum, sz = UOp.variable(DEVICE_NUM, 0, n - 1), size // n
-        return self.shrink(tuple((dnum * sz, dnum * sz + sz) if i == axis else (0, s)
-                                 for i, s in enumerate(self.shape)))
+        return self.shrink(
+            tuple((dnum * sz, dnum * sz + sz) if i == axis else (0, s) for i, s in enumerate(self.shape))
+        )
 
     def shard(self, devices: tuple[str, ...], axis: int) -> UOp:
         """Copy to the device tuple, keep each device's slice along `axis`, and wrap it in MULTI(axis)."""
@@ -673,7 +747,7 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         n1, n2 = len(self.shape), len(w.shape)
         ones = (1,) * min(n1 - 1, n2 - 1, 1)
         x = self.reshape(self.shape[:-1] + ones + self.shape[-1:])
-        wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2):])
+        wt = w.reshape(w.shape[:-2] + ones + w.shape[-min(n2, 2) :])
         order = list(range(len(wt.shape)))
         order[-1], order[-min(n2, 2)] = order[-min(n2, 2)], order[-1]
         return x, wt.permute(order)
@@ -730,11 +804,13 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 _new_node: Callable[[type], Any] = object.__new__
 _set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_device_fact, _set_facts = (
     cast(Any, UOp.__dict__[f]).__set__
-    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts"))
+    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts")
+)
 # the two facts with a slot of their own (the rules of uopgrad.facts read their sources' slots directly)
 SHAPE: Fact[tuple[sint, ...] | None] = Fact("shape", infer_shape, UOp.__dict__["_shape_fact"])
-DEVICE: Fact[str | tuple[str, ...] | None] = Fact("device", infer_device, UOp.__dict__["_device_fact"],
-                                                  partial=True)
+DEVICE: Fact[str | tuple[str, ...] | None] = Fact(
+    "device", infer_device, UOp.__dict__["_device_fact"], partial=True
+)
 
 
 def ssimplify(u: UOp | ConstType) -> UOp | ConstType:
@@ -756,8 +832,9 @@ def _broadcast(srcs: Sequence[UOp]) -> tuple[UOp, ...]:
         out = broadcast_shape(*shapes)  # type: ignore[arg-type]
     except MovementError:
         return tuple(srcs)  # mismatches are reported by shape inference, with the node
-    return tuple(s if sh == out else _broadcast_to(s, cast("tuple[sint, ...]", sh), out)
-                 for s, sh in zip(srcs, shapes))
+    return tuple(
+        s if sh == out else _broadcast_to(s, cast("tuple[sint, ...]", sh), out) for s, sh in zip(srcs, shapes)
+    )
 
 
 def _broadcast_to(u: UOp, shape: tuple[sint, ...], out: tuple[sint, ...]) -> UOp:
@@ -783,8 +860,11 @@ def shape_vec(shape: Sequence[sint]) -> UOp:
         return UOp(Ops.STACK, dtypes.index.vec(0))
     if all_int(shape):
         key = cast("tuple[int, ...]", tuple(shape))
-        ret = UOp(Ops.CONST, dtypes.index, (), key[0]) if len(key) == 1 else \
-            UOp(Ops.VCONST, dtypes.index.vec(len(key)), (), key)
+        ret = (
+            UOp(Ops.CONST, dtypes.index, (), key[0])
+            if len(key) == 1
+            else UOp(Ops.VCONST, dtypes.index.vec(len(key)), (), key)
+        )
         if all(type(s) is int for s in key):  # exact ints only (the key must not merge other kinds)
             if len(_shape_vecs) >= _CONSTS_MAX:
                 _shape_vecs.clear()
@@ -792,5 +872,3 @@ def shape_vec(shape: Sequence[sint]) -> UOp:
         return ret
     elems = tuple(s if isinstance(s, UOp) else UOp(Ops.CONST, dtypes.index, (), s) for s in shape)
     return UOp(Ops.STACK, dtypes.index.vec(len(shape)), elems)
-
-

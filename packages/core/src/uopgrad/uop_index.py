@@ -5,6 +5,7 @@ tests compare) and `sym_infer` (its value for an assignment of its variables).
 
 `UOp` inherits `IndexMixin`; nothing here builds a node except through `UOp` itself.
 """
+
 from __future__ import annotations
 
 import collections
@@ -156,8 +157,11 @@ class IndexMixin:
             return True
         if self.op is Ops.ADD:
             return self.src[0].is_increasing() and self.src[1].is_increasing()
-        if self.op in (Ops.MUL, Ops.CDIV, Ops.FLOORDIV) and self.src[1].op is Ops.CONST and \
-                self.src[1].arg >= 0:
+        if (
+            self.op in (Ops.MUL, Ops.CDIV, Ops.FLOORDIV)
+            and self.src[1].op is Ops.CONST
+            and self.src[1].arg >= 0
+        ):
             return self.src[0].is_increasing()
         return False
 
@@ -241,19 +245,47 @@ def _arg_key(arg: Any) -> Any:  # noqa: ANN401  (an arg is any value: docs/style
 
 
 def _tuplize(u: UOp) -> tuple[Any, ...]:
-    return (u.op.value, _arg_key(u.arg), u.dtype.priority, u.dtype.count, u.dtype.name,
-            *(_TUPLIZE.get(s) for s in u.src))
+    return (
+        u.op.value,
+        _arg_key(u.arg),
+        u.dtype.priority,
+        u.dtype.count,
+        u.dtype.name,
+        *(_TUPLIZE.get(s) for s in u.src),
+    )
 
 
 _TUPLIZE: Fact[tuple[Any, ...]] = Fact("tuplize", _tuplize)
 
 
 # ---------------------------------------------------------------------- the text form
-_SYMS = {Ops.ADD: "+", Ops.SUB: "-", Ops.FLOORDIV: "//", Ops.FLOORMOD: "%", Ops.SHL: "<<", Ops.SHR: ">>",
-         Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
+_SYMS = {
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.FLOORDIV: "//",
+    Ops.FLOORMOD: "%",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
+    Ops.MUL: "*",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+}
 # binding strength of left-associative operators (comparisons chain in Python, so they are always bracketed)
-_PRECEDENCE = {Ops.MUL: 1, Ops.FLOORDIV: 1, Ops.FLOORMOD: 1, Ops.ADD: 2, Ops.SUB: 2, Ops.SHL: 3, Ops.SHR: 3,
-               Ops.AND: 4, Ops.XOR: 5, Ops.OR: 6}
+_PRECEDENCE = {
+    Ops.MUL: 1,
+    Ops.FLOORDIV: 1,
+    Ops.FLOORMOD: 1,
+    Ops.ADD: 2,
+    Ops.SUB: 2,
+    Ops.SHL: 3,
+    Ops.SHR: 3,
+    Ops.AND: 4,
+    Ops.XOR: 5,
+    Ops.OR: 6,
+}
 
 
 def _balanced(s: str) -> bool:
@@ -288,24 +320,37 @@ def _cast_name(dt: DType) -> str:
     return dt.name if dt != dtypes.index else "weakint"
 
 
-pm_render = PatternMatcher([
-    (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x.arg[0]),
-    (UPat(Ops.SPECIAL, name="x"), lambda x: x.arg),
-    (UPat(Ops.RANGE, name="x"), _range_name),
-    (UPat((Ops.CONST, Ops.VCONST), name="x"), lambda x: str(x.arg)),
-    (UPat(Ops.CAST, name="x"), lambda ctx, x: f"({_cast_name(x.dtype)})({ctx[x.src[0]]})"),
-    (UPat(Ops.BIND, name="x"), lambda ctx, x: ctx[x.src[0]]),
-    (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
-    (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
-    (UPat(Ops.MAX, name="x"), lambda ctx, x: f"max({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
-    (UPat(Ops.MULACC, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}*{ctx[x.src[1]]}+{ctx[x.src[2]]})"),
-    (UPat(Ops.WHERE, name="x"), lambda ctx, x: f"({ctx[x.src[1]]} if {ctx[x.src[0]]} else {ctx[x.src[2]]})"),
-    (UPat(Ops.CDIV, name="x"), lambda ctx, x: f"cdiv({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
-    (UPat(Ops.CMOD, name="x"), lambda ctx, x: f"cmod({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
-    (UPat(tuple(_SYMS), name="x"), _binary),
-    (UPat((Ops.INDEX, Ops.STAGE), name="x"),
-     lambda ctx, x: "".join(f"[{strip_parens(ctx[y])}]" for y in x.src[1:])),
-    (UPat(Ops.STACK, name="x"), lambda ctx, x: "{" + ",".join(ctx[y] for y in x.src) + "}"
-     if not x.src or len(set(x.src)) > 1 else f"{{{ctx[x.src[0]]}, ...}}"),
-    (UPat(name="x"), lambda x: x.short()),
-])
+pm_render = PatternMatcher(
+    [
+        (UPat(Ops.DEFINE_VAR, name="x"), lambda x: x.arg[0]),
+        (UPat(Ops.SPECIAL, name="x"), lambda x: x.arg),
+        (UPat(Ops.RANGE, name="x"), _range_name),
+        (UPat((Ops.CONST, Ops.VCONST), name="x"), lambda x: str(x.arg)),
+        (UPat(Ops.CAST, name="x"), lambda ctx, x: f"({_cast_name(x.dtype)})({ctx[x.src[0]]})"),
+        (UPat(Ops.BIND, name="x"), lambda ctx, x: ctx[x.src[0]]),
+        (UPat(Ops.NEG, name="x"), lambda ctx, x: f"(-{ctx[x.src[0]]})"),
+        (UPat(Ops.RECIPROCAL, name="x"), lambda ctx, x: f"(1/{ctx[x.src[0]]})"),
+        (UPat(Ops.MAX, name="x"), lambda ctx, x: f"max({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
+        (UPat(Ops.MULACC, name="x"), lambda ctx, x: f"({ctx[x.src[0]]}*{ctx[x.src[1]]}+{ctx[x.src[2]]})"),
+        (
+            UPat(Ops.WHERE, name="x"),
+            lambda ctx, x: f"({ctx[x.src[1]]} if {ctx[x.src[0]]} else {ctx[x.src[2]]})",
+        ),
+        (UPat(Ops.CDIV, name="x"), lambda ctx, x: f"cdiv({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
+        (UPat(Ops.CMOD, name="x"), lambda ctx, x: f"cmod({ctx[x.src[0]]}, {ctx[x.src[1]]})"),
+        (UPat(tuple(_SYMS), name="x"), _binary),
+        (
+            UPat((Ops.INDEX, Ops.STAGE), name="x"),
+            lambda ctx, x: "".join(f"[{strip_parens(ctx[y])}]" for y in x.src[1:]),
+        ),
+        (
+            UPat(Ops.STACK, name="x"),
+            lambda ctx, x: (
+                "{" + ",".join(ctx[y] for y in x.src) + "}"
+                if not x.src or len(set(x.src)) > 1
+                else f"{{{ctx[x.src[0]]}, ...}}"
+            ),
+        ),
+        (UPat(name="x"), lambda x: x.short()),
+    ]
+)

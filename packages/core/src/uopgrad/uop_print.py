@@ -1,5 +1,6 @@
 """Printing a UOp graph (below uop.py): the one-line `short`, the SSA-style listing `pretty` that
 `repr` shows, and Graphviz DOT text (`to_dot`). Each reads the node's five fields and its toposort only."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

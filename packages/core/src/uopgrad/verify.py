@@ -4,6 +4,7 @@ Each rule returns True for a valid node. A node that no rule matches, or for whi
 invalid. `verify(root)` checks every node under `root` (call bodies included) and that its shape can be
 inferred, and raises `VerifyError` naming the first bad node in toposort order. See spec/ir.md.
 """
+
 from __future__ import annotations
 
 from uopgrad.dtype import DType, FloatConst, PtrDType, dtypes
@@ -13,8 +14,15 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import CallInfo, Invalid, UOp
 
-__all__ = ["REDUCE_OPS", "VerifyError", "pm_spec_scalar", "pm_spec_shared", "pm_spec_tensor", "verify",
-           "verify_new"]
+__all__ = [
+    "REDUCE_OPS",
+    "VerifyError",
+    "pm_spec_scalar",
+    "pm_spec_shared",
+    "pm_spec_tensor",
+    "verify",
+    "verify_new",
+]
 
 REDUCE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
 # ops whose dtype may be a vector: the shape vectors of RESHAPE/EXPAND/PAD/SHRINK and PARAM
@@ -67,8 +75,11 @@ def _const_value_ok(dt: DType, v: object) -> bool:
 
 
 def _const_ok(x: UOp) -> bool:
-    return not isinstance(x.dtype, PtrDType) and x.dtype != dtypes.void and \
-        (x.arg is Invalid or _const_value_ok(x.dtype, x.arg))
+    return (
+        not isinstance(x.dtype, PtrDType)
+        and x.dtype != dtypes.void
+        and (x.arg is Invalid or _const_value_ok(x.dtype, x.arg))
+    )
 
 
 def _vconst_ok(x: UOp) -> bool:
@@ -203,100 +214,191 @@ def _call_ok(x: UOp) -> bool:
 def _index_ok(x: UOp) -> bool:
     """INDEX(view of a pointer PARAM, one integer index per dimension), of the pointer's element dtype."""
     view, idx = x.src[0], x.src[1:]
-    return isinstance(view.base.dtype, PtrDType) and x.dtype == view.dtype.base \
-        and len(idx) == len(view.shape) and all(_is_int(i.dtype) for i in idx)
+    return (
+        isinstance(view.base.dtype, PtrDType)
+        and x.dtype == view.dtype.base
+        and len(idx) == len(view.shape)
+        and all(_is_int(i.dtype) for i in idx)
+    )
 
 
 # ---------------------------------------------------------------------- the tables
 # vector dtypes only appear in shape vectors; every spec starts with this row (it rejects, never accepts)
-pm_spec_scalar = PatternMatcher([
-    (UPat(name="x"), lambda x: False if x.dtype.count != 1 and x.op not in _VECTOR_OPS else None),
-])
+pm_spec_scalar = PatternMatcher(
+    [
+        (UPat(name="x"), lambda x: False if x.dtype.count != 1 and x.op not in _VECTOR_OPS else None),
+    ]
+)
 
 # ops that tensor graphs and kernels share; a spec is pm_spec_scalar + its own rows + pm_spec_shared
-pm_spec_shared = PatternMatcher([
-    (UPat(Ops.SINK, dtypes.void), lambda: True),  # SINK(*outputs)
-    (UPat(Ops.NOOP, dtypes.void, src=(), name="x"), lambda x: x.arg is None or isinstance(x.arg, str)),
-    (UPat(Ops.NOOP, src=(UPat.var("y"),), name="x"), lambda x, y: x.dtype in (dtypes.void, y.dtype)),
-    (UPat(Ops.CONST, src=(), name="x"), _const_ok),
-    (UPat(Ops.VCONST, src=(), name="x"), _vconst_ok),
-    (UPat(Ops.STACK, name="x"), lambda x: x.arg is None and _stack_ok(x)),
-    (UPat(Ops.DEFINE_VAR, src=(), name="x"), _var_ok),
-    # ALU: sources and output share a dtype, except comparisons (bool out) and WHERE (bool condition)
-    (UPat(GroupOp.Unary, src=(UPat.var("y"),), name="x"), lambda x, y: x.arg is None and _same_dtype(x, y)),
-    (UPat(GroupOp.Comparison, src=(UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, a, b: x.dtype == dtypes.bool and a.dtype.base == b.dtype.base != dtypes.void),
-    (UPat(_INT_ONLY, src=(UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, a, b: _same_dtype(x, a, b) and _is_int(x.dtype.base)),
-    (UPat(_DIVISIONS, src=(UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, a, b: _same_dtype(x, a, b) and x.dtype.base != dtypes.bool),
-    (UPat(_INT_OR_BOOL, src=(UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, a, b: _same_dtype(x, a, b) and (_is_int(x.dtype.base) or x.dtype.base == dtypes.bool)),
-    (UPat(_PLAIN_BINARY, src=(UPat.var("a"), UPat.var("b")), name="x"), lambda x, a, b: _same_dtype(x, a, b)),
-    (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, c, a, b: c.dtype.base == dtypes.bool and _same_dtype(x, a, b)),
-    (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c")), name="x"),
-     lambda x, a, b, c: _same_dtype(x, a, b, c)),
-    # CAST converts values; BITCAST reinterprets bits, so the widths must agree
-    (UPat(Ops.CAST, src=(UPat.var("y"),), name="x"),
-     lambda x, y: x.arg is None and dtypes.void not in (x.dtype, y.dtype)),
-    (UPat(Ops.BITCAST, src=(UPat.var("y"),), name="x"),
-     lambda x, y: x.arg is None and dtypes.void not in (x.dtype, y.dtype)
-     and x.dtype.itemsize == y.dtype.itemsize),
-    # STORE(target, value) writes value into target
-    (UPat(Ops.STORE, dtypes.void, src=(UPat.var("t"), UPat.var("v"))),
-     lambda t, v: t.dtype.base == v.dtype.base),
-    # AFTER(value, *effects) is value, once the effects happened
-    (UPat(Ops.AFTER, src=(UPat.var("y"),), allow_any_len=True, name="x"), lambda x, y: x.dtype == y.dtype),
-])
+pm_spec_shared = PatternMatcher(
+    [
+        (UPat(Ops.SINK, dtypes.void), lambda: True),  # SINK(*outputs)
+        (UPat(Ops.NOOP, dtypes.void, src=(), name="x"), lambda x: x.arg is None or isinstance(x.arg, str)),
+        (UPat(Ops.NOOP, src=(UPat.var("y"),), name="x"), lambda x, y: x.dtype in (dtypes.void, y.dtype)),
+        (UPat(Ops.CONST, src=(), name="x"), _const_ok),
+        (UPat(Ops.VCONST, src=(), name="x"), _vconst_ok),
+        (UPat(Ops.STACK, name="x"), lambda x: x.arg is None and _stack_ok(x)),
+        (UPat(Ops.DEFINE_VAR, src=(), name="x"), _var_ok),
+        # ALU: sources and output share a dtype, except comparisons (bool out) and WHERE (bool condition)
+        (
+            UPat(GroupOp.Unary, src=(UPat.var("y"),), name="x"),
+            lambda x, y: x.arg is None and _same_dtype(x, y),
+        ),
+        (
+            UPat(GroupOp.Comparison, src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: x.dtype == dtypes.bool and a.dtype.base == b.dtype.base != dtypes.void,
+        ),
+        (
+            UPat(_INT_ONLY, src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: _same_dtype(x, a, b) and _is_int(x.dtype.base),
+        ),
+        (
+            UPat(_DIVISIONS, src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: _same_dtype(x, a, b) and x.dtype.base != dtypes.bool,
+        ),
+        (
+            UPat(_INT_OR_BOOL, src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: _same_dtype(x, a, b) and (_is_int(x.dtype.base) or x.dtype.base == dtypes.bool),
+        ),
+        (
+            UPat(_PLAIN_BINARY, src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: _same_dtype(x, a, b),
+        ),
+        (
+            UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, c, a, b: c.dtype.base == dtypes.bool and _same_dtype(x, a, b),
+        ),
+        (
+            UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c")), name="x"),
+            lambda x, a, b, c: _same_dtype(x, a, b, c),
+        ),
+        # CAST converts values; BITCAST reinterprets bits, so the widths must agree
+        (
+            UPat(Ops.CAST, src=(UPat.var("y"),), name="x"),
+            lambda x, y: x.arg is None and dtypes.void not in (x.dtype, y.dtype),
+        ),
+        (
+            UPat(Ops.BITCAST, src=(UPat.var("y"),), name="x"),
+            lambda x, y: (
+                x.arg is None
+                and dtypes.void not in (x.dtype, y.dtype)
+                and x.dtype.itemsize == y.dtype.itemsize
+            ),
+        ),
+        # STORE(target, value) writes value into target
+        (
+            UPat(Ops.STORE, dtypes.void, src=(UPat.var("t"), UPat.var("v"))),
+            lambda t, v: t.dtype.base == v.dtype.base,
+        ),
+        # AFTER(value, *effects) is value, once the effects happened
+        (
+            UPat(Ops.AFTER, src=(UPat.var("y"),), allow_any_len=True, name="x"),
+            lambda x, y: x.dtype == y.dtype,
+        ),
+    ]
+)
 
 # ops that live only in tensor graphs (devices, buffers, movement, REDUCE, calls), plus the shared ones
-pm_spec_tensor = pm_spec_scalar + PatternMatcher([
-    (UPat(Ops.DEVICE, dtypes.void, src=(), name="x"), lambda x: _is_device(x.arg)),
-    # a realize CALL's identity is ("realize", n) (realized.py), apart from the user's UNIQUE numbers
-    (UPat((Ops.UNIQUE, Ops.LUNIQUE), dtypes.void, src=(), name="x"),
-     lambda x: _is_nat(x.arg) or (isinstance(x.arg, tuple) and len(x.arg) == 2 and x.arg[0] == "realize"
-                                  and _is_nat(x.arg[1]))),
-    # CONST on a device, optionally unique: CONST(DEVICE) or CONST(UNIQUE|LUNIQUE, DEVICE)
-    (UPat(Ops.CONST, src=(UPat(Ops.DEVICE),), name="x"), _const_ok),
-    (UPat(Ops.CONST, src=(UPat((Ops.UNIQUE, Ops.LUNIQUE)), UPat(Ops.DEVICE)), name="x"), _const_ok),
-    (UPat(Ops.BUFFER, src=(UPat((Ops.UNIQUE, Ops.LUNIQUE)), UPat(Ops.DEVICE)), name="x"),
-     lambda x: _is_nat(x.arg) and _is_value_dtype(x.dtype)),
-    (UPat(Ops.PARAM, name="x"), _param_ok),
-    (UPat(Ops.BIND, src=(UPat(Ops.DEFINE_VAR, name="v"), UPat(Ops.CONST, src=(), name="c")), name="x"),
-     _bind_ok),
-    # movement: the target shape / begins / ends are shape vectors in src, PERMUTE/FLIP keep theirs in arg
-    (UPat((Ops.RESHAPE, Ops.EXPAND), src=(UPat.var("y"), UPat.var("s")), name="x"),
-     lambda x, y, s: x.arg is None and _same_dtype(x, y) and _is_shape_vec(s)),
-    (UPat((Ops.PAD, Ops.SHRINK), src=(UPat.var("y"), UPat.var("b"), UPat.var("e")), name="x"),
-     lambda x, y, b, e: x.arg is None and _same_dtype(x, y) and _is_shape_vec(b) and _is_shape_vec(e)
-     and _vec_len(b) == _vec_len(e)),
-    (UPat(Ops.PERMUTE, src=(UPat.var("y"),), name="x"), _permute_ok),
-    (UPat(Ops.FLIP, src=(UPat.var("y"),), name="x"), _flip_ok),
-    (UPat(Ops.REDUCE, src=(UPat.var("y"),), name="x"),
-     lambda x, y: _same_dtype(x, y) and _reduce_arg_ok(x.arg)),
-    # value-preserving wrappers
-    (UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH), src=(UPat.var("y"),), name="x"),
-     lambda x, y: x.arg is None and _same_dtype(x, y)),
-    (UPat(Ops.COPY, src=(UPat.var("y"), UPat(Ops.DEVICE)), name="x"),
-     lambda x, y: x.arg is None and _same_dtype(x, y)),
-    # multi-device: a real MULTI(value, arg=axis), or the source-less marker at the end of a PARAM
-    (UPat(Ops.MULTI, src=(UPat.var("y"),), name="x"), lambda x, y: _same_dtype(x, y) and _is_nat(x.arg)),
-    (UPat(Ops.MULTI, dtypes.void, src=(), name="x"), lambda x: _is_nat(x.arg)),
-    # function machinery
-    (UPat(Ops.TUPLE, dtypes.void, name="x"), lambda x: x.arg is None),
-    (UPat(Ops.GETTUPLE, src=(UPat((Ops.FUNCTION, Ops.TUPLE), name="k"),), name="x"), _gettuple_ok),
-    (UPat(Ops.FUNCTION, dtypes.void, src=(UPat(Ops.TUPLE),), allow_any_len=True, name="x"), _call_ok),
-    (UPat(Ops.CALL, dtypes.void, src=(UPat(GroupOp.OpaqueBody),), allow_any_len=True, name="x"), _call_ok),
-    # custom-kernel bodies written with explicit loops: view[i, ...] (INDEX), loops (RANGE), END, GROUP
-    (UPat(Ops.RANGE, dtypes.index, src=(UPat.var("b"),), name="x"),
-     lambda x, b: b.dtype == dtypes.index and isinstance(x.arg, tuple) and len(x.arg) == 2
-     and _is_nat(x.arg[0]) and x.arg[1] == "loop"),
-    (UPat(Ops.INDEX, name="x"), _index_ok),
-    (UPat(Ops.END, dtypes.void, name="x"),
-     lambda x: len(x.src) >= 2 and all(r.op is Ops.RANGE for r in x.src[1:])),
-    (UPat(Ops.GROUP, dtypes.void), lambda: True),
-]) + pm_spec_shared
+pm_spec_tensor = (
+    pm_spec_scalar
+    + PatternMatcher(
+        [
+            (UPat(Ops.DEVICE, dtypes.void, src=(), name="x"), lambda x: _is_device(x.arg)),
+            # a realize CALL's identity is ("realize", n) (realized.py), apart from the user's UNIQUE numbers
+            (
+                UPat((Ops.UNIQUE, Ops.LUNIQUE), dtypes.void, src=(), name="x"),
+                lambda x: (
+                    _is_nat(x.arg)
+                    or (
+                        isinstance(x.arg, tuple)
+                        and len(x.arg) == 2
+                        and x.arg[0] == "realize"
+                        and _is_nat(x.arg[1])
+                    )
+                ),
+            ),
+            # CONST on a device, optionally unique: CONST(DEVICE) or CONST(UNIQUE|LUNIQUE, DEVICE)
+            (UPat(Ops.CONST, src=(UPat(Ops.DEVICE),), name="x"), _const_ok),
+            (UPat(Ops.CONST, src=(UPat((Ops.UNIQUE, Ops.LUNIQUE)), UPat(Ops.DEVICE)), name="x"), _const_ok),
+            (
+                UPat(Ops.BUFFER, src=(UPat((Ops.UNIQUE, Ops.LUNIQUE)), UPat(Ops.DEVICE)), name="x"),
+                lambda x: _is_nat(x.arg) and _is_value_dtype(x.dtype),
+            ),
+            (UPat(Ops.PARAM, name="x"), _param_ok),
+            (
+                UPat(
+                    Ops.BIND,
+                    src=(UPat(Ops.DEFINE_VAR, name="v"), UPat(Ops.CONST, src=(), name="c")),
+                    name="x",
+                ),
+                _bind_ok,
+            ),
+            # movement: the target shape / begins / ends are shape vectors in src, PERMUTE/FLIP keep theirs in arg
+            (
+                UPat((Ops.RESHAPE, Ops.EXPAND), src=(UPat.var("y"), UPat.var("s")), name="x"),
+                lambda x, y, s: x.arg is None and _same_dtype(x, y) and _is_shape_vec(s),
+            ),
+            (
+                UPat((Ops.PAD, Ops.SHRINK), src=(UPat.var("y"), UPat.var("b"), UPat.var("e")), name="x"),
+                lambda x, y, b, e: (
+                    x.arg is None
+                    and _same_dtype(x, y)
+                    and _is_shape_vec(b)
+                    and _is_shape_vec(e)
+                    and _vec_len(b) == _vec_len(e)
+                ),
+            ),
+            (UPat(Ops.PERMUTE, src=(UPat.var("y"),), name="x"), _permute_ok),
+            (UPat(Ops.FLIP, src=(UPat.var("y"),), name="x"), _flip_ok),
+            (
+                UPat(Ops.REDUCE, src=(UPat.var("y"),), name="x"),
+                lambda x, y: _same_dtype(x, y) and _reduce_arg_ok(x.arg),
+            ),
+            # value-preserving wrappers
+            (
+                UPat((Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH), src=(UPat.var("y"),), name="x"),
+                lambda x, y: x.arg is None and _same_dtype(x, y),
+            ),
+            (
+                UPat(Ops.COPY, src=(UPat.var("y"), UPat(Ops.DEVICE)), name="x"),
+                lambda x, y: x.arg is None and _same_dtype(x, y),
+            ),
+            # multi-device: a real MULTI(value, arg=axis), or the source-less marker at the end of a PARAM
+            (
+                UPat(Ops.MULTI, src=(UPat.var("y"),), name="x"),
+                lambda x, y: _same_dtype(x, y) and _is_nat(x.arg),
+            ),
+            (UPat(Ops.MULTI, dtypes.void, src=(), name="x"), lambda x: _is_nat(x.arg)),
+            # function machinery
+            (UPat(Ops.TUPLE, dtypes.void, name="x"), lambda x: x.arg is None),
+            (UPat(Ops.GETTUPLE, src=(UPat((Ops.FUNCTION, Ops.TUPLE), name="k"),), name="x"), _gettuple_ok),
+            (UPat(Ops.FUNCTION, dtypes.void, src=(UPat(Ops.TUPLE),), allow_any_len=True, name="x"), _call_ok),
+            (
+                UPat(Ops.CALL, dtypes.void, src=(UPat(GroupOp.OpaqueBody),), allow_any_len=True, name="x"),
+                _call_ok,
+            ),
+            # custom-kernel bodies written with explicit loops: view[i, ...] (INDEX), loops (RANGE), END, GROUP
+            (
+                UPat(Ops.RANGE, dtypes.index, src=(UPat.var("b"),), name="x"),
+                lambda x, b: (
+                    b.dtype == dtypes.index
+                    and isinstance(x.arg, tuple)
+                    and len(x.arg) == 2
+                    and _is_nat(x.arg[0])
+                    and x.arg[1] == "loop"
+                ),
+            ),
+            (UPat(Ops.INDEX, name="x"), _index_ok),
+            (
+                UPat(Ops.END, dtypes.void, name="x"),
+                lambda x: len(x.src) >= 2 and all(r.op is Ops.RANGE for r in x.src[1:]),
+            ),
+            (UPat(Ops.GROUP, dtypes.void), lambda: True),
+        ]
+    )
+    + pm_spec_shared
+)
 
 
 # ---------------------------------------------------------------------- what each op should look like
@@ -315,11 +417,16 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     ({Ops.VCONST}, "no sources; arg a tuple of dtype.count values of the scalar dtype"),
     ({Ops.STACK}, "n scalar sources of one dtype; dtype scalar.vec(n) (an index vector takes any integers)"),
     ({Ops.DEVICE}, "no sources; dtype void; arg a device name or a non-empty tuple of names"),
-    ({Ops.UNIQUE, Ops.LUNIQUE},
-     "no sources; dtype void; arg a non-negative int (or a realize's (\"realize\", n))"),
+    (
+        {Ops.UNIQUE, Ops.LUNIQUE},
+        'no sources; dtype void; arg a non-negative int (or a realize\'s ("realize", n))',
+    ),
     ({Ops.BUFFER}, "src (UNIQUE|LUNIQUE, DEVICE); arg the element count; a scalar non-void dtype"),
-    ({Ops.PARAM}, "arg the slot (int >= 0); src (shape vector|NOOP, DEVICE|NOOP[, vmin CONST, vmax CONST]"
-                  "[, NOOP(name)][, MULTI(axis)])"),
+    (
+        {Ops.PARAM},
+        "arg the slot (int >= 0); src (shape vector|NOOP, DEVICE|NOOP[, vmin CONST, vmax CONST]"
+        "[, NOOP(name)][, MULTI(axis)])",
+    ),
     ({Ops.NOOP}, "dtype void and no sources (arg None or a name), or one source with its dtype"),
     ({Ops.DEFINE_VAR}, "no sources; an int (or float) dtype; arg (name, min, max) with min <= max"),
     ({Ops.BIND}, "src (DEFINE_VAR, CONST) of one dtype, the CONST within the variable's range"),
@@ -335,14 +442,22 @@ _EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
     ({Ops.SINK}, "dtype void; any sources"),
     ({Ops.TUPLE}, "dtype void; arg None; any sources"),
     ({Ops.GETTUPLE}, "src (FUNCTION|TUPLE,); arg an index into the TUPLE; dtype = that element's dtype"),
-    ({Ops.FUNCTION}, "dtype void; src (TUPLE body, *args); arg a CallInfo; body PARAM slot i < #args with "
-                     "args[i]'s dtype"),
-    ({Ops.CALL}, "dtype void; src (SINK|PROGRAM|LINEAR|COPY|BUFFER_VIEW|CUSTOM_FUNCTION body, *args); "
-                 "arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype"),
+    (
+        {Ops.FUNCTION},
+        "dtype void; src (TUPLE body, *args); arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype",
+    ),
+    (
+        {Ops.CALL},
+        "dtype void; src (SINK|PROGRAM|LINEAR|COPY|BUFFER_VIEW|CUSTOM_FUNCTION body, *args); "
+        "arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype",
+    ),
     ({Ops.MULTI}, "src (x,) with x's dtype, or no sources and dtype void (PARAM marker); arg the axis"),
     ({Ops.RANGE}, "in a custom kernel: src (index bound,); dtype index; arg (axis_id >= 0, 'loop')"),
-    ({Ops.INDEX}, "in a custom kernel: src (view of a pointer PARAM, one integer index per dimension); "
-                  "dtype the pointer's element dtype"),
+    (
+        {Ops.INDEX},
+        "in a custom kernel: src (view of a pointer PARAM, one integer index per dimension); "
+        "dtype the pointer's element dtype",
+    ),
     ({Ops.END}, "in a custom kernel: src (effect, RANGE, ...); dtype void"),
     ({Ops.GROUP}, "in a custom kernel: effects that happen together; dtype void"),
 ]
@@ -377,9 +492,11 @@ _SHAPE_EXPECT: dict[Ops, str] = {op: text for ops, text in _SHAPE_EXPECT_ROWS fo
 
 
 def _message(u: UOp, index: int, total: int, problem: str, expect: str) -> str:
-    lines = [f"invalid {u.op.name} node (#{index} of {total} in toposort order): {problem}",
-             f"  node:     {u.op} {u.dtype!r} arg={u.arg!r}" + ("" if u.tag is None else f" tag={u.tag!r}"),
-             f"  sources:  {len(u.src)}" + ("" if u.src else " (none)")]
+    lines = [
+        f"invalid {u.op.name} node (#{index} of {total} in toposort order): {problem}",
+        f"  node:     {u.op} {u.dtype!r} arg={u.arg!r}" + ("" if u.tag is None else f" tag={u.tag!r}"),
+        f"  sources:  {len(u.src)}" + ("" if u.src else " (none)"),
+    ]
     lines += [f"    src[{i}]: {_node_text(s)}" for i, s in enumerate(u.src)]
     lines.append(f"  expected: {u.op.name}: {expect}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ z3 is an optional dependency (`pip install z3-solver`, or the `uopgrad[z3]` extr
 used. Integers are mathematical here (no wrap-around): the translation fits `index`, and fixed-width ints
 only as long as nothing overflows.
 """
+
 # ruff: noqa: ANN401  (z3 ships no type hints: its terms are Any)
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def load_z3() -> Any:
     try:
         z3 = importlib.import_module("z3")
     except ImportError as e:
-        raise ImportError("proving UOp expressions needs z3: pip install z3-solver "
-                          "(or pip install 'uopgrad[z3]')") from e
+        raise ImportError(
+            "proving UOp expressions needs z3: pip install z3-solver (or pip install 'uopgrad[z3]')"
+        ) from e
     if z3.get_version() < (4, 12, 4, 0):
         raise ImportError("uopgrad needs z3 >= 4.12.4: pip install -U 'z3-solver>=4.12.4'")
     return z3
@@ -36,6 +38,7 @@ def load_z3() -> Any:
 
 def _alu(z3: Any) -> dict[Ops, Callable[..., Any]]:
     """z3 meaning of each integer/bool op (floor division and modulo as in Python)."""
+
     def floordiv(a: Any, b: Any) -> Any:  # z3's `/` is Euclidean: it floors only for b > 0
         return z3.If(b > 0, a / b, (-a) / (-b))
 
@@ -64,15 +67,25 @@ def _alu(z3: Any) -> dict[Ops, Callable[..., Any]]:
 
     return {
         # bool ADD/MAX are OR and MUL is AND (a bool result is truncated to True/False)
-        Ops.ADD: lambda a, b: z3.Or(a, b) if z3.is_bool(a) else a + b, Ops.SUB: lambda a, b: a - b,
+        Ops.ADD: lambda a, b: z3.Or(a, b) if z3.is_bool(a) else a + b,
+        Ops.SUB: lambda a, b: a - b,
         Ops.MUL: lambda a, b: z3.And(a, b) if z3.is_bool(a) else a * b,
-        Ops.NEG: lambda a: z3.Not(a) if z3.is_bool(a) else -a, Ops.TRUNC: lambda a: a,
-        Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
-        Ops.MAX: lambda a, b: z3.Or(a, b) if z3.is_bool(a) else z3.If(a < b, b, a), Ops.WHERE: z3.If,
-        Ops.FLOORDIV: floordiv, Ops.FLOORMOD: lambda a, b: a - floordiv(a, b) * b,
-        Ops.CDIV: cdiv, Ops.CMOD: lambda a, b: a - cdiv(a, b) * b,
-        Ops.SHL: lambda a, b: a * (2 ** b.as_long()), Ops.SHR: lambda a, b: floordiv(a, 2 ** b.as_long()),
-        Ops.AND: and_, Ops.OR: or_, Ops.XOR: xor,
+        Ops.NEG: lambda a: z3.Not(a) if z3.is_bool(a) else -a,
+        Ops.TRUNC: lambda a: a,
+        Ops.CMPLT: lambda a, b: a < b,
+        Ops.CMPNE: lambda a, b: a != b,
+        Ops.CMPEQ: lambda a, b: a == b,
+        Ops.MAX: lambda a, b: z3.Or(a, b) if z3.is_bool(a) else z3.If(a < b, b, a),
+        Ops.WHERE: z3.If,
+        Ops.FLOORDIV: floordiv,
+        Ops.FLOORMOD: lambda a, b: a - floordiv(a, b) * b,
+        Ops.CDIV: cdiv,
+        Ops.CMOD: lambda a, b: a - cdiv(a, b) * b,
+        Ops.SHL: lambda a, b: a * (2 ** b.as_long()),
+        Ops.SHR: lambda a, b: floordiv(a, 2 ** b.as_long()),
+        Ops.AND: and_,
+        Ops.OR: or_,
+        Ops.XOR: xor,
     }
 
 
@@ -98,31 +111,46 @@ def _term(make: Callable[[Any], Any]) -> tuple[Any, None]:
 
 _invalid_gate = UPat.var("cond").where(UPat.var("x"), UPat(Ops.CONST, arg=Invalid))
 # each rule returns (term, constraint or None)
-pm_z3 = PatternMatcher([
-    (_invalid_gate, lambda ctx, x, cond: (ctx[1][x], ctx[1][cond])),  # a gated index: its gate must hold
-    (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: _bounded(ctx, x.arg, 0, ctx[1][x.src[0]] - 1)),
-    (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: _bounded(ctx, x.arg[0], x.arg[1], x.arg[2])),
-    (UPat(Ops.RANGE, name="x"),
-     lambda ctx, x: _bounded(ctx, x.render(simplify=False), 0, ctx[1][x.src[0]] - 1)),
-    (UPat(Ops.BIND, name="x"), lambda ctx, x: (ctx[1][x.src[0]], None)),
-    # a loaded value is any value of its dtype (a non-pointer INDEX is a load)
-    (UPat((Ops.LOAD, Ops.INDEX), _INTS, name="x"), lambda ctx, x: _fresh(ctx, "load", x)),
-    (UPat((Ops.LOAD, Ops.INDEX), dtypes.bool),
-     lambda ctx: _term(lambda z3: z3.Bool(f"load{len(ctx[1])}", ctx=ctx[0]))),
-    (UPat(Ops.CONST, arg=Invalid), lambda ctx: _term(lambda z3: z3.Int("Invalid", ctx=ctx[0]))),
-    (UPat(Ops.CONST, _INTS, name="x"), lambda ctx, x: _term(lambda z3: z3.IntVal(x.arg, ctx=ctx[0]))),
-    (UPat(Ops.CONST, dtypes.bool, name="x"), lambda ctx, x: _term(lambda z3: z3.BoolVal(x.arg, ctx=ctx[0]))),
-    # a float becomes opaque: its cast to an int, or a comparison of floats, is a fresh variable
-    (UPat(Ops.CAST, _INTS, src=(UPat(dtype=dtypes.floats),), name="x"),
-     lambda ctx, x: _fresh(ctx, "cast", x)),
-    (UPat(GroupOp.Comparison, src=UPat(dtype=dtypes.floats)),
-     lambda ctx: _term(lambda z3: z3.Bool(f"float_cmp{len(ctx[1])}", ctx=ctx[0]))),
-    (UPat(Ops.CAST, _INTS, src=(UPat.var("x", dtypes.bool),)),
-     lambda ctx, x: _term(lambda z3: z3.If(ctx[1][x], 1, 0))),
-    (UPat(Ops.CAST, _INTS, src=(UPat.var("x", _INTS),)), lambda ctx, x: (ctx[1][x], None)),
-    (UPat(Ops.CAST, dtypes.bool, name="x"), lambda ctx, x: (ctx[1][x.src[0]] != 0, None)),
-    (UPat(GroupOp.ALU, name="x"), lambda ctx, x: (ctx[2][x.op](*(ctx[1][s] for s in x.src)), None)),
-])
+pm_z3 = PatternMatcher(
+    [
+        (_invalid_gate, lambda ctx, x, cond: (ctx[1][x], ctx[1][cond])),  # a gated index: its gate must hold
+        (UPat(Ops.SPECIAL, name="x"), lambda ctx, x: _bounded(ctx, x.arg, 0, ctx[1][x.src[0]] - 1)),
+        (UPat(Ops.DEFINE_VAR, name="x"), lambda ctx, x: _bounded(ctx, x.arg[0], x.arg[1], x.arg[2])),
+        (
+            UPat(Ops.RANGE, name="x"),
+            lambda ctx, x: _bounded(ctx, x.render(simplify=False), 0, ctx[1][x.src[0]] - 1),
+        ),
+        (UPat(Ops.BIND, name="x"), lambda ctx, x: (ctx[1][x.src[0]], None)),
+        # a loaded value is any value of its dtype (a non-pointer INDEX is a load)
+        (UPat((Ops.LOAD, Ops.INDEX), _INTS, name="x"), lambda ctx, x: _fresh(ctx, "load", x)),
+        (
+            UPat((Ops.LOAD, Ops.INDEX), dtypes.bool),
+            lambda ctx: _term(lambda z3: z3.Bool(f"load{len(ctx[1])}", ctx=ctx[0])),
+        ),
+        (UPat(Ops.CONST, arg=Invalid), lambda ctx: _term(lambda z3: z3.Int("Invalid", ctx=ctx[0]))),
+        (UPat(Ops.CONST, _INTS, name="x"), lambda ctx, x: _term(lambda z3: z3.IntVal(x.arg, ctx=ctx[0]))),
+        (
+            UPat(Ops.CONST, dtypes.bool, name="x"),
+            lambda ctx, x: _term(lambda z3: z3.BoolVal(x.arg, ctx=ctx[0])),
+        ),
+        # a float becomes opaque: its cast to an int, or a comparison of floats, is a fresh variable
+        (
+            UPat(Ops.CAST, _INTS, src=(UPat(dtype=dtypes.floats),), name="x"),
+            lambda ctx, x: _fresh(ctx, "cast", x),
+        ),
+        (
+            UPat(GroupOp.Comparison, src=UPat(dtype=dtypes.floats)),
+            lambda ctx: _term(lambda z3: z3.Bool(f"float_cmp{len(ctx[1])}", ctx=ctx[0])),
+        ),
+        (
+            UPat(Ops.CAST, _INTS, src=(UPat.var("x", dtypes.bool),)),
+            lambda ctx, x: _term(lambda z3: z3.If(ctx[1][x], 1, 0)),
+        ),
+        (UPat(Ops.CAST, _INTS, src=(UPat.var("x", _INTS),)), lambda ctx, x: (ctx[1][x], None)),
+        (UPat(Ops.CAST, dtypes.bool, name="x"), lambda ctx, x: (ctx[1][x.src[0]] != 0, None)),
+        (UPat(GroupOp.ALU, name="x"), lambda ctx, x: (ctx[2][x.op](*(ctx[1][s] for s in x.src)), None)),
+    ]
+)
 
 
 def uops_to_z3(solver: Any, *uops: UOp) -> list[Any]:

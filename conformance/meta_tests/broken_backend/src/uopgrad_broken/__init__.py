@@ -16,6 +16,7 @@ CPU backend (generated C) with one planted bug per case class of the suite (devi
 `ONE_DEVICE` is no planted bug: NUMPYVEC with a single device (`ONE_DEVICE:1` does not open), for the
 cases that need a second device, which must be reported as not claimed.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -37,9 +38,11 @@ def _loaded(u: UOp) -> bool:
 # meant: FLIP(a * b) -> FLIP(a) * FLIP(b), pushing the flip onto the operands (into their loads); for a
 # computed left operand it forgets to flip at all. Backward graphs are full of these: the gradient of a flip
 # is the flip of (local derivative * incoming gradient).
-pm_fold_flip = PatternMatcher([
-    (UPat(Ops.FLIP, src=(UPat(Ops.MUL, name="m"),)), lambda m: None if _loaded(m.src[0]) else m),
-])
+pm_fold_flip = PatternMatcher(
+    [
+        (UPat(Ops.FLIP, src=(UPat(Ops.MUL, name="m"),)), lambda m: None if _loaded(m.src[0]) else m),
+    ]
+)
 
 
 class ForgetsToFlip(NumpyVecBackend):
@@ -51,11 +54,24 @@ class ForgetsToFlip(NumpyVecBackend):
 
 
 class _NoGateRenderer(NumpyRenderer):
-    def _line(self, u: UOp, i: int, names: dict[UOp, str], depth: int, var_pos: dict[UOp, int],
-              slot_pos: dict[int, int]) -> tuple[str | None, int]:
+    def _line(
+        self,
+        u: UOp,
+        i: int,
+        names: dict[UOp, str],
+        depth: int,
+        var_pos: dict[UOp, int],
+        slot_pos: dict[int, int],
+    ) -> tuple[str | None, int]:
         # a peephole that is right on its own: WHERE(g, LOAD(idx, g), 0) is the gated load itself...
-        if u.op is Ops.WHERE and u.src[1].op is Ops.LOAD and len(u.src[1].src) > 1 \
-                and u.src[1].src[1] is u.src[0] and u.src[2].op is Ops.CONST and u.src[2].arg == 0:
+        if (
+            u.op is Ops.WHERE
+            and u.src[1].op is Ops.LOAD
+            and len(u.src[1].src) > 1
+            and u.src[1].src[1] is u.src[0]
+            and u.src[2].op is Ops.CONST
+            and u.src[2].arg == 0
+        ):
             names[u] = names[u.src[1]]
             return None, depth
         return super()._line(u, i, names, depth, var_pos, slot_pos)
@@ -85,11 +101,22 @@ class TruncatingFloorDiv(NumpyVecBackend):
 
 
 class _ZeroIdentityRenderer(NumpyRenderer):
-    def _line(self, u: UOp, i: int, names: dict[UOp, str], depth: int, var_pos: dict[UOp, int],
-              slot_pos: dict[int, int]) -> tuple[str | None, int]:
+    def _line(
+        self,
+        u: UOp,
+        i: int,
+        names: dict[UOp, str],
+        depth: int,
+        var_pos: dict[UOp, int],
+        slot_pos: dict[int, int],
+    ) -> tuple[str | None, int]:
         init = u.src[0] if u.op is Ops.DEFINE_REG and u.src else None
-        if init is not None and init.op is Ops.CONST and init.arg == dtypes.min(init.dtype) \
-                and init.dtype != dtypes.bool:
+        if (
+            init is not None
+            and init.op is Ops.CONST
+            and init.arg == dtypes.min(init.dtype)
+            and init.dtype != dtypes.bool
+        ):
             names[u] = f"v{i}"
             return f"v{i} = np.zeros((1,), dtype=np.{_np(init)})", depth
         return super()._line(u, i, names, depth, var_pos, slot_pos)
@@ -97,6 +124,7 @@ class _ZeroIdentityRenderer(NumpyRenderer):
 
 def _np(c: UOp) -> str:
     import numpy as np
+
     return np.dtype(dtypes.to_numpy(c.dtype)).name
 
 

@@ -20,6 +20,7 @@ split without its remainder, a pragma on the wrong loop, a fast path that swaps 
 | BROKEN_C_MATH    | float64 math calls the float versions (`log2f`, `sinf`, ...)                   |
 | BROKEN_C_REALIZE | a realized tensor becomes its bare buffer: gradients after a read are zero     |
 """
+
 from __future__ import annotations
 
 import re
@@ -34,16 +35,33 @@ from uopgrad.codegen import Program as LinearProgram
 from uopgrad.renderer import Renderer
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
-__all__ = ["MUTANTS", "BrokenF2I", "BrokenF16", "BrokenIndex16", "BrokenIntDiv", "BrokenLiteral",
-           "BrokenManyBuf", "BrokenMath", "BrokenNoZero", "BrokenRace", "BrokenRealize", "BrokenTail",
-           "BrokenVars", "BrokenWhere"]
+__all__ = [
+    "MUTANTS",
+    "BrokenF2I",
+    "BrokenF16",
+    "BrokenIndex16",
+    "BrokenIntDiv",
+    "BrokenLiteral",
+    "BrokenManyBuf",
+    "BrokenMath",
+    "BrokenNoZero",
+    "BrokenRace",
+    "BrokenRealize",
+    "BrokenTail",
+    "BrokenVars",
+    "BrokenWhere",
+]
 
 
-def _backend(renderer: type[Renderer] = CRenderer, program: type[CPUProgram] = CPUProgram,
-             allocator: type[CPUAllocator] = CPUAllocator) -> type[CompiledBackend]:
+def _backend(
+    renderer: type[Renderer] = CRenderer,
+    program: type[CPUProgram] = CPUProgram,
+    allocator: type[CPUAllocator] = CPUAllocator,
+) -> type[CompiledBackend]:
     class Mutant(CompiledBackend):
         def __init__(self, device: str) -> None:
             super().__init__(device, renderer(), CCompiler(), allocator(), program, CPU_DTYPES)
+
     return Mutant
 
 
@@ -62,6 +80,7 @@ class _Tail(_SourceMutation):
         # blocks of 1024 (meant for a vector loop); the scalar remainder loop was never written
         def bound(m: re.Match[str]) -> str:
             return f"{m[1]} < {m[2]} / 1024 * 1024;" if int(m[2]) > 1024 else m[0]
+
         return re.sub(r"(ridx\d+) < (\d+);", bound, src)
 
 
@@ -99,8 +118,12 @@ def _plain_mod(r: CRenderer, dt: DType, a: str, b: str) -> str:
 
 
 class _IntDiv(CRenderer):
-    code_for_op: ClassVar = {**CRenderer.code_for_op, Ops.CDIV: _plain_div, Ops.FDIV: _plain_div,
-                             Ops.CMOD: _plain_mod}
+    code_for_op: ClassVar = {
+        **CRenderer.code_for_op,
+        Ops.CDIV: _plain_div,
+        Ops.FDIV: _plain_div,
+        Ops.CMOD: _plain_mod,
+    }
 
 
 class _F2I(CRenderer):
@@ -116,8 +139,13 @@ class _NoZero(CPUAllocator):
 
 
 class _Vars(CPUProgram):
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         super().__call__(*bufs, vals=tuple(reversed(vals)), global_size=global_size, local_size=local_size)
 
 
@@ -141,8 +169,11 @@ class _F16(CRenderer):
 
 class _Literal(CRenderer):
     def render_const(self, value: object, dt: DType) -> str:
-        if dt.scalar() in (dtypes.float32, dtypes.float64) and isinstance(value, float | int) \
-                and np.isfinite(float(value)):
+        if (
+            dt.scalar() in (dtypes.float32, dtypes.float64)
+            and isinstance(value, float | int)
+            and np.isfinite(float(value))
+        ):
             text = f"{float(value):.6g}"  # "%g is enough digits"
             text += "" if any(c in text for c in ".e") else ".0"
             text += "" if dt.scalar() == dtypes.float64 else "f"
@@ -151,11 +182,17 @@ class _Literal(CRenderer):
 
 
 class _ManyBuf(CPUProgram):
-    def __call__(self, *bufs: object, vals: Sequence[int] = (), global_size: Sequence[int] | None = None,
-                 local_size: Sequence[int] | None = None) -> None:
+    def __call__(
+        self,
+        *bufs: object,
+        vals: Sequence[int] = (),
+        global_size: Sequence[int] | None = None,
+        local_size: Sequence[int] | None = None,
+    ) -> None:
         # eight buffers "in registers", the rest "on the stack" -- pushed in the wrong order
-        super().__call__(*bufs[:8], *reversed(bufs[8:]), vals=vals, global_size=global_size,
-                         local_size=local_size)
+        super().__call__(
+            *bufs[:8], *reversed(bufs[8:]), vals=vals, global_size=global_size, local_size=local_size
+        )
 
 
 class _Index16(_SourceMutation):
@@ -183,10 +220,18 @@ BrokenMath = _backend(_Math)
 
 # device name -> backend (the entry points of pyproject.toml)
 MUTANTS: dict[str, type[CompiledBackend]] = {
-    "BROKEN_C_TAIL": BrokenTail, "BROKEN_C_RACE": BrokenRace, "BROKEN_C_WHERE": BrokenWhere,
-    "BROKEN_C_INTDIV": BrokenIntDiv, "BROKEN_C_F2I": BrokenF2I, "BROKEN_C_NOZERO": BrokenNoZero,
-    "BROKEN_C_VARS": BrokenVars, "BROKEN_C_F16": BrokenF16, "BROKEN_C_LITERAL": BrokenLiteral,
-    "BROKEN_C_MANYBUF": BrokenManyBuf, "BROKEN_C_INDEX16": BrokenIndex16, "BROKEN_C_MATH": BrokenMath,
+    "BROKEN_C_TAIL": BrokenTail,
+    "BROKEN_C_RACE": BrokenRace,
+    "BROKEN_C_WHERE": BrokenWhere,
+    "BROKEN_C_INTDIV": BrokenIntDiv,
+    "BROKEN_C_F2I": BrokenF2I,
+    "BROKEN_C_NOZERO": BrokenNoZero,
+    "BROKEN_C_VARS": BrokenVars,
+    "BROKEN_C_F16": BrokenF16,
+    "BROKEN_C_LITERAL": BrokenLiteral,
+    "BROKEN_C_MANYBUF": BrokenManyBuf,
+    "BROKEN_C_INDEX16": BrokenIndex16,
+    "BROKEN_C_MATH": BrokenMath,
 }
 
 

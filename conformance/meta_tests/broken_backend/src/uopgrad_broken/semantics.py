@@ -17,6 +17,7 @@ before issue 31, and a backend that wraps the Tensor API could bring any of them
 | BROKEN_C_LEAVES   | a Python scalar becomes an interned constant unless requires_grad is given at      |
 |                   | construction: two equal leaves are one node and share one gradient                 |
 """
+
 from __future__ import annotations
 
 import weakref
@@ -30,8 +31,14 @@ from uopgrad.backend import CompiledBackend
 from uopgrad_broken.cbackend import _backend
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
-__all__ = ["SEMANTIC_MUTANTS", "BrokenEmpty", "BrokenLeaves", "BrokenReupload", "BrokenSetitem",
-           "BrokenSigmoid"]
+__all__ = [
+    "SEMANTIC_MUTANTS",
+    "BrokenEmpty",
+    "BrokenLeaves",
+    "BrokenReupload",
+    "BrokenSetitem",
+    "BrokenSigmoid",
+]
 
 
 def _on(t: Tensor, device: str) -> bool:
@@ -77,8 +84,12 @@ class BrokenEmpty(CompiledBackend):
         if not _touches_empty(item, None):
             super().run_kernel(item, var_vals)
 
-    def bind_kernel(self, item: UOp, var_vals: dict[str, int], bufs: Sequence[UOp] | None = None,
-                    ) -> Callable[[], None]:
+    def bind_kernel(
+        self,
+        item: UOp,
+        var_vals: dict[str, int],
+        bufs: Sequence[UOp] | None = None,
+    ) -> Callable[[], None]:
         if _touches_empty(item, bufs):
             return lambda: None
         return super().bind_kernel(item, var_vals, bufs)
@@ -123,8 +134,13 @@ def _interned_leaves() -> None:
     `a, b = Tensor(3.0), Tensor(3.0)` with requires_grad set later are one gradient target."""
     original = Tensor.__init__
 
-    def init(self: Tensor, data: Any = None, device: Any = None, dtype: Any = None,
-             requires_grad: bool | None = None) -> None:
+    def init(
+        self: Tensor,
+        data: Any = None,
+        device: Any = None,
+        dtype: Any = None,
+        requires_grad: bool | None = None,
+    ) -> None:
         original(self, data, device, dtype, requires_grad)
         value = data.item() if isinstance(data, np.generic) else data
         interned = isinstance(value, (bool, int, float)) and requires_grad is not True
@@ -143,6 +159,9 @@ BrokenLeaves = _backend()
 
 # device name -> backend (the entry points of pyproject.toml)
 SEMANTIC_MUTANTS: dict[str, type[CompiledBackend]] = {
-    "BROKEN_C_SETITEM": BrokenSetitem, "BROKEN_C_REUPLOAD": BrokenReupload, "BROKEN_C_SIGMOID": BrokenSigmoid,
-    "BROKEN_C_EMPTY": BrokenEmpty, "BROKEN_C_LEAVES": BrokenLeaves,
+    "BROKEN_C_SETITEM": BrokenSetitem,
+    "BROKEN_C_REUPLOAD": BrokenReupload,
+    "BROKEN_C_SIGMOID": BrokenSigmoid,
+    "BROKEN_C_EMPTY": BrokenEmpty,
+    "BROKEN_C_LEAVES": BrokenLeaves,
 }

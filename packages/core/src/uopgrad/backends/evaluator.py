@@ -5,6 +5,7 @@ None for effects), with the numerics of numerics.py. Writes (STORE, custom-kerne
 during one run: a plain BUFFER read sees the contents from before the run, a read through AFTER sees the
 writes, and the written buffers are committed to the storage map when the run ends.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -31,8 +32,20 @@ Value: TypeAlias = "np.ndarray | tuple[Value, ...] | None"
 storage: weakref.WeakKeyDictionary[UOp, Array] = weakref.WeakKeyDictionary()
 
 # nodes whose sources are not values: they are evaluated without visiting their sources
-_LEAVES = frozenset({Ops.CONST, Ops.VCONST, Ops.BUFFER, Ops.BIND, Ops.DEFINE_VAR, Ops.PARAM, Ops.DEVICE,
-                     Ops.UNIQUE, Ops.LUNIQUE, Ops.NOOP})
+_LEAVES = frozenset(
+    {
+        Ops.CONST,
+        Ops.VCONST,
+        Ops.BUFFER,
+        Ops.BIND,
+        Ops.DEFINE_VAR,
+        Ops.PARAM,
+        Ops.DEVICE,
+        Ops.UNIQUE,
+        Ops.LUNIQUE,
+        Ops.NOOP,
+    }
+)
 # ops that a STORE target or an AFTER may be a view through; AFTER itself is transparent for views
 _VIEWS = GroupOp.Movement
 
@@ -48,8 +61,12 @@ _loop_runner: LoopRunner | None = None
 # dtype. Runs under it scatter the way the program's own rounding error does, so their spread estimates that
 # error where a single exact-by-luck run would not (conformance's program bounds use it).
 _noise: ContextVar[np.random.Generator | None] = ContextVar("rounding_noise", default=None)
-_ULP: dict[DType, float] = {dtypes.float16: 2.0 ** -10, dtypes.bfloat16: 2.0 ** -7,
-                            dtypes.float32: 2.0 ** -23, dtypes.float64: 2.0 ** -52}
+_ULP: dict[DType, float] = {
+    dtypes.float16: 2.0**-10,
+    dtypes.bfloat16: 2.0**-7,
+    dtypes.float32: 2.0**-23,
+    dtypes.float64: 2.0**-52,
+}
 
 
 @contextmanager
@@ -110,8 +127,8 @@ class _Frame:
     def __init__(self, args: Iterable[Value]) -> None:
         self.memo: dict[UOp, Value] = {}
         self.args: list[Value] = list(args)
-        self.written: set[int] = set()       # PARAM slots stored into (their args entry is a private copy)
-        self.live: dict[UOp, Array] = {}     # other store targets: the written copy of their value
+        self.written: set[int] = set()  # PARAM slots stored into (their args entry is a private copy)
+        self.live: dict[UOp, Array] = {}  # other store targets: the written copy of their value
 
 
 class Evaluator:
@@ -163,8 +180,9 @@ class Evaluator:
             out = reference_alu[u.op](*vals)
             self.ops += int(np.size(out))
         except (TypeError, ValueError, KeyError) as e:
-            raise EvaluationError(f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): "
-                               f"{u.short()}") from e
+            raise EvaluationError(
+                f"REFERENCE can't evaluate {u.op} on {[str(v.dtype) for v in vals]} ({e}): {u.short()}"
+            ) from e
         return _perturb(finish(out, u.dtype), u.dtype)
 
     # -------------------------------------------------------------- leaves
@@ -190,8 +208,9 @@ class Evaluator:
 
     def _param(self, u: UOp, frame: _Frame) -> Value:
         if not 0 <= u.arg < len(frame.args):
-            raise EvaluationError(f"PARAM slot {u.arg} has no argument ({len(frame.args)} given): "
-                                  f"{u.short()}")
+            raise EvaluationError(
+                f"PARAM slot {u.arg} has no argument ({len(frame.args)} given): {u.short()}"
+            )
         return frame.args[int(u.arg)]
 
     def _read_buffer(self, buf: UOp) -> Array:
@@ -264,8 +283,13 @@ class Evaluator:
         """The storage of `base` as it is now, writes of this run included."""
         if base.op is Ops.BUFFER:
             return self.live_buffers[base] if base in self.live_buffers else self._read_buffer(base)
-        value = self._param(base, frame) if base.op is Ops.PARAM else \
-            frame.live[base] if base in frame.live else frame.memo[base]
+        value = (
+            self._param(base, frame)
+            if base.op is Ops.PARAM
+            else frame.live[base]
+            if base in frame.live
+            else frame.memo[base]
+        )
         if not isinstance(value, np.ndarray):
             raise EvaluationError(f"{base.op} holds no array to view or to store into: {base.short()}")
         return value
@@ -306,8 +330,9 @@ class Evaluator:
 
     def _store(self, u: UOp, frame: _Frame) -> None:
         if len(u.src) != 2:
-            raise EvaluationError(f"REFERENCE runs STORE(target, value), not {len(u.src)} sources: "
-                                  f"{u.short()}")
+            raise EvaluationError(
+                f"REFERENCE runs STORE(target, value), not {len(u.src)} sources: {u.short()}"
+            )
         self.store(u.src[0], frame.memo[u.src[1]], frame)
 
     def _after(self, u: UOp, frame: _Frame) -> Value:
@@ -335,8 +360,9 @@ class Evaluator:
     def _call(self, u: UOp, frame: _Frame) -> None:
         body, args = u.src[0], u.src[1:]
         if body.op is not Ops.SINK:
-            raise EvaluationError(f"REFERENCE runs CALLs of a SINK of STOREs (custom kernels), not of "
-                               f"{body.op}: {u.short()}")
+            raise EvaluationError(
+                f"REFERENCE runs CALLs of a SINK of STOREs (custom kernels), not of {body.op}: {u.short()}"
+            )
         params = {p.arg: p for p in body.toposort(enter_calls=False) if p.op is Ops.PARAM}
         values: list[Value] = []
         for i, a in enumerate(args):
@@ -344,15 +370,19 @@ class Evaluator:
             p = params.get(i)
             if p is not None and isinstance(p.dtype, PtrDType):
                 if p.dtype.size not in (-1, v.size):
-                    raise EvaluationError(f"custom kernel argument {i} has {v.size} elements but its PARAM "
-                                       f"points to {p.dtype.size}: {u.short()}")
+                    raise EvaluationError(
+                        f"custom kernel argument {i} has {v.size} elements but its PARAM "
+                        f"points to {p.dtype.size}: {u.short()}"
+                    )
                 v = v.reshape(-1)
             values.append(v)
         inner = _Frame(values)
         if any(is_explicit(e) for e in body.src):  # written with its own loops: run its linear program
             if _loop_runner is None:
-                raise EvaluationError("no interpreter registered for kernels with explicit loops: import "
-                                      "uopgrad.backends.reference")
+                raise EvaluationError(
+                    "no interpreter registered for kernels with explicit loops: import "
+                    "uopgrad.backends.reference"
+                )
             names = {v.arg[0]: x for v, x in self.var_vals.items()}
             arrays, outs = _loop_runner(u, [np.array(_arr(v), copy=True) for v in values], names)
             inner.args = list(arrays)
@@ -365,18 +395,33 @@ class Evaluator:
 _Handler = Callable[[Evaluator, UOp, _Frame], Value]
 # How each non-ALU op is evaluated (ALU ops go through `reference_alu`); ops missing here are an error
 _HANDLERS: dict[Ops, _Handler] = {
-    Ops.CONST: Evaluator._const, Ops.VCONST: Evaluator._vconst, Ops.STACK: Evaluator._stack,
-    Ops.DEFINE_VAR: Evaluator._define_var, Ops.BIND: Evaluator._bind, Ops.PARAM: Evaluator._param,
-    Ops.BUFFER: Evaluator._buffer, Ops.DEVICE: Evaluator._none, Ops.UNIQUE: Evaluator._none,
-    Ops.LUNIQUE: Evaluator._none, Ops.NOOP: Evaluator._none, Ops.SINK: Evaluator._none,
+    Ops.CONST: Evaluator._const,
+    Ops.VCONST: Evaluator._vconst,
+    Ops.STACK: Evaluator._stack,
+    Ops.DEFINE_VAR: Evaluator._define_var,
+    Ops.BIND: Evaluator._bind,
+    Ops.PARAM: Evaluator._param,
+    Ops.BUFFER: Evaluator._buffer,
+    Ops.DEVICE: Evaluator._none,
+    Ops.UNIQUE: Evaluator._none,
+    Ops.LUNIQUE: Evaluator._none,
+    Ops.NOOP: Evaluator._none,
+    Ops.SINK: Evaluator._none,
     Ops.GROUP: Evaluator._none,
     **{op: Evaluator._movement for op in GroupOp.Movement},
-    Ops.REDUCE: Evaluator._reduce, Ops.CAST: Evaluator._cast, Ops.BITCAST: Evaluator._bitcast,
-    Ops.CONTIGUOUS: Evaluator._copy, Ops.COPY: Evaluator._copy,
-    Ops.CONTIGUOUS_BACKWARD: Evaluator._same, Ops.DETACH: Evaluator._same,
-    Ops.TUPLE: Evaluator._tuple, Ops.GETTUPLE: Evaluator._gettuple,
-    Ops.STORE: Evaluator._store, Ops.AFTER: Evaluator._after,
-    Ops.FUNCTION: Evaluator._function, Ops.CALL: Evaluator._call,
+    Ops.REDUCE: Evaluator._reduce,
+    Ops.CAST: Evaluator._cast,
+    Ops.BITCAST: Evaluator._bitcast,
+    Ops.CONTIGUOUS: Evaluator._copy,
+    Ops.COPY: Evaluator._copy,
+    Ops.CONTIGUOUS_BACKWARD: Evaluator._same,
+    Ops.DETACH: Evaluator._same,
+    Ops.TUPLE: Evaluator._tuple,
+    Ops.GETTUPLE: Evaluator._gettuple,
+    Ops.STORE: Evaluator._store,
+    Ops.AFTER: Evaluator._after,
+    Ops.FUNCTION: Evaluator._function,
+    Ops.CALL: Evaluator._call,
 }
 
 

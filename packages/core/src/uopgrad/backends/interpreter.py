@@ -8,6 +8,7 @@ memory (DEFINE_LOCAL) is one array per workgroup, side by side, each lane indexi
 step one iteration at a time; ALU ops are numerics.py's table, on those arrays. Values are never 0-d: numpy
 computes some ops on 0-d arrays by another code path than on arrays (float32 pow).
 """
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,10 @@ def _memory(prg: Program, u: UOp, index: tuple[Array, Array], gate: Array | None
     off, g = np.broadcast_arrays(np.asarray(off).astype(np.int64), g)
     bad = g & ((off < 0) | (off >= buf.size))
     if np.any(bad):
-        raise IndexError(f"kernel {prg.name}: {u.op.name} at offset {int(off[bad].reshape(-1)[0])} of a "
-                         f"buffer of {buf.size} elements: {u.short()}")
+        raise IndexError(
+            f"kernel {prg.name}: {u.op.name} at offset {int(off[bad].reshape(-1)[0])} of a "
+            f"buffer of {buf.size} elements: {u.short()}"
+        )
     return buf, np.where(g, off, 0), g
 
 
@@ -122,10 +125,16 @@ def run_program(prg: Program, buffers: Sequence[Array], var_vals: Mapping[str, i
             pc += 1
 
 
-
-def _linear_leaf(u: UOp, s: tuple[int, ...], vals: list[Any], buffers: Sequence[Array],
-                 var_vals: Mapping[str, int], special: Mapping[str, Array], regs: dict[int, Array],
-                 pc: int) -> object:
+def _linear_leaf(
+    u: UOp,
+    s: tuple[int, ...],
+    vals: list[Any],
+    buffers: Sequence[Array],
+    var_vals: Mapping[str, int],
+    special: Mapping[str, Array],
+    regs: dict[int, Array],
+    pc: int,
+) -> object:
     """The value of a non-ALU, non-control uop of a linear program."""
     op = u.op
     if op is Ops.CONST:
@@ -188,8 +197,12 @@ def _write(buf: UOp, arr: Array) -> None:
         Device[str(buf.device)].copyin(buf, arr)
 
 
-def run_schedule(sched: Schedule, lower_kernels: bool = True, ops: frozenset[Ops] = REFERENCE_OPS,
-                 grid: GridLimits | None = None) -> None:
+def run_schedule(
+    sched: Schedule,
+    lower_kernels: bool = True,
+    ops: frozenset[Ops] = REFERENCE_OPS,
+    grid: GridLimits | None = None,
+) -> None:
     """Run a schedule's items in order on REFERENCE storage: copies copy; kernels are lowered for the target
     of `ops` (and `grid`) and run as linear programs, or, with `lower_kernels=False`, evaluated as custom
     kernels."""
@@ -213,15 +226,20 @@ def run_schedule(sched: Schedule, lower_kernels: bool = True, ops: frozenset[Ops
             ev.commit()
 
 
-def _run_loops(call: UOp, arrays: list[Array],
-               var_vals: dict[str, int]) -> tuple[list[Array], tuple[int, ...]]:
+def _run_loops(
+    call: UOp, arrays: list[Array], var_vals: dict[str, int]
+) -> tuple[list[Array], tuple[int, ...]]:
     """A custom kernel written with explicit loops: its linear program run on the argument arrays, counted as
     one launch."""
     prg = lower(call, LOOPS_TARGET)
     start = time.perf_counter()
     run_program(prg, arrays, var_vals)
-    count_kernel(str(call.src[1].device) if len(call.src) > 1 else "REFERENCE", prg, var_vals,
-                 time.perf_counter() - start)
+    count_kernel(
+        str(call.src[1].device) if len(call.src) > 1 else "REFERENCE",
+        prg,
+        var_vals,
+        time.perf_counter() - start,
+    )
     return arrays, prg.outs
 
 

@@ -3,6 +3,7 @@
 share (spec/reference.md) live in code; the graph evaluator and the linear-program interpreter both compute
 with it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -14,8 +15,19 @@ from uopgrad.alu import ALU, Alu
 from uopgrad.dtype import DType, dtypes
 from uopgrad.ops import Ops
 
-__all__ = ["REFERENCE_OPS", "Array", "bitcast", "cast", "finish", "float32_to_bf16_bits", "movement",
-           "np_dtype", "reduce", "reference_alu", "round_bf16"]
+__all__ = [
+    "REFERENCE_OPS",
+    "Array",
+    "bitcast",
+    "cast",
+    "finish",
+    "float32_to_bf16_bits",
+    "movement",
+    "np_dtype",
+    "reduce",
+    "reference_alu",
+    "round_bf16",
+]
 
 Array: TypeAlias = np.ndarray
 
@@ -44,8 +56,10 @@ def round_bf16(a: Array) -> Array:
     """Round float32 values to the nearest bfloat16 (ties to even); inf and NaN are kept."""
     f = np.ascontiguousarray(a, dtype=np.float32)
     bits = f.view(np.uint32)
-    rounded = (((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
-               << np.uint32(16)).view(np.float32)
+    rounded = (
+        ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+        << np.uint32(16)
+    ).view(np.float32)
     return np.where(np.isfinite(f), rounded, f)
 
 
@@ -62,9 +76,9 @@ def _float_to_int(a: Array, npdt: np.dtype) -> Array:
     """Truncate toward zero, then wrap modulo 2**bits like integer overflow; NaN and ±inf give 0."""
     f = a.astype(np.float64)
     t = np.trunc(np.where(np.isfinite(f), f, 0.0))
-    r = np.fmod(t, 2.0 ** 64)  # exact: t is integral and the modulus a power of two
-    r = np.where(r >= 2.0 ** 63, r - 2.0 ** 64, r)
-    r = np.where(r < -(2.0 ** 63), r + 2.0 ** 64, r)
+    r = np.fmod(t, 2.0**64)  # exact: t is integral and the modulus a power of two
+    r = np.where(r >= 2.0**63, r - 2.0**64, r)
+    r = np.where(r < -(2.0**63), r + 2.0**64, r)
     return r.astype(np.int64).astype(npdt)  # int64 -> narrower ints wraps (two's complement)
 
 
@@ -100,6 +114,7 @@ def _on_arrays(row: Alu) -> Callable[..., Array]:
     """A row of `uopgrad.alu.ALU` on operand arrays: floats if any operand is a float, else ints (all-bool
     operands as 0/1 ints, then `!= 0`); where C leaves an integer result undefined, the row's defined value
     (the operands there replaced by ones so that numpy computes nothing undefined)."""
+
     def run(*xs: Array) -> Array:
         kinds = [x.dtype.kind for x in xs]
         if "f" in kinds:
@@ -119,6 +134,7 @@ def _on_arrays(row: Alu) -> Callable[..., Array]:
             return np.asarray(row.ints(a, b))
         out = np.asarray(row.ints(a, np.where(bad, np.ones_like(b), b)))
         return np.asarray(np.where(bad, np.asarray(u.value(a, b)).astype(out.dtype), out))
+
     return run
 
 

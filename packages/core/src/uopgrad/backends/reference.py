@@ -5,6 +5,7 @@ by), evaluator.py (tensor graphs evaluated directly) and interpreter.py (codegen
 the lowering is checked without a compiler). This module is the backend class, and the names tests and
 tools import from REFERENCE.
 """
+
 from __future__ import annotations
 
 import time
@@ -35,9 +36,23 @@ from uopgrad.pipeline import recording
 from uopgrad.uop import UOp
 from uopgrad.verify import verify_new
 
-__all__ = ["REFERENCE_OPS", "Evaluator", "ReferenceBackend", "Value", "bitcast", "cast", "evaluate",
-           "float32_to_bf16_bits", "movement", "np_dtype", "reduce", "reference_alu", "round_bf16",
-           "run_program", "run_schedule"]
+__all__ = [
+    "REFERENCE_OPS",
+    "Evaluator",
+    "ReferenceBackend",
+    "Value",
+    "bitcast",
+    "cast",
+    "evaluate",
+    "float32_to_bf16_bits",
+    "movement",
+    "np_dtype",
+    "reduce",
+    "reference_alu",
+    "round_bf16",
+    "run_program",
+    "run_schedule",
+]
 
 
 class ReferenceBackend(Backend):
@@ -45,8 +60,9 @@ class ReferenceBackend(Backend):
 
     # every op and every dtype a value can have: REFERENCE evaluates the tensor IR directly, so its target
     # is declared here, not built by a renderer (it has none)
-    capabilities = Target(frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats}), GroupOp.ALU, None,
-                          compiled=False)
+    capabilities = Target(
+        frozenset({dtypes.bool, *dtypes.ints, *dtypes.floats}), GroupOp.ALU, None, compiled=False
+    )
 
     def copyin(self, buf: UOp, data: np.ndarray) -> None:
         """Fill `buf` (a copy of `data`, converted to the buffer's storage dtype)."""
@@ -73,9 +89,11 @@ class ReferenceBackend(Backend):
         """Evaluate `sink` and commit its writes. REFERENCE launches no kernels: GlobalCounters get what the
         evaluation computed (each node once), and the kernels written with explicit loops it ran."""
         if recording() is not None:  # a TinyJit capturing on a compiled device: this work would be lost
-            raise JitError(f"a TinyJit step ran work on {self.name}, which evaluates graphs without kernels, "
-                           "so there is nothing to capture and replay; keep the step on one compiled device "
-                           "(CPU, CL, CUDA), or all of it on REFERENCE (which runs it on every call)")
+            raise JitError(
+                f"a TinyJit step ran work on {self.name}, which evaluates graphs without kernels, "
+                "so there is nothing to capture and replay; keep the step on one compiled device "
+                "(CPU, CL, CUDA), or all of it on REFERENCE (which runs it on every call)"
+            )
         with debug.realizing(self.name, sink):
             verify_new(sink)  # a malformed graph is a VerifyError naming the node
             start = time.perf_counter()

@@ -7,6 +7,7 @@ well-formedness tables of the lowered forms) and `target` (`Target`, what a kern
 pass list and the loop that runs it are the driver's: `uopgrad.pipeline.CODEGEN_PASSES` and
 `uopgrad.pipeline.lower`.
 """
+
 from __future__ import annotations
 
 from uopgrad.codegen.program import GridLimits, GridSpec, Program

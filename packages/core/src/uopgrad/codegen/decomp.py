@@ -5,6 +5,7 @@ that set, and builds the replacement from simpler ops (which are decomposed agai
 The results follow REFERENCE's numerics (spec/reference.md §3): floor division from C's truncating CDIV/CMOD
 (fmod for floats) with a correction, NaN-propagating MAX, and POW with numpy's sign and special-value rules.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -220,30 +221,63 @@ def _missing(ctx: frozenset[Ops], op: Ops) -> bool:
 _a, _b, _x = UPat.var("a"), UPat.var("b"), UPat.var("x")
 _bool_a, _bool_b = UPat.var("a", dtypes.bool), UPat.var("b", dtypes.bool)
 
-pm_decomp = PatternMatcher([
-    (UPat(Ops.MAX, src=(_a, _b)),
-     lambda ctx, a, b: _max(a, b) if _missing(ctx, Ops.MAX) else None),  # max(a,b) -> where(a<b, b, a)
-    (UPat(Ops.FLOORDIV, src=(_a, _b), name="x"),
-     lambda ctx, x, a, b: _floordiv(x, a, b) if _missing(ctx, Ops.FLOORDIV) else None),  # a//b -> cdiv + fix
-    (UPat(Ops.FLOORMOD, src=(_a, _b), name="x"),
-     lambda ctx, x, a, b: _floormod(x, a, b) if _missing(ctx, Ops.FLOORMOD) else None),  # a%b -> cmod (+ fix)
-    (UPat(Ops.POW, src=(_a, _b), name="x"),
-     lambda ctx, x, a, b: _pow(x, a, b) if _missing(ctx, Ops.POW) else None),  # b**e -> exp2/log2 or mults
-    (UPat(Ops.SUB, src=(_a, _b)),
-     lambda ctx, a, b: _sub(a, b) if _missing(ctx, Ops.SUB) else None),  # a-b -> a+(-b)
-    (UPat(Ops.NEG, src=(_x,)),
-     lambda ctx, x: _neg_decomp(x) if _missing(ctx, Ops.NEG) else None),  # -x -> x*-1
-    (UPat(Ops.CMPEQ, src=(_a, _b)),
-     lambda ctx, a, b: _eq(a, b) if _missing(ctx, Ops.CMPEQ) else None),  # a==b -> !(a!=b)
-    (UPat(Ops.FDIV, src=(_a, _b)), lambda ctx, a, b: _fdiv(a, b) if _missing(ctx, Ops.FDIV) else None),  # a/b
-    (UPat(Ops.RECIPROCAL, src=(_x,)), lambda ctx, x: _alu(Ops.FDIV, _c(x.dtype, 1.0), x)
-     if _missing(ctx, Ops.RECIPROCAL) and not _missing(ctx, Ops.FDIV) else None),  # 1/x -> FDIV(1, x)
-    (UPat(Ops.MULACC, src=(_a, _b, _x)), lambda ctx, a, b, x: _alu(Ops.ADD, _alu(Ops.MUL, a, b), x)
-     if _missing(ctx, Ops.MULACC) else None),  # mulacc(a,b,c) -> a*b+c
-    (UPat(Ops.AND, src=(_bool_a, _bool_b)), lambda ctx, a, b: _where(a, b, _c(dtypes.bool, False))
-     if _missing(ctx, Ops.AND) else None),  # a&b -> where(a, b, False) (bool)
-    (UPat(Ops.OR, src=(_bool_a, _bool_b)), lambda ctx, a, b: _where(a, _c(dtypes.bool, True), b)
-     if _missing(ctx, Ops.OR) else None),  # a|b -> where(a, True, b) (bool)
-    (UPat(Ops.XOR, src=(_bool_a, _bool_b)), lambda ctx, a, b: _alu(Ops.CMPNE, a, b)
-     if _missing(ctx, Ops.XOR) else None),  # a^b -> a!=b (bool)
-])
+pm_decomp = PatternMatcher(
+    [
+        (
+            UPat(Ops.MAX, src=(_a, _b)),
+            lambda ctx, a, b: _max(a, b) if _missing(ctx, Ops.MAX) else None,
+        ),  # max(a,b) -> where(a<b, b, a)
+        (
+            UPat(Ops.FLOORDIV, src=(_a, _b), name="x"),
+            lambda ctx, x, a, b: _floordiv(x, a, b) if _missing(ctx, Ops.FLOORDIV) else None,
+        ),  # a//b -> cdiv + fix
+        (
+            UPat(Ops.FLOORMOD, src=(_a, _b), name="x"),
+            lambda ctx, x, a, b: _floormod(x, a, b) if _missing(ctx, Ops.FLOORMOD) else None,
+        ),  # a%b -> cmod (+ fix)
+        (
+            UPat(Ops.POW, src=(_a, _b), name="x"),
+            lambda ctx, x, a, b: _pow(x, a, b) if _missing(ctx, Ops.POW) else None,
+        ),  # b**e -> exp2/log2 or mults
+        (
+            UPat(Ops.SUB, src=(_a, _b)),
+            lambda ctx, a, b: _sub(a, b) if _missing(ctx, Ops.SUB) else None,
+        ),  # a-b -> a+(-b)
+        (
+            UPat(Ops.NEG, src=(_x,)),
+            lambda ctx, x: _neg_decomp(x) if _missing(ctx, Ops.NEG) else None,
+        ),  # -x -> x*-1
+        (
+            UPat(Ops.CMPEQ, src=(_a, _b)),
+            lambda ctx, a, b: _eq(a, b) if _missing(ctx, Ops.CMPEQ) else None,
+        ),  # a==b -> !(a!=b)
+        (
+            UPat(Ops.FDIV, src=(_a, _b)),
+            lambda ctx, a, b: _fdiv(a, b) if _missing(ctx, Ops.FDIV) else None,
+        ),  # a/b
+        (
+            UPat(Ops.RECIPROCAL, src=(_x,)),
+            lambda ctx, x: (
+                _alu(Ops.FDIV, _c(x.dtype, 1.0), x)
+                if _missing(ctx, Ops.RECIPROCAL) and not _missing(ctx, Ops.FDIV)
+                else None
+            ),
+        ),  # 1/x -> FDIV(1, x)
+        (
+            UPat(Ops.MULACC, src=(_a, _b, _x)),
+            lambda ctx, a, b, x: _alu(Ops.ADD, _alu(Ops.MUL, a, b), x) if _missing(ctx, Ops.MULACC) else None,
+        ),  # mulacc(a,b,c) -> a*b+c
+        (
+            UPat(Ops.AND, src=(_bool_a, _bool_b)),
+            lambda ctx, a, b: _where(a, b, _c(dtypes.bool, False)) if _missing(ctx, Ops.AND) else None,
+        ),  # a&b -> where(a, b, False) (bool)
+        (
+            UPat(Ops.OR, src=(_bool_a, _bool_b)),
+            lambda ctx, a, b: _where(a, _c(dtypes.bool, True), b) if _missing(ctx, Ops.OR) else None,
+        ),  # a|b -> where(a, True, b) (bool)
+        (
+            UPat(Ops.XOR, src=(_bool_a, _bool_b)),
+            lambda ctx, a, b: _alu(Ops.CMPNE, a, b) if _missing(ctx, Ops.XOR) else None,
+        ),  # a^b -> a!=b (bool)
+    ]
+)

@@ -6,6 +6,7 @@ bytes each buffer slot is loaded or stored, capped at the buffer's size (a matmu
 cache, not from memory). Trip counts may be symbolic: `Estimates.at(var_vals)` gives the numbers for one
 launch. The backends' launch counters (`uopgrad.backend.GlobalCounters`) and DEBUG output both read this.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,7 +29,7 @@ Trips = tuple[UOp, ...]  # the bounds of the loops (and grid dimensions) around 
 class Estimates:
     """ALU ops and memory bytes of a program, by the loops they run in."""
 
-    ops: tuple[tuple[Trips, int], ...]                 # (loops, ALU ops per iteration)
+    ops: tuple[tuple[Trips, int], ...]  # (loops, ALU ops per iteration)
     # per buffer slot and direction: ((loops, bytes per iteration), ...) and the cap, the buffer's bytes
     mem: tuple[tuple[tuple[tuple[Trips, int], ...], int], ...]
 
@@ -60,9 +61,15 @@ def _value(u: UOp, var_vals: Mapping[str, int]) -> int:
     if u.op is Ops.WHERE:  # a loop that runs only when the data asks for it (opt's exact MAX): its else
         return _value(u.src[2], var_vals)
     a = [_value(s, var_vals) for s in u.src]
-    table = {Ops.ADD: lambda: a[0] + a[1], Ops.MUL: lambda: a[0] * a[1], Ops.MAX: lambda: max(a),
-             Ops.FLOORDIV: lambda: a[0] // a[1], Ops.CDIV: lambda: cdiv(a[0], a[1]),
-             Ops.FLOORMOD: lambda: a[0] % a[1], Ops.CMOD: lambda: cmod(a[0], a[1])}
+    table = {
+        Ops.ADD: lambda: a[0] + a[1],
+        Ops.MUL: lambda: a[0] * a[1],
+        Ops.MAX: lambda: max(a),
+        Ops.FLOORDIV: lambda: a[0] // a[1],
+        Ops.CDIV: lambda: cdiv(a[0], a[1]),
+        Ops.FLOORMOD: lambda: a[0] % a[1],
+        Ops.CMOD: lambda: cmod(a[0], a[1]),
+    }
     if u.op not in table:
         raise LoweringError(f"can't estimate a loop bound computed by {u.op}: {u.short()}")
     return int(table[u.op]())
@@ -79,8 +86,13 @@ def _addressing(uops: Sequence[UOp]) -> set[UOp]:
     out: set[UOp] = set()
 
     def addressing(c: UOp, i: int) -> bool:
-        return c in out or (c.op is Ops.INDEX and i >= 1) or (c.op is Ops.LOAD and i >= 1) or \
-            (c.op is Ops.STORE and i >= 2) or c.op in (Ops.RANGE, Ops.SPECIAL)
+        return (
+            c in out
+            or (c.op is Ops.INDEX and i >= 1)
+            or (c.op is Ops.LOAD and i >= 1)
+            or (c.op is Ops.STORE and i >= 2)
+            or c.op in (Ops.RANGE, Ops.SPECIAL)
+        )
 
     for u in reversed(uops):  # consumers come after their sources
         if u.op in GroupOp.ALU and uses[u] and all(addressing(c, i) for c, i in uses[u]):
@@ -88,8 +100,9 @@ def _addressing(uops: Sequence[UOp]) -> set[UOp]:
     return out
 
 
-def estimate(uops: Sequence[UOp], global_size: Sequence[int] | None = None,
-             local_size: Sequence[int] | None = None) -> Estimates:
+def estimate(
+    uops: Sequence[UOp], global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None
+) -> Estimates:
     """The estimates of a linear program (spec/kernels.md §2), launched on a grid of the given sizes."""
     grid = tuple(UOp(Ops.CONST, arg=n) for n in (*(global_size or ()), *(local_size or ())) if n != 1)
     skip = _addressing(uops)

@@ -8,6 +8,7 @@ two that does; when that would be a small workgroup the axis is padded up to it 
 store is gated by the index being in bounds. Reduce ranges stay loops. Each hardware index is a SPECIAL:
 `gidx<d>` (workgroup id) or `lidx<d>` (thread id in the workgroup).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -56,7 +57,7 @@ def _plan(sizes: list[int], grid: GridSpec, grouped: bool = False) -> Plan:
             bounds = [0, *cuts, len(order)]
             plan: Plan = []
             for d in range(k):
-                axes = order[bounds[d]:bounds[d + 1]]
+                axes = order[bounds[d] : bounds[d + 1]]
                 n = prod(sizes[a] for a in axes)
                 local = _local_size(n, grid)[0] if d == 0 and not grouped else 1
                 plan.append((axes, [(d, -(-n // local), local)]))
@@ -119,16 +120,26 @@ def _gated(x: UOp, gate: UOp, at: int) -> UOp:
     return x.replace(src=(*x.src, gate))
 
 
-pm_grid_ranges = PatternMatcher([
-    (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx.get(r)),  # an output loop -> its grid index
-    (UPat(Ops.END, src=(UPat.var("i"), UPat.var("body"))),
-     lambda i, body: body if i.op is not Ops.RANGE else None),  # END(grid index, body) -> body
-])
+pm_grid_ranges = PatternMatcher(
+    [
+        (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx.get(r)),  # an output loop -> its grid index
+        (
+            UPat(Ops.END, src=(UPat.var("i"), UPat.var("body"))),
+            lambda i, body: body if i.op is not Ops.RANGE else None,
+        ),  # END(grid index, body) -> body
+    ]
+)
 
 # run once (walk): an out-of-bounds thread of a padded grid neither loads nor stores
-pm_grid_gate = PatternMatcher([
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), allow_any_len=True, name="x"),
-     lambda ctx, x: _gated(x, ctx, 1)),  # load(i[, g]) -> load(i, g & in bounds)
-    (UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), allow_any_len=True, name="x"),
-     lambda ctx, x: _gated(x, ctx, 2)),  # store(i, v[, g]) -> store(i, v, g & in bounds)
-])
+pm_grid_gate = PatternMatcher(
+    [
+        (
+            UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), allow_any_len=True, name="x"),
+            lambda ctx, x: _gated(x, ctx, 1),
+        ),  # load(i[, g]) -> load(i, g & in bounds)
+        (
+            UPat(Ops.STORE, src=(UPat(Ops.INDEX), UPat()), allow_any_len=True, name="x"),
+            lambda ctx, x: _gated(x, ctx, 2),
+        ),  # store(i, v[, g]) -> store(i, v, g & in bounds)
+    ]
+)

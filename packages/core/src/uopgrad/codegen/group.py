@@ -23,6 +23,7 @@ bit-exact as it is (the sequential MAX is associative on bits: the first NaN win
 Thread 0 stores the result; the output axes become workgroups with one thread each (gpudims sees `lidx0`).
 Float MUL reduces and float16/bfloat16/bool ones are not grouped.
 """
+
 from __future__ import annotations
 
 from uopgrad._util import prod
@@ -36,10 +37,10 @@ from uopgrad.uop import UOp
 
 __all__ = ["LAYOUTS", "MAX_OUTPUTS", "MIN_CHUNK", "MIN_REDUCE", "group_reduces", "group_size"]
 
-MIN_REDUCE = 256      # shorter reduces stay one loop per thread
-MAX_OUTPUTS = 65536   # more outputs than this already fill the grid
-MIN_CHUNK = 8         # elements each thread folds, at least
-LOCAL_BYTES = 16384   # local memory the partials may take (OpenCL guarantees 32 KiB, CUDA 48 KiB)
+MIN_REDUCE = 256  # shorter reduces stay one loop per thread
+MAX_OUTPUTS = 65536  # more outputs than this already fill the grid
+MIN_CHUNK = 8  # elements each thread folds, at least
+LOCAL_BYTES = 16384  # local memory the partials may take (OpenCL guarantees 32 KiB, CUDA 48 KiB)
 
 
 def _grouped_dtype(dt: DType) -> bool:
@@ -52,8 +53,11 @@ CHUNKED_MAX = False
 # (reduce op, whether the dtype is a float) -> contiguous chunks (True) or interleaved elements (False);
 # absent: not grouped (a float product would change its rounding in ways the policy does not allow)
 LAYOUTS: dict[tuple[Ops, bool], bool] = {
-    (Ops.ADD, True): False, (Ops.ADD, False): False, (Ops.MUL, False): False,
-    (Ops.MAX, False): False, (Ops.MAX, True): CHUNKED_MAX,
+    (Ops.ADD, True): False,
+    (Ops.ADD, False): False,
+    (Ops.MUL, False): False,
+    (Ops.MAX, False): False,
+    (Ops.MAX, True): CHUNKED_MAX,
 }
 
 
@@ -63,8 +67,13 @@ def group_size(n: int, dt: DType, grid: GridSpec, local_memory: int) -> int:
     `MIN_CHUNK` elements."""
     if not local_memory:
         return 1
-    most = min(getattr(grid, "local_size", 128), grid.local_max[0], grid.local_prod_max, n // MIN_CHUNK,
-               min(LOCAL_BYTES, local_memory) // (2 * dt.itemsize))  # 2 halves
+    most = min(
+        getattr(grid, "local_size", 128),
+        grid.local_max[0],
+        grid.local_prod_max,
+        n // MIN_CHUNK,
+        min(LOCAL_BYTES, local_memory) // (2 * dt.itemsize),
+    )  # 2 halves
     return 1 << (most.bit_length() - 1) if most >= 2 else 1
 
 
@@ -79,8 +88,12 @@ def group_reduces(sink: UOp, grid: GridSpec, local_memory: int) -> UOp:
     reds = [u for u in nodes if u.op is Ops.REDUCE]
     ranges = [u for u in nodes if u.op is Ops.RANGE]
     stores = [u for u in nodes if u.op is Ops.STORE]
-    if len(stores) != 1 or len(reds) != 1 or any(r.src[0].op is not Ops.CONST for r in ranges) or \
-            any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL) for u in nodes):  # a custom kernel's own threads
+    if (
+        len(stores) != 1
+        or len(reds) != 1
+        or any(r.src[0].op is not Ops.CONST for r in ranges)
+        or any(u.op in (Ops.SPECIAL, Ops.DEFINE_LOCAL) for u in nodes)
+    ):  # a custom kernel's own threads
         return sink
     red = reds[0]
     op, dt, rr = red.arg, red.dtype, list(red.src[1:])
@@ -114,8 +127,12 @@ def group_reduces(sink: UOp, grid: GridSpec, local_memory: int) -> UOp:
     if op is Ops.MAX and dtypes.is_float(dt) and not chunked:
         total = exact_max(red, total, first)
     store = stores[0].substitute({red: total})
-    store = store.replace(src=(*store.src[:2], first if len(store.src) < 3 else
-                               UOp(Ops.AND, dtypes.bool, (store.src[2], first))))
+    store = store.replace(
+        src=(
+            *store.src[:2],
+            first if len(store.src) < 3 else UOp(Ops.AND, dtypes.bool, (store.src[2], first)),
+        )
+    )
     return renumber(sink.substitute({stores[0]: store}))
 
 
@@ -143,7 +160,11 @@ def _gated(x: UOp, gate: UOp) -> UOp:
 
 
 # run once (walk): a thread past the end of the reduce loads nothing
-pm_gate_loads = PatternMatcher([
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), allow_any_len=True, name="x"),
-     lambda ctx, x: _gated(x, ctx)),  # load(i[, g]) -> load(i, g & in range)
-])
+pm_gate_loads = PatternMatcher(
+    [
+        (
+            UPat(Ops.LOAD, src=(UPat(Ops.INDEX),), allow_any_len=True, name="x"),
+            lambda ctx, x: _gated(x, ctx),
+        ),  # load(i[, g]) -> load(i, g & in range)
+    ]
+)

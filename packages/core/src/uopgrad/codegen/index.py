@@ -8,6 +8,7 @@ into an accumulator. The index of a movement op's source is computed from the in
 and so is a value op with a constant operand (its constants were under broadcast views until now). Every
 (node, index, gate) is lowered once, with an explicit stack: no recursion over the graph.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -155,8 +156,13 @@ class _Indexer:
                 if isinstance(b, int) and isinstance(e, int) and b == 0 and e == 0:
                     i.append(x)
                     continue
-                cond = _and(cond, _and(UOp(Ops.CMPLT, dtypes.bool, (_idx(b) - 1, x)),
-                                       UOp(Ops.CMPLT, dtypes.bool, (x, _idx(b) + _idx(s)))))
+                cond = _and(
+                    cond,
+                    _and(
+                        UOp(Ops.CMPLT, dtypes.bool, (_idx(b) - 1, x)),
+                        UOp(Ops.CMPLT, dtypes.bool, (x, _idx(b) + _idx(s))),
+                    ),
+                )
                 i.append(x - _idx(b))
         else:
             raise LoweringError(f"{op} is not a movement op")
@@ -300,8 +306,13 @@ class _Loops:
         for u in nodes:
             rule: _Rule | None = _LOOP_RULES.get(u.op)
             if rule is None:
-                rule = _Loops.value if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST) else \
-                    _Loops.keep if u.op in GroupOp.Movement else None
+                rule = (
+                    _Loops.value
+                    if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
+                    else _Loops.keep
+                    if u.op in GroupOp.Movement
+                    else None
+                )
             if rule is None:
                 raise LoweringError(f"{u.op} can't appear in a kernel with explicit loops: {u.short()}")
             self.new[u] = rule(self, u)
@@ -363,9 +374,15 @@ class _Loops:
 # how each op of an effect with explicit loops is lowered (ALU ops, CAST and BITCAST: `value`)
 _Rule = Callable[[_Loops, UOp], "UOp | tuple[UOp, ...]"]
 _LOOP_RULES: dict[Ops, _Rule] = {
-    Ops.RANGE: _Loops.range, Ops.GROUP: _Loops.group, Ops.END: _Loops.end, Ops.INDEX: _Loops.index,
-    Ops.STORE: _Loops.store, Ops.CONST: _Loops.const, Ops.BIND: _Loops.bind,
-    **{op: _Loops.keep for op in (Ops.PARAM, Ops.NOOP, Ops.DEVICE, Ops.VCONST, Ops.STACK, Ops.DEFINE_VAR)}}
+    Ops.RANGE: _Loops.range,
+    Ops.GROUP: _Loops.group,
+    Ops.END: _Loops.end,
+    Ops.INDEX: _Loops.index,
+    Ops.STORE: _Loops.store,
+    Ops.CONST: _Loops.const,
+    Ops.BIND: _Loops.bind,
+    **{op: _Loops.keep for op in (Ops.PARAM, Ops.NOOP, Ops.DEVICE, Ops.VCONST, Ops.STACK, Ops.DEFINE_VAR)},
+}
 
 
 def _bound(end: UOp) -> UOp:
@@ -386,15 +403,19 @@ def index_dtype(sink: UOp) -> DType:
         if u.dtype != dtypes.index:
             continue
         if not (-big <= u.vmin and u.vmax <= big):
-            raise ValueError(f"an index of this kernel ranges over [{u.vmin}, {u.vmax}], beyond int64: "
-                             f"{u.short()}; split the tensor into smaller ones")
+            raise ValueError(
+                f"an index of this kernel ranges over [{u.vmin}, {u.vmax}], beyond int64: "
+                f"{u.short()}; split the tensor into smaller ones"
+            )
         if u.op is Ops.RANGE:
             steps *= max(int(u.vmax) + 1, 1)
         if not (lo <= u.vmin and u.vmax <= hi):
             dt = dtypes.int64
     if steps > big:
-        raise ValueError(f"this kernel would run {steps} loop iterations (more than int64 counts): shrink "
-                         f"the tensors it works on")
+        raise ValueError(
+            f"this kernel would run {steps} loop iterations (more than int64 counts): shrink "
+            f"the tensors it works on"
+        )
     return dt
 
 
@@ -409,7 +430,15 @@ def _var_arg(x: UOp, dt: DType) -> UOp:
     return var if dt == arg_dt else UOp(Ops.CAST, dt, (var,))
 
 
-pm_index_dtype = PatternMatcher([
-    (UPat(Ops.DEFINE_VAR, dtypes.index, name="x"), lambda ctx, x: _var_arg(x, ctx)),  # var -> int32/64 arg
-    (UPat(dtype=dtypes.index, name="x"), lambda ctx, x: x.replace(dtype=ctx)),  # index -> int32 (or int64)
-])
+pm_index_dtype = PatternMatcher(
+    [
+        (
+            UPat(Ops.DEFINE_VAR, dtypes.index, name="x"),
+            lambda ctx, x: _var_arg(x, ctx),
+        ),  # var -> int32/64 arg
+        (
+            UPat(dtype=dtypes.index, name="x"),
+            lambda ctx, x: x.replace(dtype=ctx),
+        ),  # index -> int32 (or int64)
+    ]
+)

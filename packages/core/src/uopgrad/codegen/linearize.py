@@ -7,6 +7,7 @@ re-initialised for every iteration of the loops around its reduce. The loops for
 the innermost range around its END); each scope is ordered by a toposort in which a nested loop is one item,
 and the list is that tree, flattened.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -20,8 +21,16 @@ from uopgrad.uop import UOp
 __all__ = ["linearize"]
 
 Scope = UOp | None  # a RANGE (its loop body) or None (the kernel's top level)
-_PRIORITY = {Ops.PARAM: -20, Ops.DEFINE_VAR: -19, Ops.SPECIAL: -18, Ops.CONST: -17, Ops.DEFINE_LOCAL: -16,
-             Ops.DEFINE_REG: -16, Ops.LOAD: -1, Ops.STORE: 1}
+_PRIORITY = {
+    Ops.PARAM: -20,
+    Ops.DEFINE_VAR: -19,
+    Ops.SPECIAL: -18,
+    Ops.CONST: -17,
+    Ops.DEFINE_LOCAL: -16,
+    Ops.DEFINE_REG: -16,
+    Ops.LOAD: -1,
+    Ops.STORE: 1,
+}
 
 
 def _deepest(ranges: frozenset[UOp]) -> Scope:
@@ -84,8 +93,8 @@ def linearize(sink: UOp) -> tuple[UOp, ...]:
     order = {u: i for i, u in enumerate(sink.toposort())}
     nodes = [u for u in order if u is not sink]
     sc = _Scopes(nodes)
-    items: dict[Scope, dict[UOp, None]] = defaultdict(dict)   # scope -> its items (nodes, or RANGEs: loops)
-    deps: dict[UOp, set[UOp]] = defaultdict(set)                # item -> the items of its scope it waits for
+    items: dict[Scope, dict[UOp, None]] = defaultdict(dict)  # scope -> its items (nodes, or RANGEs: loops)
+    deps: dict[UOp, set[UOp]] = defaultdict(set)  # item -> the items of its scope it waits for
     edges = [(s, u) for u in nodes for s in u.src]
     edges += [(a, b) for a, b in zip(sink.src, sink.src[1:])]  # the SINK's sources run in order
     for u in nodes:
@@ -119,9 +128,11 @@ def linearize(sink: UOp) -> tuple[UOp, ...]:
 def _toposort(items: dict[UOp, None], deps: dict[UOp, set[UOp]], order: dict[UOp, int]) -> list[UOp]:
     """`items` in dependency order, ties broken by op priority and then by graph order; returned reversed
     (the caller pops from the end)."""
+
     def key(u: UOp) -> tuple[int, int, int]:
         prio = 0 if u.op is Ops.RANGE else _PRIORITY.get(u.op, 0)
         return (prio, u.arg if u.op is Ops.PARAM else 0, order[u])
+
     users: dict[UOp, list[UOp]] = defaultdict(list)
     indeg: dict[UOp, int] = {}
     for u in items:

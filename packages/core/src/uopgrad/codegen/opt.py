@@ -27,6 +27,7 @@ loop; nests without a reduce are left to the C compiler's own loop vectoriser. A
 leave a gather (lanes loaded one by one) is not made. `Choice` is the tile shape: the heuristic's by default,
 BEAM's pick (uopgrad.search).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -52,8 +53,22 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["ACCS", "ACCS_DEFAULT", "LANEWISE_OPS", "LINE", "NARROW_ROWS", "OPT", "ROWS", "VECTOR_DTYPES",
-           "Choice", "choices", "columns", "heuristic", "optimize", "split"]
+__all__ = [
+    "ACCS",
+    "ACCS_DEFAULT",
+    "LANEWISE_OPS",
+    "LINE",
+    "NARROW_ROWS",
+    "OPT",
+    "ROWS",
+    "VECTOR_DTYPES",
+    "Choice",
+    "choices",
+    "columns",
+    "heuristic",
+    "optimize",
+    "split",
+]
 
 # OPT=0 turns the pass off (the unoptimised kernel of spec/opt.md); 1, the default, is the heuristic
 OPT = ContextVar("OPT", 1)
@@ -179,8 +194,9 @@ def _accumulators(red: UOp, v: UOp, outer: UOp, accs: int) -> UOp:
     return xs[0]
 
 
-def _upcast(store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None,
-            gathers: bool = False) -> tuple[UOp, UOp] | None:
+def _upcast(
+    store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None, gathers: bool = False
+) -> tuple[UOp, UOp] | None:
     """STORE(INDEX(p, off), v), off stride-1 in output range r -> (a vector store, r_outer); with `gathers`,
     the value may gather lanes (for `_pack` to move out of the reduce)."""
     if len(store.src) != 2 or store.src[0].op is not Ops.INDEX or r.src[0].op is not Ops.CONST:
@@ -225,8 +241,15 @@ def _unflatten(ranges: list[UOp], store: UOp) -> tuple[list[UOp], UOp]:
     r = ranges[-1]
     if r.src[0].op is not Ops.CONST:
         return ranges, store
-    divs = {int(d.src[1].arg) for d in store.toposort() if d.op in (Ops.FLOORDIV, Ops.FLOORMOD) and
-            d.src[0] is r and d.src[1].op is Ops.CONST and isinstance(d.src[1].arg, int) and d.src[1].arg > 1}
+    divs = {
+        int(d.src[1].arg)
+        for d in store.toposort()
+        if d.op in (Ops.FLOORDIV, Ops.FLOORMOD)
+        and d.src[0] is r
+        and d.src[1].op is Ops.CONST
+        and isinstance(d.src[1].arg, int)
+        and d.src[1].arg > 1
+    }
     n = int(r.src[0].arg)
     if len(divs) != 1 or n % (c := divs.pop()) != 0:
         return ranges, store
@@ -237,8 +260,9 @@ def _unflatten(ranges: list[UOp], store: UOp) -> tuple[list[UOp], UOp]:
     return [*ranges[:-1], outer, inner], _substitute_index(store, sub)
 
 
-def _tile(ranges: list[UOp], stores: tuple[UOp, ...], axis: int,
-          amt: int) -> tuple[list[UOp], tuple[UOp, ...]]:
+def _tile(
+    ranges: list[UOp], stores: tuple[UOp, ...], axis: int, amt: int
+) -> tuple[list[UOp], tuple[UOp, ...]]:
     """UPCAST output range `ranges[axis]` into `amt` copies of the stores (or fewer, a power of two that
     divides it), where some load of the value does not depend on it (an input broadcast along it, whose
     one load every copy reuses); the copies' reduces share their loops (several accumulators in one loop
@@ -255,8 +279,9 @@ def _tile(ranges: list[UOp], stores: tuple[UOp, ...], axis: int,
     nodes = [u for st in stores for u in st.toposort()]
     loads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
     # a loop whose bound depends on r (an exact MAX's redo) would be copied while the loops inside it are not
-    if all(r in ld.toposort() for ld in loads) or any(u.op is Ops.RANGE and r in u.toposort() for u in nodes
-                                                       if u is not r):
+    if all(r in ld.toposort() for ld in loads) or any(
+        u.op is Ops.RANGE and r in u.toposort() for u in nodes if u is not r
+    ):
         return ranges, stores
     outer, exprs = split(r, amt)
     out: list[UOp] = []
@@ -268,8 +293,9 @@ def _tile(ranges: list[UOp], stores: tuple[UOp, ...], axis: int,
     return new, tuple(out)
 
 
-def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int = 0,
-                   nest: int = 0) -> UOp:
+def _optimize_nest(
+    effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int = 0, nest: int = 0
+) -> UOp:
     """The nest transformed by `choice`; where that computes more than LANEWISE_OPS ops lane by lane (every
     tile copy and lane of an op without a vector form is a scalar op in the source, which the C compiler
     pays for), by a tile of one row or output instead; where that still does, left as it is."""
@@ -280,8 +306,9 @@ def _optimize_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: 
     return effect
 
 
-def _transform_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int,
-                    nest: int) -> UOp:
+def _transform_nest(
+    effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int, nest: int
+) -> UOp:
     found = _nest(effect)
     if found is None:
         return effect
@@ -297,8 +324,11 @@ def _transform_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice:
         flat_store = store
         ranges, store = _unflatten(ranges, store)
         if store is not flat_store:  # the reduces read the split ranges now
-            sub = {red: new for red in store.toposort() if red.op is Ops.REDUCE and
-                   (new := _unroll(red, width, ops)) is not None}
+            sub = {
+                red: new
+                for red in store.toposort()
+                if red.op is Ops.REDUCE and (new := _unroll(red, width, ops)) is not None
+            }
     if sub:
         # a dot-product matmul (both operands stride-1 along the reduce) with scratch: its right operand's
         # panel gathered into scratch once per column tile, then the upcast tile of the plain matmul. Whether
@@ -322,8 +352,16 @@ def _transform_nest(effect: UOp, width: int, ops: frozenset[Ops] | None, choice:
     return effect if out is None else out
 
 
-def _upcast_nest(ranges: list[UOp], store: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice,
-                 scratch: int, nest: int, gathers: bool) -> UOp | None:
+def _upcast_nest(
+    ranges: list[UOp],
+    store: UOp,
+    width: int,
+    ops: frozenset[Ops] | None,
+    choice: Choice,
+    scratch: int,
+    nest: int,
+    gathers: bool,
+) -> UOp | None:
     """The upcast path: vector lanes along the stride-1 output axis, a register tile, the column loop
     outside the row loop, the panel packed where it pays. With `gathers`, only where the gathers of lanes
     the vector value has all go into the panel's copy (a transposed panel), never into the reduce."""
@@ -368,8 +406,11 @@ def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -
     if k.src[0].op is not Ops.CONST:
         return stores
     allowed = {*ranges[:-1], k}
-    panel = [u for u in dict.fromkeys(x for red in reduces for x in red.src[0].toposort())
-             if _panel_part(u, k, allowed)]
+    panel = [
+        u
+        for u in dict.fromkeys(x for red in reduces for x in red.src[0].toposort())
+        if _panel_part(u, k, allowed)
+    ]
     if not panel or len({ld.dtype.scalar() for ld in panel}) != 1:
         return stores
     dt, n, step = panel[0].dtype.scalar(), int(k.src[0].arg), sum(ld.dtype.count for ld in panel)
@@ -385,13 +426,23 @@ def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -
     p = UOp(Ops.RANGE, k.dtype, k.src, (top + 1, "loop"))
     copies, reads, lane = [], {}, 0
     for ld in panel:
-        copies.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, tile.dtype, (tile, _offset(p, step, lane))),
-                                                    ld.substitute({k: p}, walk=True))))
+        copies.append(
+            UOp(
+                Ops.STORE,
+                dtypes.void,
+                (
+                    UOp(Ops.INDEX, tile.dtype, (tile, _offset(p, step, lane))),
+                    ld.substitute({k: p}, walk=True),
+                ),
+            )
+        )
         reads[ld] = lane
         lane += ld.dtype.count
     packed = UOp(Ops.AFTER, tile.dtype, (tile, UOp(Ops.END, dtypes.void, (p, *copies))))
-    sub = {ld: UOp(Ops.LOAD, ld.dtype, (UOp(Ops.INDEX, tile.dtype, (packed, _offset(k, step, off))),))
-           for ld, off in reads.items()}
+    sub = {
+        ld: UOp(Ops.LOAD, ld.dtype, (UOp(Ops.INDEX, tile.dtype, (packed, _offset(k, step, off))),))
+        for ld, off in reads.items()
+    }
     return tuple(st.substitute(sub, walk=True) for st in stores)
 
 
@@ -405,8 +456,14 @@ def _panel_part(u: UOp, k: UOp, allowed: set[UOp]) -> bool:
     if u.dtype.scalar() not in VECTOR_DTYPES:
         return False
     loads = u.src if u.op is Ops.STACK else (u,)
-    if not all(ld.op is Ops.LOAD and len(ld.src) == 1 and ld.src[0].op is Ops.INDEX and
-               len(ld.src[0].src) == 2 and ld.src[0].src[0].op is Ops.PARAM for ld in loads):
+    if not all(
+        ld.op is Ops.LOAD
+        and len(ld.src) == 1
+        and ld.src[0].op is Ops.INDEX
+        and len(ld.src[0].src) == 2
+        and ld.src[0].src[0].op is Ops.PARAM
+        for ld in loads
+    ):
         return False
     rs = {x for ld in loads for x in ld.src[0].src[1].toposort() if x.op is Ops.RANGE}
     return k in rs and rs <= allowed
@@ -432,8 +489,9 @@ def _ends(ranges: list[UOp], stores: tuple[UOp, ...]) -> UOp:
     return node
 
 
-def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
-             choice: Choice | None = None, scratch: int = 0) -> UOp:
+def optimize(
+    sink: UOp, width: int, ops: frozenset[Ops] | None = None, choice: Choice | None = None, scratch: int = 0
+) -> UOp:
     """The optimised kernel graph: each loop nest of `sink` (the index pass's SINK) transformed for
     vectors of `width` bytes; a nest the heuristic does not recognise is kept as it is. `ops` is the
     backend's native ALU op set (None: every op): only those get vector forms. `choice` shapes the register
@@ -441,6 +499,7 @@ def optimize(sink: UOp, width: int, ops: frozenset[Ops] | None = None,
     declare (0: none), where the upcast path packs a matmul's right operand."""
     if width <= 0:
         return sink
-    nests = tuple(_optimize_nest(e, width, ops, choice or heuristic(width), scratch, i)
-                  for i, e in enumerate(sink.src))
+    nests = tuple(
+        _optimize_nest(e, width, ops, choice or heuristic(width), scratch, i) for i, e in enumerate(sink.src)
+    )
     return renumber(sink.replace(src=nests))

@@ -7,6 +7,7 @@ no rule packs. Every packed op computes in each lane exactly what the scalar op 
 changes a value: the vector renderers print each op's vector form with the same IEEE operations (a
 comparison is a lane mask, WHERE and MAX are bitwise selects by such a mask; spec/opt.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -17,12 +18,35 @@ from uopgrad.rewrite import graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["PACK", "VECTOR_DTYPES", "Lanes", "Packer", "consecutive", "gather_free", "lane_tree", "lanes_for",
-           "lanewise_ops", "split", "stride"]
+__all__ = [
+    "PACK",
+    "VECTOR_DTYPES",
+    "Lanes",
+    "Packer",
+    "consecutive",
+    "gather_free",
+    "lane_tree",
+    "lanes_for",
+    "lanewise_ops",
+    "split",
+    "stride",
+]
 
 # element types the packer forms vectors of (float16 and bfloat16 stay scalar: no plain C vector op)
-VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int8, dtypes.int16, dtypes.int32,
-                           dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
+VECTOR_DTYPES = frozenset(
+    {
+        dtypes.float32,
+        dtypes.float64,
+        dtypes.int8,
+        dtypes.int16,
+        dtypes.int32,
+        dtypes.int64,
+        dtypes.uint8,
+        dtypes.uint16,
+        dtypes.uint32,
+        dtypes.uint64,
+    }
+)
 # bool lanes are packed too, as lane masks, but only as results and operands of ALU ops: never loaded,
 # stored or reduced (a bool buffer holds 0/1 bytes, a mask all-ones or all-zeros lanes)
 _LANE_DTYPES = VECTOR_DTYPES | {dtypes.bool}
@@ -31,10 +55,18 @@ _F, _I, _B = "float", "int", "bool"
 # ALU op -> the operand kinds whose lane-wise vector form is exactly the scalar op (the kind of WHERE is
 # that of its values): plain IEEE / wrapping operators, comparisons into masks, selects by masks
 _VECTOR_ALU: dict[Ops, frozenset[str]] = {
-    Ops.ADD: frozenset({_F, _I}), Ops.SUB: frozenset({_F, _I}), Ops.MUL: frozenset({_F, _I}),
-    Ops.FDIV: frozenset({_F}), Ops.NEG: frozenset({_F, _I, _B}), Ops.MAX: frozenset({_F, _I}),
-    Ops.AND: frozenset({_I, _B}), Ops.OR: frozenset({_I, _B}), Ops.XOR: frozenset({_I, _B}),
-    Ops.CMPLT: frozenset({_F, _I}), Ops.CMPNE: frozenset({_F, _I, _B}), Ops.CMPEQ: frozenset({_F, _I, _B}),
+    Ops.ADD: frozenset({_F, _I}),
+    Ops.SUB: frozenset({_F, _I}),
+    Ops.MUL: frozenset({_F, _I}),
+    Ops.FDIV: frozenset({_F}),
+    Ops.NEG: frozenset({_F, _I, _B}),
+    Ops.MAX: frozenset({_F, _I}),
+    Ops.AND: frozenset({_I, _B}),
+    Ops.OR: frozenset({_I, _B}),
+    Ops.XOR: frozenset({_I, _B}),
+    Ops.CMPLT: frozenset({_F, _I}),
+    Ops.CMPNE: frozenset({_F, _I, _B}),
+    Ops.CMPEQ: frozenset({_F, _I, _B}),
     Ops.WHERE: frozenset({_F, _I, _B}),
 }
 # (source kind, destination kind) of the CASTs whose vector form is the scalar C conversion, lane by lane
@@ -89,11 +121,20 @@ class Lanes:
         amt, out = len(self.exprs), {}
         o = self.exprs[0].src[0]
         for d in u.toposort():
-            if d.op in (Ops.FLOORDIV, Ops.FLOORMOD) and d.src[0] is self.r and d.src[1].op is Ops.CONST \
-                    and isinstance(c := d.src[1].arg, int) and c > 0 and c % amt == 0:
+            if (
+                d.op in (Ops.FLOORDIV, Ops.FLOORMOD)
+                and d.src[0] is self.r
+                and d.src[1].op is Ops.CONST
+                and isinstance(c := d.src[1].arg, int)
+                and c > 0
+                and c % amt == 0
+            ):
                 q = UOp(Ops.CONST, d.dtype, (), c // amt)
-                out[d] = o // q if d.op is Ops.FLOORDIV else (o % q) * UOp(Ops.CONST, d.dtype, (), amt) + \
-                    UOp(Ops.CONST, d.dtype, (), k)
+                out[d] = (
+                    o // q
+                    if d.op is Ops.FLOORDIV
+                    else (o % q) * UOp(Ops.CONST, d.dtype, (), amt) + UOp(Ops.CONST, d.dtype, (), k)
+                )
         return out
 
     def all(self, u: UOp) -> tuple[UOp, ...]:
@@ -128,8 +169,9 @@ class Packer:
 def gather_free(nodes: Iterable[UOp]) -> bool:
     """Whether no node is a gather: every STACK is a broadcast of one value or the lanes of an op computed
     lane by lane (`_lanewise`)."""
-    return all(u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) or _lanewise_stack(u)
-               for u in nodes)
+    return all(
+        u.op is not Ops.STACK or all(s is u.src[0] for s in u.src) or _lanewise_stack(u) for u in nodes
+    )
 
 
 def _linear(e: UOp) -> tuple[dict[UOp, int], int]:
@@ -174,16 +216,20 @@ def _same(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
 
 def _load(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """Ungated LOADs of consecutive elements of one buffer: one vector load."""
-    if lanes[0].dtype not in VECTOR_DTYPES or not all(u.op is Ops.LOAD and len(u.src) == 1 for u in lanes) \
-            or not consecutive([u.src[0] for u in lanes]):
+    if (
+        lanes[0].dtype not in VECTOR_DTYPES
+        or not all(u.op is Ops.LOAD and len(u.src) == 1 for u in lanes)
+        or not consecutive([u.src[0] for u in lanes])
+    ):
         return None
     return UOp(Ops.LOAD, lanes[0].dtype.vec(p.amt), (lanes[0].src[0],))
 
 
 def _vector_op(p: Packer, u: UOp) -> bool:
     """Whether ALU op or CAST `u` has an exact lane-wise vector form (and the backend renders it)."""
-    if (p.ops is not None and u.op in GroupOp.ALU and u.op not in p.ops) or \
-            any(s.dtype.count != 1 or s.dtype.scalar() not in _LANE_DTYPES for s in u.src):
+    if (p.ops is not None and u.op in GroupOp.ALU and u.op not in p.ops) or any(
+        s.dtype.count != 1 or s.dtype.scalar() not in _LANE_DTYPES for s in u.src
+    ):
         return False
     if u.op is Ops.CAST:
         return (_kind(u.src[0].dtype), _kind(u.dtype)) in _VECTOR_CASTS
@@ -194,9 +240,17 @@ def _vector_op(p: Packer, u: UOp) -> bool:
 def _alu(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """The same lane-wise ALU op (or CAST) in every lane: the op on vectors of its operands."""
     first = lanes[0]
-    if (first.op not in GroupOp.ALU and first.op is not Ops.CAST) or not _vector_op(p, first) or \
-            any(u.op is not first.op or u.dtype != first.dtype or u.arg != first.arg or
-                tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src) for u in lanes):
+    if (
+        (first.op not in GroupOp.ALU and first.op is not Ops.CAST)
+        or not _vector_op(p, first)
+        or any(
+            u.op is not first.op
+            or u.dtype != first.dtype
+            or u.arg != first.arg
+            or tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src)
+            for u in lanes
+        )
+    ):
         return None
     srcs = tuple(p.pack(tuple(u.src[j] for u in lanes)) for j in range(len(first.src)))
     return UOp(first.op, first.dtype.vec(p.amt), srcs, first.arg)
@@ -206,9 +260,17 @@ def _reduce(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """REDUCEs over the same loops: one reduce with a vector accumulator, each lane in its own order (the
     order of the scalar reduce: MAX, whose vector form is a select, stays exact)."""
     first = lanes[0]
-    if first.dtype not in VECTOR_DTYPES or (p.ops is not None and first.arg not in p.ops) or \
-            any(u.op is not Ops.REDUCE or u.arg is not first.arg or len(u.src) != len(first.src) or
-                any(a is not b for a, b in zip(u.src[1:], first.src[1:])) for u in lanes):
+    if (
+        first.dtype not in VECTOR_DTYPES
+        or (p.ops is not None and first.arg not in p.ops)
+        or any(
+            u.op is not Ops.REDUCE
+            or u.arg is not first.arg
+            or len(u.src) != len(first.src)
+            or any(a is not b for a, b in zip(u.src[1:], first.src[1:]))
+            for u in lanes
+        )
+    ):
         return None
     inner = p.pack(tuple(u.src[0] for u in lanes))
     return UOp(Ops.REDUCE, first.dtype.vec(p.amt), (inner, *first.src[1:]), first.arg)
@@ -220,18 +282,31 @@ def _lanewise(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     (GEP), the results stacked. Each lane computes exactly the scalar op, and the vector work around it
     stays vector work. Not on bools: a lane of a mask is all ones (-1 in C), not the scalar's 1."""
     first = lanes[0]
-    if (first.op not in GroupOp.ALU and first.op is not Ops.CAST) or \
-            any(x.dtype.count != 1 or x.dtype.scalar() not in VECTOR_DTYPES for x in (first, *first.src)) or \
-            any(u.op is not first.op or u.dtype != first.dtype or u.arg != first.arg or
-                tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src) for u in lanes):
+    if (
+        (first.op not in GroupOp.ALU and first.op is not Ops.CAST)
+        or any(x.dtype.count != 1 or x.dtype.scalar() not in VECTOR_DTYPES for x in (first, *first.src))
+        or any(
+            u.op is not first.op
+            or u.dtype != first.dtype
+            or u.arg != first.arg
+            or tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src)
+            for u in lanes
+        )
+    ):
         return None
     cols = [tuple(u.src[j] for u in lanes) for j in range(len(first.src))]
     # an operand the lanes share is used as it is; the others are packed and read back lane by lane
     shared = [all(s is col[0] for s in col) for col in cols]
     srcs = [col[0] if same else p.pack(col) for col, same in zip(cols, shared)]
-    out = tuple(UOp(first.op, first.dtype, tuple(s if same else UOp(Ops.GEP, s.dtype.scalar(), (s,), (k,))
-                                                 for s, same in zip(srcs, shared)), first.arg)
-                for k in range(p.amt))
+    out = tuple(
+        UOp(
+            first.op,
+            first.dtype,
+            tuple(s if same else UOp(Ops.GEP, s.dtype.scalar(), (s,), (k,)) for s, same in zip(srcs, shared)),
+            first.arg,
+        )
+        for k in range(p.amt)
+    )
     return UOp(Ops.STACK, first.dtype.vec(p.amt), out)
 
 
@@ -268,10 +343,15 @@ def lane_tree(v: UOp, op: Ops, amt: int, vector: bool = False) -> UOp:
     but no scalar op per pair (a float MAX is a select, which compilers turn into a mispredicted branch)."""
     while vector and amt > 2:
         amt //= 2
-        lanes = [tuple(UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(first, 2 * amt, 2))
-                 for first in (0, 1)]
-        v = UOp(op, v.dtype.scalar().vec(amt), tuple(UOp(Ops.STACK, v.dtype.scalar().vec(amt), ls)
-                                                      for ls in lanes))
+        lanes = [
+            tuple(UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(first, 2 * amt, 2))
+            for first in (0, 1)
+        ]
+        v = UOp(
+            op,
+            v.dtype.scalar().vec(amt),
+            tuple(UOp(Ops.STACK, v.dtype.scalar().vec(amt), ls) for ls in lanes),
+        )
     xs = [UOp(Ops.GEP, v.dtype.scalar(), (v,), (k,)) for k in range(amt)]
     while len(xs) > 1:
         xs = [UOp(op, xs[0].dtype, (a, b)) for a, b in zip(xs[::2], xs[1::2])]

@@ -3,6 +3,7 @@ grid-style backends; the rule tables that say which kernel-level graphs and prog
 
 The program form is the contract of spec/kernels.md §2: renderers print it, REFERENCE interprets it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,16 @@ from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import UOp
 from uopgrad.verify import REDUCE_OPS, VerifyError, pm_spec_scalar, pm_spec_shared
 
-__all__ = ["GridLimits", "GridSpec", "Program", "check", "pm_spec_kernel_ops", "pm_spec_lowered",
-           "pm_spec_program", "pm_spec_vector"]
+__all__ = [
+    "GridLimits",
+    "GridSpec",
+    "Program",
+    "check",
+    "pm_spec_kernel_ops",
+    "pm_spec_lowered",
+    "pm_spec_program",
+    "pm_spec_vector",
+]
 
 
 class GridSpec(Protocol):
@@ -108,15 +117,23 @@ def _range_ok(x: UOp) -> bool:
 
 def _index_ok(x: UOp, p: UOp, off: UOp) -> bool:
     base = p.src[0] if p.op is Ops.AFTER else p
-    return base.op in (Ops.PARAM, Ops.DEFINE_LOCAL) and _is_ptr(base) and x.dtype == base.dtype and \
-        _is_index(off)
+    return (
+        base.op in (Ops.PARAM, Ops.DEFINE_LOCAL)
+        and _is_ptr(base)
+        and x.dtype == base.dtype
+        and _is_index(off)
+    )
 
 
 def _local_ok(x: UOp) -> bool:
     """DEFINE_LOCAL: a sized pointer into local memory, numbered by its arg."""
     dt = x.dtype
-    return isinstance(dt, PtrDType) and dt.addrspace is AddrSpace.LOCAL and dt.size > 0 and \
-        isinstance(x.arg, int)
+    return (
+        isinstance(dt, PtrDType)
+        and dt.addrspace is AddrSpace.LOCAL
+        and dt.size > 0
+        and isinstance(x.arg, int)
+    )
 
 
 def _load_ok(x: UOp) -> bool:
@@ -125,8 +142,9 @@ def _load_ok(x: UOp) -> bool:
     if first.op is Ops.INDEX:
         return x.dtype == first.dtype.base and (not rest or (len(rest) == 1 and rest[0].dtype == dtypes.bool))
     if first.op is Ops.DEFINE_REG:
-        return x.dtype == first.dtype and (all(r.op is Ops.RANGE for r in rest) or
-                                           (len(rest) == 1 and rest[0].op is Ops.END))
+        return x.dtype == first.dtype and (
+            all(r.op is Ops.RANGE for r in rest) or (len(rest) == 1 and rest[0].op is Ops.END)
+        )
     return False
 
 
@@ -139,22 +157,38 @@ def _store_ok(x: UOp) -> bool:
 
 
 # kernel-level ops, shared by the lowered graph (between passes) and the final program
-pm_spec_kernel_ops = PatternMatcher([
-    (UPat(Ops.PARAM, src=(), name="x"), lambda x: _is_ptr(x) and isinstance(x.arg, int) and x.arg >= 0),
-    (UPat(Ops.RANGE, src=(UPat.var("b"),), name="x"), lambda x, b: _range_ok(x) and b.dtype == x.dtype),
-    (UPat(Ops.SPECIAL, src=(UPat(Ops.CONST),), name="x"), lambda x: isinstance(x.arg, str) and _is_index(x)),
-    (UPat(Ops.END, dtypes.void, src=(UPat(Ops.RANGE),), allow_any_len=True), lambda: True),
-    (UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
-     lambda x, c: x.dtype == c.dtype and isinstance(x.arg, int)),
-    (UPat(Ops.INDEX, src=(UPat((Ops.PARAM, Ops.AFTER, Ops.DEFINE_LOCAL), name="p"), UPat.var("off")),
-          name="x"), _index_ok),
-    (UPat(Ops.AFTER, src=(UPat((Ops.PARAM, Ops.DEFINE_LOCAL)),), allow_any_len=True, name="x"),
-     lambda x: x.dtype == x.src[0].dtype),
-    (UPat(Ops.DEFINE_LOCAL, src=(), name="x"), _local_ok),  # local memory of a workgroup (codegen.group)
-    (UPat(Ops.BARRIER, dtypes.void, src=UPat(Ops.STORE)), lambda: True),  # after the stores it orders
-    (UPat(Ops.LOAD, name="x"), _load_ok),
-    (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
-])
+pm_spec_kernel_ops = PatternMatcher(
+    [
+        (UPat(Ops.PARAM, src=(), name="x"), lambda x: _is_ptr(x) and isinstance(x.arg, int) and x.arg >= 0),
+        (UPat(Ops.RANGE, src=(UPat.var("b"),), name="x"), lambda x, b: _range_ok(x) and b.dtype == x.dtype),
+        (
+            UPat(Ops.SPECIAL, src=(UPat(Ops.CONST),), name="x"),
+            lambda x: isinstance(x.arg, str) and _is_index(x),
+        ),
+        (UPat(Ops.END, dtypes.void, src=(UPat(Ops.RANGE),), allow_any_len=True), lambda: True),
+        (
+            UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
+            lambda x, c: x.dtype == c.dtype and isinstance(x.arg, int),
+        ),
+        (
+            UPat(
+                Ops.INDEX,
+                src=(UPat((Ops.PARAM, Ops.AFTER, Ops.DEFINE_LOCAL), name="p"), UPat.var("off")),
+                name="x",
+            ),
+            _index_ok,
+        ),
+        (
+            UPat(Ops.AFTER, src=(UPat((Ops.PARAM, Ops.DEFINE_LOCAL)),), allow_any_len=True, name="x"),
+            lambda x: x.dtype == x.src[0].dtype,
+        ),
+        (UPat(Ops.DEFINE_LOCAL, src=(), name="x"), _local_ok),  # local memory of a workgroup (codegen.group)
+        (UPat(Ops.BARRIER, dtypes.void, src=UPat(Ops.STORE)), lambda: True),  # after the stores it orders
+        (UPat(Ops.LOAD, name="x"), _load_ok),
+        (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
+    ]
+)
+
 
 def _vec(x: UOp) -> bool:
     return x.dtype.count > 1 and not _is_ptr(x)
@@ -178,43 +212,112 @@ def _vstore_ok(x: UOp) -> bool:
 
 # the vector forms of the opt pass (uopgrad.codegen.opt): checked before pm_spec_scalar, which rejects every
 # other vector-typed node
-pm_spec_vector = PatternMatcher([
-    (UPat(Ops.STACK, name="x"), lambda x: True if _vec(x) and x.arg is None and x.dtype.count == len(x.src)
-     and all(s.dtype == x.dtype.scalar() for s in x.src) else None),
-    (UPat(Ops.GEP, src=(UPat.var("v"),), name="x"), lambda x, v: _vec(v) and x.dtype == v.dtype.scalar() and
-     isinstance(x.arg, tuple) and len(x.arg) == 1 and 0 <= x.arg[0] < v.dtype.count),
-    (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR), name="x"),
-     lambda x: True if _vec(x) and all(s.dtype == x.dtype for s in x.src) else None),
-    (UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), src=(UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, a, b: True if _vec(x) and _mask(x, a) and a.dtype == b.dtype else None),
-    (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b")), name="x"),
-     lambda x, c, a, b: True if _vec(x) and _mask(c, x) and x.dtype == a.dtype == b.dtype else None),
-    (UPat(Ops.CAST, src=(UPat.var("y"),), name="x"),
-     lambda x, y: True if _vec(x) and y.dtype.count == x.dtype.count else None),
-    (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"),
-     lambda x, i: True if _vec(x) and _vload_ok(x, i) else None),
-    (UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_REG),), allow_any_len=True, name="x"),
-     lambda x: True if _vec(x) and _load_ok(x) else None),
-    (UPat(Ops.STORE, dtypes.void, src=(UPat(), UPat.var("v")), allow_any_len=True, name="x"),
-     lambda x, v: True if _vec(v) and _vstore_ok(x) else None),
-    (UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
-     lambda x, c: True if _vec(x) and x.dtype == c.dtype and isinstance(x.arg, int) else None),
-    (UPat(Ops.CONST, src=(), name="x"), lambda x: True if _vec(x) and not isinstance(x.arg, tuple) else None),
-    (UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
-     lambda x, v: True if _vec(x) and x.arg in REDUCE_OPS and x.dtype == v.dtype and
-     all(r.op is Ops.RANGE for r in x.src[1:]) else None),
-])
+pm_spec_vector = PatternMatcher(
+    [
+        (
+            UPat(Ops.STACK, name="x"),
+            lambda x: (
+                True
+                if _vec(x)
+                and x.arg is None
+                and x.dtype.count == len(x.src)
+                and all(s.dtype == x.dtype.scalar() for s in x.src)
+                else None
+            ),
+        ),
+        (
+            UPat(Ops.GEP, src=(UPat.var("v"),), name="x"),
+            lambda x, v: (
+                _vec(v)
+                and x.dtype == v.dtype.scalar()
+                and isinstance(x.arg, tuple)
+                and len(x.arg) == 1
+                and 0 <= x.arg[0] < v.dtype.count
+            ),
+        ),
+        (
+            UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.FDIV, Ops.MAX, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR), name="x"),
+            lambda x: True if _vec(x) and all(s.dtype == x.dtype for s in x.src) else None,
+        ),
+        (
+            UPat((Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ), src=(UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, a, b: True if _vec(x) and _mask(x, a) and a.dtype == b.dtype else None,
+        ),
+        (
+            UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b")), name="x"),
+            lambda x, c, a, b: True if _vec(x) and _mask(c, x) and x.dtype == a.dtype == b.dtype else None,
+        ),
+        (
+            UPat(Ops.CAST, src=(UPat.var("y"),), name="x"),
+            lambda x, y: True if _vec(x) and y.dtype.count == x.dtype.count else None,
+        ),
+        (
+            UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"),
+            lambda x, i: True if _vec(x) and _vload_ok(x, i) else None,
+        ),
+        (
+            UPat(Ops.LOAD, src=(UPat(Ops.DEFINE_REG),), allow_any_len=True, name="x"),
+            lambda x: True if _vec(x) and _load_ok(x) else None,
+        ),
+        (
+            UPat(Ops.STORE, dtypes.void, src=(UPat(), UPat.var("v")), allow_any_len=True, name="x"),
+            lambda x, v: True if _vec(v) and _vstore_ok(x) else None,
+        ),
+        (
+            UPat(Ops.DEFINE_REG, src=(UPat(Ops.CONST, name="c"),), name="x"),
+            lambda x, c: True if _vec(x) and x.dtype == c.dtype and isinstance(x.arg, int) else None,
+        ),
+        (
+            UPat(Ops.CONST, src=(), name="x"),
+            lambda x: True if _vec(x) and not isinstance(x.arg, tuple) else None,
+        ),
+        (
+            UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
+            lambda x, v: (
+                True
+                if _vec(x)
+                and x.arg in REDUCE_OPS
+                and x.dtype == v.dtype
+                and all(r.op is Ops.RANGE for r in x.src[1:])
+                else None
+            ),
+        ),
+    ]
+)
 
 # the graph between codegen passes: kernel ops, kernel-level REDUCE(value, *RANGE), SINK, the index dtype
-pm_spec_lowered = pm_spec_vector + pm_spec_scalar + pm_spec_kernel_ops + PatternMatcher([
-    (UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
-     lambda x, v: x.arg in REDUCE_OPS and x.dtype == v.dtype and all(r.op is Ops.RANGE for r in x.src[1:])),
-]) + pm_spec_shared
+pm_spec_lowered = (
+    pm_spec_vector
+    + pm_spec_scalar
+    + pm_spec_kernel_ops
+    + PatternMatcher(
+        [
+            (
+                UPat(Ops.REDUCE, src=(UPat.var("v"),), allow_any_len=True, name="x"),
+                lambda x, v: (
+                    x.arg in REDUCE_OPS and x.dtype == v.dtype and all(r.op is Ops.RANGE for r in x.src[1:])
+                ),
+            ),
+        ]
+    )
+    + pm_spec_shared
+)
 
 # the final program: no SINK, no REDUCE, no index dtype (int32/int64 instead)
-pm_spec_program = pm_spec_vector + pm_spec_scalar + PatternMatcher([
-    (UPat(name="x"), lambda x: False if x.dtype.scalar() == dtypes.index or x.op is Ops.SINK else None),
-]) + pm_spec_kernel_ops + pm_spec_shared
+pm_spec_program = (
+    pm_spec_vector
+    + pm_spec_scalar
+    + PatternMatcher(
+        [
+            (
+                UPat(name="x"),
+                lambda x: False if x.dtype.scalar() == dtypes.index or x.op is Ops.SINK else None,
+            ),
+        ]
+    )
+    + pm_spec_kernel_ops
+    + pm_spec_shared
+)
 
 
 def check(uops: UOp | Iterable[UOp], spec: PatternMatcher, what: str = "kernel") -> None:
@@ -230,5 +333,9 @@ def check(uops: UOp | Iterable[UOp], spec: PatternMatcher, what: str = "kernel")
         if ok is not True:
             why = ok if isinstance(ok, str) else "no rule accepts it" if ok is None else "a rule rejected it"
             srcs = "\n".join(f"    src[{j}]: {s.short()}" for j, s in enumerate(u.src))
-            raise VerifyError(f"invalid {u.op.name} node in the {what} (#{i} of {len(nodes)}): {why}\n"
-                              f"  node: {u.short()}\n{srcs}", u, i)
+            raise VerifyError(
+                f"invalid {u.op.name} node in the {what} (#{i} of {len(nodes)}): {why}\n"
+                f"  node: {u.short()}\n{srcs}",
+                u,
+                i,
+            )

@@ -6,6 +6,7 @@ END(range, body), innermost first, and the REDUCE's value is the register read a
 the register is declared (and so re-initialised) is decided by the linearizer: in the innermost loop its
 result depends on.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -35,13 +36,17 @@ def exact_max(red: UOp, fast: UOp, only: UOp | None = None) -> UOp:
     is done again in its own order: loops over copies of its ranges, the outermost running zero times
     unless needed (spec/opt.md §2) and, where `only` is given, unless `only` holds (a thread that stores)."""
     zero = UOp(Ops.CONST, red.dtype, (), 0.0)
-    need = UOp(Ops.OR, dtypes.bool, (UOp(Ops.CMPNE, dtypes.bool, (fast, fast)),
-                                     UOp(Ops.CMPEQ, dtypes.bool, (fast, zero))))
+    need = UOp(
+        Ops.OR,
+        dtypes.bool,
+        (UOp(Ops.CMPNE, dtypes.bool, (fast, fast)), UOp(Ops.CMPEQ, dtypes.bool, (fast, zero))),
+    )
     run = need if only is None else UOp(Ops.AND, dtypes.bool, (need, only))
     # fresh copies of its ranges and of those of the reduces nested in it, numbered after all of them (the
     # copies of its own outermost, the linearizer nests by number)
-    nested = sorted({r for u in red.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]},
-                    key=lambda r: r.arg[0])
+    nested = sorted(
+        {r for u in red.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]}, key=lambda r: r.arg[0]
+    )
     base = max(r.arg[0] for r in (*red.src[1:], *nested)) + 0.25
     sub: dict[UOp, UOp] = {}
     for i, r in enumerate((*red.src[1:], *nested)):
@@ -78,7 +83,11 @@ def _accumulate(ctx: itertools.count[int], red: UOp, x: UOp) -> UOp:
     return UOp(Ops.LOAD, dt, (acc, body))
 
 
-pm_reduce = PatternMatcher([
-    (UPat(Ops.REDUCE, src=(UPat.var("x"),), allow_any_len=True, name="red"),
-     _accumulate),  # REDUCE(x, *r) -> acc=identity; for r: acc = acc OP x; read acc after END
-])
+pm_reduce = PatternMatcher(
+    [
+        (
+            UPat(Ops.REDUCE, src=(UPat.var("x"),), allow_any_len=True, name="red"),
+            _accumulate,
+        ),  # REDUCE(x, *r) -> acc=identity; for r: acc = acc OP x; read acc after END
+    ]
+)

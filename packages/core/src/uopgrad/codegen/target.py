@@ -6,6 +6,7 @@ pass driver's `lower(kernel, target, choice)` reads it and caches programs by it
 hashable), and the conformance suite derives its cases from it. It sits in codegen, below the driver and the
 renderers that both use it (docs/ARCHITECTURE.md §2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -25,21 +26,23 @@ class Target:
     """What a backend runs and codegen lowers for. The first five fields keep the order of the former
     `uopgrad.backend.Capabilities(dtypes, ops, grid, compiled, vector_width)`, an alias of this class."""
 
-    dtypes: frozenset[DType]           # dtypes its buffers hold and its kernels compute
-    ops: frozenset[Ops]                # ALU ops rendered natively; codegen decomposes the others
-    grid: GridSpec | None = None       # None: loop-style; else grid-style with these launch limits
-    compiled: bool = True              # generates and compiles code (False for REFERENCE)
-    vector_width: int = 0              # bytes of a vector register codegen may use; 0: no opt pass
-    scratch: int = 0                   # bytes of thread-private memory a loop nest may declare
-    local_memory: int = 0              # bytes of local memory a workgroup has; 0: reduces are not grouped
-    warp_size: int = 1                 # threads that run in lockstep (a warp, a subgroup); 1: none or unknown
+    dtypes: frozenset[DType]  # dtypes its buffers hold and its kernels compute
+    ops: frozenset[Ops]  # ALU ops rendered natively; codegen decomposes the others
+    grid: GridSpec | None = None  # None: loop-style; else grid-style with these launch limits
+    compiled: bool = True  # generates and compiles code (False for REFERENCE)
+    vector_width: int = 0  # bytes of a vector register codegen may use; 0: no opt pass
+    scratch: int = 0  # bytes of thread-private memory a loop nest may declare
+    local_memory: int = 0  # bytes of local memory a workgroup has; 0: reduces are not grouped
+    warp_size: int = 1  # threads that run in lockstep (a warp, a subgroup); 1: none or unknown
     tensor_cores: tuple[TensorCoreShape, ...] = ()  # matrix-unit shapes; none are used yet
 
     def canonical(self) -> tuple[tuple[str, object], ...]:
         """Every field as (name, value) with its sets sorted: the same text in every process (a frozenset's
         order follows string hashing, which differs per process), for keys kept on disk."""
+
         def plain(v: object) -> object:
             return sorted(map(str, v)) if isinstance(v, frozenset) else v
+
         return tuple((f.name, plain(getattr(self, f.name))) for f in fields(self))
 
     @property
@@ -53,9 +56,16 @@ class Target:
         return None if self.grid is None else self.grid.local_max
 
     @staticmethod
-    def for_ops(ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0,
-                scratch: int = 0) -> Target:
+    def for_ops(
+        ops: frozenset[Ops], grid: GridSpec | None = None, vector_width: int = 0, scratch: int = 0
+    ) -> Target:
         """A target for lowering only (no dtypes claimed): the ALU ops `ops`, `grid` (its optional
         `local_memory` becomes the target's), `vector_width` and `scratch`, as `lower` took them before."""
-        return Target(frozenset(), ops, grid, vector_width=vector_width, scratch=scratch,
-                      local_memory=int(getattr(grid, "local_memory", 0)))
+        return Target(
+            frozenset(),
+            ops,
+            grid,
+            vector_width=vector_width,
+            scratch=scratch,
+            local_memory=int(getattr(grid, "local_memory", 0)),
+        )

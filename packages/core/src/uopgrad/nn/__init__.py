@@ -5,6 +5,7 @@ Parameters start as realized buffers, so an optimiser can assign to them in plac
 running statistics, updated (by assign) in each training-mode call; `Tensor.training` picks the mode.
 Optimisers live in `uopgrad.nn.optim`, state dicts and safetensors files in `uopgrad.nn.state`.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,26 @@ from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
 from uopgrad.tensor_grad import no_grad
 
-__all__ = ["BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d",
-           "ConvTranspose2d", "Embedding", "GroupNorm", "InstanceNorm", "LSTMCell", "LayerNorm",
-           "LayerNorm2d", "Linear", "RMSNorm", "no_grad", "optim", "state"]
+__all__ = [
+    "BatchNorm",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "Embedding",
+    "GroupNorm",
+    "InstanceNorm",
+    "LSTMCell",
+    "LayerNorm",
+    "LayerNorm2d",
+    "Linear",
+    "RMSNorm",
+    "no_grad",
+    "optim",
+    "state",
+]
 
 
 def _tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
@@ -53,9 +71,17 @@ class Conv2d:
     """2-d convolution (N, Cin, H, W) -> (N, Cout, H', W'); weight (Cout, Cin/groups, *kernel) uniform in
     ±1/sqrt(Cin/groups * prod(kernel)), as PyTorch initialises it. padding may be "same" (stride 1)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
-                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
-                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] | str = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
         self.kernel_size = _tuple(kernel_size, 2)
         self.stride, self.dilation, self.groups = stride, dilation, groups
         if isinstance(padding, str):
@@ -80,18 +106,35 @@ class Conv2d:
 class Conv1d(Conv2d):
     """1-d convolution (N, Cin, L) -> (N, Cout, L')."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int | str = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
         super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias)
 
 
 class ConvTranspose2d:
     """Transposed 2-d convolution (N, Cin, H, W) -> (N, Cout, H', W'); weight (Cin, Cout/groups, *kernel)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
-                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                 output_padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
-                 bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
         self.kernel_size = _tuple(kernel_size, 2)
         self.stride, self.padding, self.output_padding = stride, padding, output_padding
         self.dilation, self.groups = dilation, groups
@@ -101,18 +144,29 @@ class ConvTranspose2d:
 
     def __call__(self, x: Tensor) -> Tensor:
         """The forward pass."""
-        return x.conv_transpose2d(self.weight, self.bias, self.groups, self.stride, self.dilation,
-                                  self.padding, self.output_padding)
+        return x.conv_transpose2d(
+            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+        )
 
 
 class ConvTranspose1d(ConvTranspose2d):
     """Transposed 1-d convolution (N, Cin, L) -> (N, Cout, L'); weight (Cin, Cout/groups, kernel)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 padding: int = 0, output_padding: int = 0, dilation: int = 1, groups: int = 1,
-                 bias: bool = True) -> None:
-        super().__init__(in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation,
-                         groups, bias)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        output_padding: int = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias
+        )
 
 
 class BatchNorm:
@@ -120,8 +174,14 @@ class BatchNorm:
     (and the running statistics updated with `momentum`, variance unbiased, as PyTorch), else the
     running statistics."""
 
-    def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
-                 momentum: float = 0.1) -> None:
+    def __init__(
+        self,
+        sz: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        momentum: float = 0.1,
+    ) -> None:
         self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
         self.weight: Tensor | None = _filled(1.0, sz) if affine else None
         self.bias: Tensor | None = _filled(0.0, sz) if affine else None
@@ -161,8 +221,9 @@ BatchNorm2d = BatchNorm3d = BatchNorm
 class LayerNorm:
     """Normalise over the trailing `normalized_shape` dims, then scale and shift elementwise."""
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
-                 elementwise_affine: bool = True) -> None:
+    def __init__(
+        self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True
+    ) -> None:
         self.normalized_shape = _tuple(normalized_shape, 1)
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps = eps
@@ -171,7 +232,7 @@ class LayerNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         """The forward pass."""
-        if tuple(x.shape[-len(self.normalized_shape):]) != self.normalized_shape:
+        if tuple(x.shape[-len(self.normalized_shape) :]) != self.normalized_shape:
             raise ValueError(f"LayerNorm{self.normalized_shape} got an input of shape {x.shape}")
         y = x.layernorm(self.axis, self.eps)
         return y if self.weight is None or self.bias is None else y * self.weight + self.bias
@@ -223,8 +284,9 @@ class InstanceNorm:
     def __call__(self, x: Tensor) -> Tensor:
         """The forward pass."""
         if x.ndim < 3 or x.shape[1] != self.num_features:
-            raise ValueError(f"InstanceNorm({self.num_features}) needs (N, {self.num_features}, ...), "
-                             f"not shape {x.shape}")
+            raise ValueError(
+                f"InstanceNorm({self.num_features}) needs (N, {self.num_features}, ...), not shape {x.shape}"
+            )
         return _norm_groups(x, self.num_features, self.eps, self.weight, self.bias)
 
 

@@ -21,6 +21,7 @@ parameters get updates that don't overflow. With `fused=True` the parameters are
 flat vector per step and the state is one flat buffer (the reference's FUSE_OPTIM environment default is
 not read: pass fused).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,8 +46,9 @@ class Optimizer:
     """The parameters (each once; those with requires_grad=None are switched on), the buffers (tensors given
     with requires_grad=False: not updated, but realized with every step) and the learning rate."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float, device: Device | None = None,
-                 fused: bool = False) -> None:
+    def __init__(
+        self, params: Sequence[Tensor], lr: float, device: Device | None = None, fused: bool = False
+    ) -> None:
         if lr < 0:
             raise ValueError(f"Invalid learning rate: {lr}")
         for p in params:
@@ -60,8 +62,12 @@ class Optimizer:
         self.param_dtype: DType = dtypes.float32
         self.fused = fused
         # the learning rate in at least float32, whatever the default float (half parameters included)
-        self.lr = Tensor([lr], device=self.device, requires_grad=False,
-                         dtype=least_upper_dtype(dtypes.default_float, dtypes.float32))
+        self.lr = Tensor(
+            [lr],
+            device=self.device,
+            requires_grad=False,
+            dtype=least_upper_dtype(dtypes.default_float, dtypes.float32),
+        )
         if self.fused:
             sizes = [concrete(p.numel(), "a fused optimiser") for p in self.params]
             self.pos_params = list(itertools.accumulate(sizes, initial=0))
@@ -69,11 +75,24 @@ class Optimizer:
     def _new_optim_param(self) -> list[Tensor]:
         """Zero state per parameter (momentum, moments) in param_dtype; one flat buffer when fused."""
         if self.fused:
-            return [Tensor.zeros(self.pos_params[-1], dtype=self.param_dtype, device=self.device,
-                                 requires_grad=False).contiguous().realize()]
-        return [Tensor.zeros(*(concrete(s, "an optimiser") for s in p.shape), dtype=self.param_dtype,
-                             device=self.device, requires_grad=False).contiguous().realize()
-                for p in self.params]
+            return [
+                Tensor.zeros(
+                    self.pos_params[-1], dtype=self.param_dtype, device=self.device, requires_grad=False
+                )
+                .contiguous()
+                .realize()
+            ]
+        return [
+            Tensor.zeros(
+                *(concrete(s, "an optimiser") for s in p.shape),
+                dtype=self.param_dtype,
+                device=self.device,
+                requires_grad=False,
+            )
+            .contiguous()
+            .realize()
+            for p in self.params
+        ]
 
     def zero_grad(self) -> None:
         """Forget the gradients (the next backward sets fresh ones)."""
@@ -83,16 +102,20 @@ class Optimizer:
     def _grads(self) -> list[Tensor]:
         missing = [k for k, p in enumerate(self.params) if p.grad is None]
         if missing:
-            raise GradientError(f"parameters {missing} have no gradient: call backward() before step(), and "
-                                "check that the loss depends on every parameter")
+            raise GradientError(
+                f"parameters {missing} have no gradient: call backward() before step(), and "
+                "check that the loss depends on every parameter"
+            )
         return [p.grad.detach() for p in self.params if p.grad is not None]
 
     def schedule_step(self) -> list[Tensor]:
         """Assign the updates (lazily); returns the tensors to realize: state, parameters and buffers.
         Only while `Tensor.training` is True, as in the reference: a step taken in eval mode is an error."""
         if not Tensor.training:
-            raise TrainingError("Tensor.training is False: an optimiser steps only in training mode; set "
-                                "Tensor.training = True, or step inside `with Tensor.train():`")
+            raise TrainingError(
+                "Tensor.training is False: an optimiser steps only in training mode; set "
+                "Tensor.training = True, or step inside `with Tensor.train():`"
+            )
         with no_grad():
             grads = self._grads()
             if self.fused:  # one flat vector of every parameter, and one of every gradient
@@ -100,7 +123,7 @@ class Optimizer:
                 gflat = Tensor.cat(*[g.contiguous().flatten() for g in grads], dim=0)
                 out, extra = self._step([flat], [gflat])
                 pos = self.pos_params
-                updates = [out[0][pos[i]:pos[i + 1]].reshape(p.shape) for i, p in enumerate(self.params)]
+                updates = [out[0][pos[i] : pos[i + 1]].reshape(p.shape) for i, p in enumerate(self.params)]
             else:
                 updates, extra = self._step(self.params, grads)
             for p, up in zip(self.params, updates):
@@ -146,11 +169,21 @@ class LARS(Optimizer):
     the gradient, else shrinks p by (1 - lr * wd) after the momentum (Muon's order); `ns_coefficients`
     orthogonalises the update by `ns_steps` Newton-Schulz iterations with those coefficients."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.9,
-                 weight_decay: float = 1e-4, ns_steps: int = 0,
-                 ns_coefficients: Sequence[float] | None = None,
-                 nesterov: bool = False, classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001,
-                 device: Device | None = None, fused: bool = False) -> None:
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        ns_steps: int = 0,
+        ns_coefficients: Sequence[float] | None = None,
+        nesterov: bool = False,
+        classic: bool = True,
+        pre_wd: bool = True,
+        tcoef: float = 0.001,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
         if momentum < 0:
             raise ValueError(f"Invalid momentum value: {momentum}")
         if nesterov and momentum <= 0:
@@ -191,35 +224,83 @@ class SGD(LARS):
     """p -= lr * (momentum buffer, or with nesterov g + momentum * buffer), g = grad + weight_decay * p;
     `classic` applies lr before the buffer (b = m * b + lr * g), as the original momentum method."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, classic: bool = False,
-                 device: Device | None = None, fused: bool = False) -> None:
-        super().__init__(params, lr, momentum, weight_decay, 0, None, nesterov, classic=classic, pre_wd=True,
-                         tcoef=0.0, device=device, fused=fused)
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        classic: bool = False,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
+        super().__init__(
+            params,
+            lr,
+            momentum,
+            weight_decay,
+            0,
+            None,
+            nesterov,
+            classic=classic,
+            pre_wd=True,
+            tcoef=0.0,
+            device=device,
+            fused=fused,
+        )
 
 
 class Muon(LARS):
     """SGD with Nesterov momentum whose update is orthogonalised by Newton-Schulz iterations, and weight decay
     applied to the weights after the momentum (https://kellerjordan.github.io/posts/muon/)."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.95,
-                 weight_decay: float = 0.1, ns_steps: int = 5,
-                 ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
-                 device: Device | None = None, fused: bool = False) -> None:
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        momentum: float = 0.95,
+        weight_decay: float = 0.1,
+        ns_steps: int = 5,
+        ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315),
+        nesterov: bool = True,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
         if fused:
             raise ValueError("Muon orthogonalises each parameter's update: it can't be fused")
-        super().__init__(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov,
-                         classic=False, pre_wd=False, tcoef=0.0, device=device, fused=False)
+        super().__init__(
+            params,
+            lr,
+            momentum,
+            weight_decay,
+            ns_steps,
+            ns_coefficients,
+            nesterov,
+            classic=False,
+            pre_wd=False,
+            tcoef=0.0,
+            device=device,
+            fused=False,
+        )
 
 
 class LAMB(Optimizer):
     """LAMB (arXiv:1904.00962): the Adam step plus decoupled weight decay, up = m̂ / (sqrt(v̂) + eps) + wd * p,
     scaled by the trust ratio |p| / |up| (1 where either is 0), or by 1 when `adam`."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
-                 device: Device | None = None,
-                 fused: bool = False) -> None:
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
         if weight_decay < 0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         super().__init__(params, lr, device, fused)
@@ -228,8 +309,12 @@ class LAMB(Optimizer):
         # the bias corrections 1 - b ** t, on the device so that a captured step updates them; kept as
         # c <- (1 - b) + b * c, whose float32 error stays near 1e-7 of c (b ** t itself, close to 1 in
         # float32, would lose 1e-5 of 1 - b ** t: the reference keeps b ** t and tolerates that)
-        self.c1, self.c2 = (Tensor.zeros(1, dtype=dtypes.float32, device=self.device, requires_grad=False)
-                            .contiguous().realize() for _ in range(2))
+        self.c1, self.c2 = (
+            Tensor.zeros(1, dtype=dtypes.float32, device=self.device, requires_grad=False)
+            .contiguous()
+            .realize()
+            for _ in range(2)
+        )
         self.m, self.v = self._new_optim_param(), self._new_optim_param()
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
@@ -267,9 +352,17 @@ class LAMB(Optimizer):
 class AdamW(LAMB):
     """Adam with decoupled weight decay: p -= lr * (m̂ / (sqrt(v̂) + eps) + weight_decay * p), as PyTorch."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: float = 0.01, device: Device | None = None,
-                 fused: bool = False) -> None:
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
         super().__init__(params, lr, b1, b2, eps, weight_decay, adam=True, device=device, fused=fused)
 
 
@@ -277,8 +370,16 @@ class Adam(LAMB):
     """Adam with bias correction. weight_decay (not in the reference, which has none) adds weight_decay * p to
     the gradient: PyTorch's L2 form, for the decoupled form use AdamW."""
 
-    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8, weight_decay: float = 0.0, device: Device | None = None,
-                 fused: bool = False) -> None:
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        device: Device | None = None,
+        fused: bool = False,
+    ) -> None:
         super().__init__(params, lr, b1, b2, eps, 0.0, adam=True, device=device, fused=fused)
         self.l2 = weight_decay

@@ -17,6 +17,7 @@ lacks (F8_*, F4, F6_*, C64) or an empty tensor numpy can't shape is checked whol
 other than 0 reads as True, stored as 1: the package hands the raw byte on, and numpy's and torch's ops
 treat it as True.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,17 +40,47 @@ __all__ = ["HEADER_CAP", "RESERVED_NAMES", "SAFE_DTYPES", "safe_load", "safe_met
 
 # safetensors' dtype names that uopgrad has a dtype for
 SAFE_DTYPES: dict[str, DType] = {
-    "F64": dtypes.float64, "F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
-    "I64": dtypes.int64, "I32": dtypes.int32, "I16": dtypes.int16, "I8": dtypes.int8,
-    "U64": dtypes.uint64, "U32": dtypes.uint32, "U16": dtypes.uint16, "U8": dtypes.uint8, "BOOL": dtypes.bool,
+    "F64": dtypes.float64,
+    "F32": dtypes.float32,
+    "F16": dtypes.float16,
+    "BF16": dtypes.bfloat16,
+    "I64": dtypes.int64,
+    "I32": dtypes.int32,
+    "I16": dtypes.int16,
+    "I8": dtypes.int8,
+    "U64": dtypes.uint64,
+    "U32": dtypes.uint32,
+    "U16": dtypes.uint16,
+    "U8": dtypes.uint8,
+    "BOOL": dtypes.bool,
 }
 _SAFE_NAMES = {v: k for k, v in SAFE_DTYPES.items()}
 # every dtype the format knows, by its size in bits: a file may hold ones uopgrad can't load, and its layout
 # is still checked with their sizes (F4 packs two elements a byte)
-_BITS: dict[str, int] = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-                         "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "I16": 16,
-                         "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64,
-                         "F64": 64, "I64": 64, "U64": 64}
+_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
 HEADER_CAP = 100_000_000  # the safetensors package refuses longer headers (a hostile length is no allocation)
 RESERVED_NAMES = frozenset({"__metadata__"})  # the header key the format keeps for the metadata map
 _U64_MAX = 2**64 - 1  # offsets and sizes are u64 (usize) in the reference reader
@@ -69,6 +100,7 @@ class _Entry:
 @dataclass(frozen=True)
 class _BadNumber:
     """A JSON integer no u64 holds (negative, `-0`, more than 20 digits): kept as its text for the message."""
+
     text: str
 
     def __repr__(self) -> str:
@@ -109,8 +141,10 @@ def _u64(x: object) -> bool:
 
 def _entry(path: str, name: str, info: object) -> _Entry:
     """One tensor's header entry, its fields checked for type and range."""
+
     def bad(rule: str) -> SafetensorsError:
         return SafetensorsError(path, rule, name)
+
     if not isinstance(info, dict):
         raise bad(f"its entry is {type(info).__name__} {info!r:.60}, not a JSON object")
     for f in _FIELDS:
@@ -135,15 +169,18 @@ def _check_layout(path: str, entries: list[_Entry]) -> int:
     (sizes overflow where the reference reader's u64 arithmetic would). Returns the data section's size."""
     pos = 0
     for e in entries:
+
         def bad(rule: str, name: str = e.name) -> SafetensorsError:
             return SafetensorsError(path, rule, name)
+
         if e.end < e.begin:
             raise bad(f"data_offsets [{e.begin}, {e.end}] end before they begin")
         if e.begin < pos:
             raise bad(f"data_offsets [{e.begin}, {e.end}] overlap the tensor before it, which ends at {pos}")
         if e.begin > pos:
-            raise bad(f"data_offsets [{e.begin}, {e.end}] leave a hole: bytes {pos}..{e.begin} belong to no "
-                      "tensor")
+            raise bad(
+                f"data_offsets [{e.begin}, {e.end}] leave a hole: bytes {pos}..{e.begin} belong to no tensor"
+            )
         numel = 1
         for d in e.shape:  # checked at each step, as the reference reader's checked_mul is
             numel *= d
@@ -155,8 +192,10 @@ def _check_layout(path: str, entries: list[_Entry]) -> int:
         if bits % 8:
             raise bad(f"shape {list(e.shape)} of {e.dtype} does not end on a byte boundary")
         if e.end - e.begin != bits // 8:
-            raise bad(f"data_offsets [{e.begin}, {e.end}] hold {e.end - e.begin} bytes, shape "
-                      f"{list(e.shape)} of {e.dtype} needs {bits // 8}")
+            raise bad(
+                f"data_offsets [{e.begin}, {e.end}] hold {e.end - e.begin} bytes, shape "
+                f"{list(e.shape)} of {e.dtype} needs {bits // 8}"
+            )
         pos = e.end
     return pos
 
@@ -166,14 +205,20 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, str], dict[str, object]]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SafetensorsError(path, f"the header is not UTF-8 (byte {e.start}: {raw[e.start:e.end]!r})") \
-            from None
+        raise SafetensorsError(
+            path, f"the header is not UTF-8 (byte {e.start}: {raw[e.start : e.end]!r})"
+        ) from None
     if not text.startswith("{"):
-        raise SafetensorsError(path, "the header is empty" if not text else
-                               f"the header does not begin with '{{' but with {text[:20]!r}")
+        raise SafetensorsError(
+            path,
+            "the header is empty"
+            if not text
+            else f"the header does not begin with '{{' but with {text[:20]!r}",
+        )
     try:
-        header = json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int,
-                            parse_constant=_parse_constant)
+        header = json.loads(
+            text, object_pairs_hook=_pairs, parse_int=_parse_int, parse_constant=_parse_constant
+        )
     except _HeaderError as e:
         raise SafetensorsError(path, f"the header breaks a JSON rule: {e}") from None
     except ValueError as e:  # json.JSONDecodeError; after the object, only JSON whitespace may follow
@@ -183,8 +228,9 @@ def _parse(path: str, raw: bytes) -> tuple[dict[str, str], dict[str, object]]:
     assert isinstance(header, dict)  # the text begins with '{' and parsed whole
     meta = header.pop("__metadata__", None)  # null is no metadata, as in the reference reader
     if meta is not None and not isinstance(meta, dict):
-        raise SafetensorsError(path, f"__metadata__ is {type(meta).__name__} {meta!r:.60}, "
-                               "not a str->str map")
+        raise SafetensorsError(
+            path, f"__metadata__ is {type(meta).__name__} {meta!r:.60}, not a str->str map"
+        )
     for k, v in (meta or {}).items():
         if type(v) is not str:
             raise SafetensorsError(path, f"__metadata__[{k!r}] is {type(v).__name__} {v!r:.60}, not a str")
@@ -196,8 +242,12 @@ def _read_header(f: io.BufferedReader, path: str) -> tuple[int, dict[str, str], 
     the metadata, the tensors in offset order). Reads nothing past the header."""
     size = os.fstat(f.fileno()).st_size
     if size < 8:
-        raise SafetensorsError(path, "the file is empty" if size == 0 else
-                               f"the file is {size} bytes, shorter than the 8-byte header length")
+        raise SafetensorsError(
+            path,
+            "the file is empty"
+            if size == 0
+            else f"the file is {size} bytes, shorter than the 8-byte header length",
+        )
     head = f.read(8)
     if len(head) != 8:
         raise SafetensorsError(path, "the file got shorter while it was read")
@@ -205,8 +255,9 @@ def _read_header(f: io.BufferedReader, path: str) -> tuple[int, dict[str, str], 
     if n > HEADER_CAP:
         raise SafetensorsError(path, f"the header length {n} is over the {HEADER_CAP}-byte cap")
     if 8 + n > size:
-        raise SafetensorsError(path, f"the header length {n} runs past the end of the {size}-byte file "
-                               "(truncated?)")
+        raise SafetensorsError(
+            path, f"the header length {n} runs past the end of the {size}-byte file (truncated?)"
+        )
     raw = f.read(n)
     if len(raw) != n:
         raise SafetensorsError(path, "the file got shorter while it was read")
@@ -215,8 +266,9 @@ def _read_header(f: io.BufferedReader, path: str) -> tuple[int, dict[str, str], 
     entries = sorted((_entry(path, k, v) for k, v in header.items()), key=lambda e: (e.begin, e.end))
     data_len = _check_layout(path, entries)
     if 8 + n + data_len > size:
-        raise SafetensorsError(path, f"the tensors need {data_len} bytes of data, the file has "
-                               f"{size - 8 - n} (truncated?)")
+        raise SafetensorsError(
+            path, f"the tensors need {data_len} bytes of data, the file has {size - 8 - n} (truncated?)"
+        )
     if 8 + n + data_len < size:
         raise SafetensorsError(path, f"{size - 8 - n - data_len} bytes follow the last tensor's data")
     return 8 + n, meta, entries
@@ -260,21 +312,28 @@ def safe_load(fn: str | os.PathLike[str], device: str | None = None) -> dict[str
         start, _, entries = _read_header(f, path)
         for e in entries:
             if e.dtype not in SAFE_DTYPES:
-                raise SafetensorsError(path, f"its dtype {e.dtype} is valid safetensors, but uopgrad has no "
-                                       "such dtype", e.name)
+                raise SafetensorsError(
+                    path, f"its dtype {e.dtype} is valid safetensors, but uopgrad has no such dtype", e.name
+                )
             # only an empty tensor can be this large: numpy caps each array at 2**63-1 bytes, zero dims aside
             item = dtypes.to_numpy(SAFE_DTYPES[e.dtype]).itemsize
             if math.prod(d for d in e.shape if d) * item > _INTP_MAX:
-                raise SafetensorsError(path, f"its shape {list(e.shape)} is valid safetensors, but numpy "
-                                       "can't make an array of that shape", e.name)
+                raise SafetensorsError(
+                    path,
+                    f"its shape {list(e.shape)} is valid safetensors, but numpy "
+                    "can't make an array of that shape",
+                    e.name,
+                )
         data_len = entries[-1].end if entries else 0
         f.seek(start)
         data = bytearray(data_len)
         if f.readinto(data) != data_len:
             raise SafetensorsError(path, "the file got shorter while it was read")
     view = memoryview(data)
-    return {e.name: Tensor(_array(e, view[e.begin:e.end]), device=device, dtype=SAFE_DTYPES[e.dtype])
-            for e in entries}
+    return {
+        e.name: Tensor(_array(e, view[e.begin : e.end]), device=device, dtype=SAFE_DTYPES[e.dtype])
+        for e in entries
+    }
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -295,8 +354,10 @@ def _check_input(tensors: Mapping[str, Tensor], metadata: Mapping[str, str] | No
             raise TypeError(f"safe_save: the name {name!r} is {type(name).__name__}, not str")
         _utf8(name, "the name")
         if name in RESERVED_NAMES:
-            raise ValueError(f"safe_save: {name!r} is reserved by the safetensors format for its metadata "
-                             "map; name the tensor otherwise")
+            raise ValueError(
+                f"safe_save: {name!r} is reserved by the safetensors format for its metadata "
+                "map; name the tensor otherwise"
+            )
         if not isinstance(t, Tensor):
             raise TypeError(f"safe_save: {name!r} is {type(t).__name__}, not a Tensor")
         if t.dtype not in _SAFE_NAMES:
@@ -313,8 +374,9 @@ def _check_input(tensors: Mapping[str, Tensor], metadata: Mapping[str, str] | No
         _utf8(v, f"metadata[{k!r}]")
 
 
-def _encode(tensors: Mapping[str, Tensor],
-            metadata: Mapping[str, str] | None) -> tuple[bytes, list[np.ndarray]]:
+def _encode(
+    tensors: Mapping[str, Tensor], metadata: Mapping[str, str] | None
+) -> tuple[bytes, list[np.ndarray]]:
     """The header (length prefix included, padded so the data starts 8-aligned) and each tensor's bytes."""
     header: dict[str, object] = {}
     if metadata:
@@ -324,25 +386,33 @@ def _encode(tensors: Mapping[str, Tensor],
     for name, t in tensors.items():
         arr = t.numpy()
         # bfloat16 comes as ml_dtypes' bfloat16, which has no byte order of its own: write its bits
-        little = arr.view(np.uint16).astype("<u2") if t.dtype == dtypes.bfloat16 else \
-            arr.astype(arr.dtype.newbyteorder("<"))
+        little = (
+            arr.view(np.uint16).astype("<u2")
+            if t.dtype == dtypes.bfloat16
+            else arr.astype(arr.dtype.newbyteorder("<"))
+        )
         raw = np.ascontiguousarray(little).reshape(-1).view(np.uint8)
-        header[str(name)] = {"dtype": _SAFE_NAMES[t.dtype], "shape": list(arr.shape),
-                             "data_offsets": [offset, offset + raw.size]}
+        header[str(name)] = {
+            "dtype": _SAFE_NAMES[t.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + raw.size],
+        }
         blobs.append(raw)
         offset += raw.size
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)
     if len(text) > HEADER_CAP:
-        raise ValueError(f"safe_save: the header would be {len(text)} bytes, over the {HEADER_CAP}-byte cap "
-                         "readers hold to (too many tensors, or too much metadata)")
+        raise ValueError(
+            f"safe_save: the header would be {len(text)} bytes, over the {HEADER_CAP}-byte cap "
+            "readers hold to (too many tensors, or too much metadata)"
+        )
     return struct.pack("<Q", len(text)) + text, blobs
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:  # os.write may write less than it was given
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _create_temp(target: str) -> tuple[str, int]:
@@ -356,8 +426,9 @@ def _create_temp(target: str) -> tuple[str, int]:
         except FileExistsError:
             continue
         except OSError as e:  # name the checkpoint, not the temporary file nobody asked for
-            raise type(e)(e.errno, f"safe_save: can't write {target!r}: {e.strerror} (creating a file in "
-                          f"{d!r})") from e
+            raise type(e)(
+                e.errno, f"safe_save: can't write {target!r}: {e.strerror} (creating a file in {d!r})"
+            ) from e
 
 
 def _fsync_dir(d: str) -> None:
@@ -374,8 +445,9 @@ def _fsync_dir(d: str) -> None:
         os.close(fd)
 
 
-def safe_save(tensors: Mapping[str, Tensor], fn: str | os.PathLike[str],
-              metadata: Mapping[str, str] | None = None) -> None:
+def safe_save(
+    tensors: Mapping[str, Tensor], fn: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+) -> None:
     """Write `tensors` (realized first) to a .safetensors file, in their order, with `metadata` as its
     `__metadata__` map.
 
@@ -395,7 +467,8 @@ def safe_save(tensors: Mapping[str, Tensor], fn: str | os.PathLike[str],
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise (IsADirectoryError if stat.S_ISDIR(st.st_mode) else ValueError)(
-            f"safe_save: {path!r} is {what}; refusing to replace it with a checkpoint")
+            f"safe_save: {path!r} is {what}; refusing to replace it with a checkpoint"
+        )
     head, blobs = _encode(tensors, metadata)
     tmp, fd = "", -1
     try:

@@ -2,6 +2,7 @@
 assigns into them in place. safe_save / safe_load / safe_metadata (the safetensors format, checked strictly
 and written atomically) live in uopgrad.nn.safetensors and are re-exported here.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -48,8 +49,14 @@ def get_parameters(obj: object) -> list[Tensor]:
     return list(unique.values())
 
 
-def load_state_dict(model: object, state_dict: Mapping[str, Tensor], strict: bool = True,
-                    verbose: bool = True, consume: bool = False, realize: bool = True) -> list[Tensor]:
+def load_state_dict(
+    model: object,
+    state_dict: Mapping[str, Tensor],
+    strict: bool = True,
+    verbose: bool = True,
+    consume: bool = False,
+    realize: bool = True,
+) -> list[Tensor]:
     """Assign each of the model's tensors the state dict's tensor of its name (cast to its dtype as PyTorch's
     copy_ casts, moved to its device; a () and a (1,) shape fit each other), then realize them; returns the
     loaded tensors. A sharded model tensor is replaced (Tensor.replace) by the entry, sharded like the model's
@@ -72,8 +79,10 @@ def load_state_dict(model: object, state_dict: Mapping[str, Tensor], strict: boo
             raise TypeError(f"load_state_dict: {k} is {type(v).__name__} in the dict, not a Tensor")
         if v.shape != t.shape:
             if {tuple(v.shape), tuple(t.shape)} != {(), (1,)}:
-                raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {t.shape}, but found "
-                                 f"{v.shape} in state dict.")
+                raise ValueError(
+                    f"Shape mismatch in layer `{k}`: Expected shape {t.shape}, but found "
+                    f"{v.shape} in state dict."
+                )
             v = v.reshape(t.shape)
         pairs.append((k, t, v))
     for _, t, v in pairs:

@@ -6,6 +6,7 @@ width, scratch, warp size and tensor-core shapes, gathered by `target(dtypes)` i
 codegen's `lower` takes; and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit for
 C-family languages that the CPU, OpenCL and CUDA backends subclass.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -48,9 +49,17 @@ class Renderer:
     def target(self, dtypes: frozenset[DType]) -> Target:
         """The record codegen lowers for, on a device whose buffers hold `dtypes`: this renderer's ops, grid
         (whose optional `local_memory` is the target's), vector width, scratch, warp size and tensor cores."""
-        return Target(dtypes, self.supports, self.grid, compiled=True, vector_width=self.vector_width,
-                      scratch=self.scratch, local_memory=int(getattr(self.grid, "local_memory", 0)),
-                      warp_size=self.warp_size, tensor_cores=self.tensor_cores)
+        return Target(
+            dtypes,
+            self.supports,
+            self.grid,
+            compiled=True,
+            vector_width=self.vector_width,
+            scratch=self.scratch,
+            local_memory=int(getattr(self.grid, "local_memory", 0)),
+            warp_size=self.warp_size,
+            tensor_cores=self.tensor_cores,
+        )
 
     def function_name(self, name: str) -> str:
         """The entry point's name in the source for a kernel named `name` (the runtime looks it up)."""

@@ -13,6 +13,7 @@ are written inline. The numerics are REFERENCE's (spec/reference.md): where C le
 (integer division by zero, `INT_MIN / -1`, over-wide shifts, out-of-range float -> int) the templates
 guard it and give REFERENCE's answer; a guard on a constant operand folds away in the C compiler.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,19 +64,27 @@ def _max(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
 def _int_guarded(on_floats: OpTemplate, signed: str, unsigned: str) -> OpTemplate:
     """A C division-like template: `on_floats` for floats, else the guarded integer form (`{a}`, `{b}` are
     the operand expressions), signed or unsigned."""
+
     def template(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
         if dtypes.is_float(dt):
             return str(on_floats(r, dt, a, b))
         return (signed if _signed_int(dt) else unsigned).format(a=a, b=b)
+
     return template
 
 
 # C division truncates; x/0 is defined as 0 and INT_MIN/-1 wraps (the hardware traps on both)
-_cdiv = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})",
-                     "(({b})==0?0:({b})==-1?-({a}):({a})/({b}))", "(({b})==0?0:({a})/({b}))")
+_cdiv = _int_guarded(
+    lambda r, dt, a, b: f"{r.math_fn('trunc', dt)}({r.round_to(dt, f'({a}/{b})')})",
+    "(({b})==0?0:({b})==-1?-({a}):({a})/({b}))",
+    "(({b})==0?0:({a})/({b}))",
+)
 # the sign of the dividend; x%0 and x%-1 are 0 (INT_MIN%-1 traps in hardware)
-_cmod = _int_guarded(lambda r, dt, a, b: f"{r.math_fn('fmod', dt)}({a}, {b})",
-                     "((({b})==0||({b})==-1)?0:({a})%({b}))", "(({b})==0?0:({a})%({b}))")
+_cmod = _int_guarded(
+    lambda r, dt, a, b: f"{r.math_fn('fmod', dt)}({a}, {b})",
+    "((({b})==0||({b})==-1)?0:({a})%({b}))",
+    "(({b})==0?0:({a})%({b}))",
+)
 
 
 def _fdiv(r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
@@ -217,9 +226,11 @@ _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _OWN_NAME = re.compile(r"[Er](_(\d+|n))*")
 # names the renderer itself writes: a variable may not take one of them
 _RESERVED = re.compile(r"(data|ridx|acc|alu|val|cast|gidx|lidx|idx|temp)\d+|__uopgrad_\w*")
-_C_KEYWORDS = frozenset("auto break case char const continue default do double else enum extern float for "
-                        "goto if inline int long register restrict return short signed sizeof static struct "
-                        "switch typedef union unsigned void volatile while".split())
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for "
+    "goto if inline int long register restrict return short signed sizeof static struct "
+    "switch typedef union unsigned void volatile while".split()
+)
 
 
 class CStyleRenderer(Renderer):
@@ -227,20 +238,46 @@ class CStyleRenderer(Renderer):
 
     # ------------------------------------------------------------------ dialect tables and hooks
     type_map: ClassVar[dict[DType, str]] = {
-        dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
-        dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
-        dtypes.uint32: "unsigned int", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-        dtypes.float16: "_Float16", dtypes.bfloat16: "float", dtypes.float32: "float",
+        dtypes.bool: "_Bool",
+        dtypes.int8: "signed char",
+        dtypes.uint8: "unsigned char",
+        dtypes.int16: "short",
+        dtypes.uint16: "unsigned short",
+        dtypes.int32: "int",
+        dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long",
+        dtypes.float16: "_Float16",
+        dtypes.bfloat16: "float",
+        dtypes.float32: "float",
         dtypes.float64: "double",
     }
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {
-        Ops.NEG: _neg, Ops.RECIPROCAL: lambda r, dt, x: f"(1/{x})", Ops.TRUNC: _trunc,
-        Ops.SQRT: _math("sqrt"), Ops.EXP2: _math("exp2"), Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"),
-        Ops.ADD: _infix("+"), Ops.SUB: _infix("-"), Ops.MUL: _infix("*"), Ops.MAX: _max,
-        Ops.FDIV: _fdiv, Ops.CDIV: _cdiv, Ops.CMOD: _cmod, Ops.POW: _pow,
-        Ops.CMPLT: _infix("<"), Ops.CMPNE: _infix("!="), Ops.CMPEQ: _infix("=="),
-        Ops.AND: _infix("&"), Ops.OR: _infix("|"), Ops.XOR: _infix("^"), Ops.SHL: _shl, Ops.SHR: _shr,
-        Ops.WHERE: lambda r, dt, c, a, b: f"({c}?{a}:{b})", Ops.MULACC: _mulacc,
+        Ops.NEG: _neg,
+        Ops.RECIPROCAL: lambda r, dt, x: f"(1/{x})",
+        Ops.TRUNC: _trunc,
+        Ops.SQRT: _math("sqrt"),
+        Ops.EXP2: _math("exp2"),
+        Ops.LOG2: _math("log2"),
+        Ops.SIN: _math("sin"),
+        Ops.ADD: _infix("+"),
+        Ops.SUB: _infix("-"),
+        Ops.MUL: _infix("*"),
+        Ops.MAX: _max,
+        Ops.FDIV: _fdiv,
+        Ops.CDIV: _cdiv,
+        Ops.CMOD: _cmod,
+        Ops.POW: _pow,
+        Ops.CMPLT: _infix("<"),
+        Ops.CMPNE: _infix("!="),
+        Ops.CMPEQ: _infix("=="),
+        Ops.AND: _infix("&"),
+        Ops.OR: _infix("|"),
+        Ops.XOR: _infix("^"),
+        Ops.SHL: _shl,
+        Ops.SHR: _shr,
+        Ops.WHERE: lambda r, dt, c, a, b: f"({c}?{a}:{b})",
+        Ops.MULACC: _mulacc,
         Ops.THREEFRY: lambda r, dt, x, key: f"__uopgrad_threefry({x}, {key})",
     }
     helpers: ClassVar[dict[str, str]] = {**_HELPERS, **_BF16_HELPERS}
@@ -248,16 +285,17 @@ class CStyleRenderer(Renderer):
     storage: ClassVar[dict[DType, DType]] = {dtypes.bfloat16: dtypes.uint16}
     # the helpers a load and a store of such a dtype go through: (bits -> value, value -> bits)
     bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
-        dtypes.bfloat16: ("__uopgrad_bf16_float", "__uopgrad_bf16_bits")}
+        dtypes.bfloat16: ("__uopgrad_bf16_float", "__uopgrad_bf16_bits")
+    }
     # lines before the kernel (includes, pragmas, typedefs)
     prefix_lines: ClassVar[tuple[str, ...]] = ("#include <math.h>",)
     kernel_prefix = "void"
-    buffer_qualifier = ""          # an address space, e.g. OpenCL's "__global "
-    restrict = "restrict"          # buffers never alias inside one launch
+    buffer_qualifier = ""  # an address space, e.g. OpenCL's "__global "
+    restrict = "restrict"  # buffers never alias inside one launch
     infinity = "INFINITY"
     nan = "NAN"
-    local_qualifier = ""           # of a workgroup's shared array, e.g. CUDA's "__shared__"; "" = none
-    barrier = ""                   # the workgroup barrier statement, e.g. "__syncthreads();"; "" = none
+    local_qualifier = ""  # of a workgroup's shared array, e.g. CUDA's "__shared__"; "" = none
+    barrier = ""  # the workgroup barrier statement, e.g. "__syncthreads();"; "" = none
     # SPECIAL name prefix -> expression template with {0} the dimension, e.g. {"gidx": "blockIdx.{0}"}
     special_index: ClassVar[dict[str, str]] = {}
     # float16 ALU is computed in float and rounded back once per op (no native half arithmetic)
@@ -378,8 +416,9 @@ class CStyleRenderer(Renderer):
         """One buffer parameter: `float* restrict data0`; read-only buffers are `const`."""
         const = "" if writable else "const "
         elem = self.ctype(self.storage.get(dt.base.scalar(), dt))
-        return " ".join(x for x in (f"{self.buffer_qualifier}{const}{elem}*", self.restrict,
-                                    f"data{slot}") if x)
+        return " ".join(
+            x for x in (f"{self.buffer_qualifier}{const}{elem}*", self.restrict, f"data{slot}") if x
+        )
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
         """The declaration of a DEFINE_LOCAL: `size` elements of `dt` shared by a workgroup's threads, under
@@ -401,8 +440,9 @@ class CStyleRenderer(Renderer):
         int32 (core checks at launch), and C's conversions give int32 arithmetic the same results."""
         return f"const {self.ctype(dtypes.int64 if dtypes.is_int(dt) else dt)} {name}"
 
-    def render_kernel(self, name: str, params: Sequence[str], body: Sequence[str],
-                      prefix: Sequence[str]) -> str:
+    def render_kernel(
+        self, name: str, params: Sequence[str], body: Sequence[str], prefix: Sequence[str]
+    ) -> str:
         """Assemble the source: prefix lines, then `kernel_prefix name(params) { body }`."""
         head = "\n".join(prefix)
         sig = f"{self.kernel_prefix} {name}({', '.join(params)})"
@@ -425,8 +465,9 @@ class CStyleRenderer(Renderer):
             raise RenderError(f"{st.depth - 1} RANGE(s) are never closed by an END")
         params = self._signature(program, uops, st)
         used = self._helpers_for("\n".join(st.lines))
-        return self.render_kernel(self.function_name(program.name), params, st.lines,
-                                  [*self.prefix_lines, *used])
+        return self.render_kernel(
+            self.function_name(program.name), params, st.lines, [*self.prefix_lines, *used]
+        )
 
     def _helpers_for(self, text: str) -> list[str]:
         """The helpers `text` calls and those they call, in table order (callees come first there)."""
@@ -459,8 +500,11 @@ class CStyleRenderer(Renderer):
     def _signature(self, program: Program, uops: tuple[UOp, ...], st: _State) -> list[str]:
         """Buffers in `program.globals` order, then scalars in `program.vars` order (as they are passed)."""
         params = {u.arg: u for u in uops if u.op is Ops.PARAM}
-        written = {b.arg for s in uops if s.op is Ops.STORE and s.src[0].op is Ops.INDEX and
-                   (b := _buffer(s.src[0])).op is Ops.PARAM}
+        written = {
+            b.arg
+            for s in uops
+            if s.op is Ops.STORE and s.src[0].op is Ops.INDEX and (b := _buffer(s.src[0])).op is Ops.PARAM
+        }
         out = []
         for slot in program.globals:
             if slot in params:
@@ -479,12 +523,16 @@ class CStyleRenderer(Renderer):
     def _alu(self, st: _State, u: UOp) -> None:
         template = self.code_for_op.get(u.op)
         if template is None:
-            raise RenderError(f"{type(self).__name__} does not render {u.op} (codegen decomposes ops outside "
-                              f"`supports`): {u.short()}")
+            raise RenderError(
+                f"{type(self).__name__} does not render {u.op} (codegen decomposes ops outside "
+                f"`supports`): {u.short()}"
+            )
         dt = u.src[1].dtype if u.op is Ops.WHERE else u.src[0].dtype
         via_float = self.half_via_float and dt.scalar() == dtypes.float16
-        xs = [f"((float){st.names[s]})" if via_float and s.dtype.scalar() == dtypes.float16 else st.names[s]
-              for s in u.src]
+        xs = [
+            f"((float){st.names[s]})" if via_float and s.dtype.scalar() == dtypes.float16 else st.names[s]
+            for s in u.src
+        ]
         expr = template(self, dt, *xs)
         if via_float and u.dtype.scalar() == dtypes.float16:  # the float result rounded back to half
             expr = self.render_cast(expr, dtypes.float32, u.dtype)
@@ -601,7 +649,7 @@ def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
     end = next((i for i in range(start, len(uops)) if uops[i].op is Ops.END and uops[i].src[0] is loop), None)
     if end is None:
         return False
-    body = uops[start + 1:end]
+    body = uops[start + 1 : end]
     inside = set(body)
     work, lanes = _bound(loop), 1
     for u in body:
@@ -609,8 +657,12 @@ def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
             work *= _bound(u)
         elif u.op is Ops.STORE and u.src[0].op is Ops.DEFINE_REG and u.src[0] not in inside:
             return False
-        elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _buffer(u.src[0]).op is not Ops.DEFINE_LOCAL \
-                and loop not in u.src[0].src[1].toposort():
+        elif (
+            u.op is Ops.STORE
+            and u.src[0].op is Ops.INDEX
+            and _buffer(u.src[0]).op is not Ops.DEFINE_LOCAL
+            and loop not in u.src[0].src[1].toposort()
+        ):
             return False
         lanes = max(lanes, u.dtype.count)
     return work * lanes >= min_work
@@ -619,11 +671,24 @@ def _parallel_ok(loop: UOp, uops: tuple[UOp, ...], min_work: int) -> bool:
 _Handler = Callable[[CStyleRenderer, _State, UOp], None]
 # how each non-ALU op is printed (ALU ops go through `code_for_op`)
 _HANDLERS: dict[Ops, _Handler] = {
-    Ops.PARAM: CStyleRenderer._name, Ops.DEFINE_VAR: CStyleRenderer._name, Ops.CONST: CStyleRenderer._const,
-    Ops.SPECIAL: CStyleRenderer._special, Ops.RANGE: CStyleRenderer._range, Ops.END: CStyleRenderer._end,
-    Ops.IF: CStyleRenderer._if, Ops.ENDIF: CStyleRenderer._end, Ops.DEFINE_REG: CStyleRenderer._define_reg,
-    Ops.INDEX: CStyleRenderer._index, Ops.LOAD: CStyleRenderer._load, Ops.STORE: CStyleRenderer._store,
-    Ops.CAST: CStyleRenderer._cast, Ops.BITCAST: CStyleRenderer._bitcast, Ops.AFTER: CStyleRenderer._alias,
-    Ops.SINK: CStyleRenderer._skip, Ops.NOOP: CStyleRenderer._skip, Ops.GROUP: CStyleRenderer._skip,
-    Ops.DEFINE_LOCAL: CStyleRenderer._define_local, Ops.BARRIER: CStyleRenderer._barrier,
+    Ops.PARAM: CStyleRenderer._name,
+    Ops.DEFINE_VAR: CStyleRenderer._name,
+    Ops.CONST: CStyleRenderer._const,
+    Ops.SPECIAL: CStyleRenderer._special,
+    Ops.RANGE: CStyleRenderer._range,
+    Ops.END: CStyleRenderer._end,
+    Ops.IF: CStyleRenderer._if,
+    Ops.ENDIF: CStyleRenderer._end,
+    Ops.DEFINE_REG: CStyleRenderer._define_reg,
+    Ops.INDEX: CStyleRenderer._index,
+    Ops.LOAD: CStyleRenderer._load,
+    Ops.STORE: CStyleRenderer._store,
+    Ops.CAST: CStyleRenderer._cast,
+    Ops.BITCAST: CStyleRenderer._bitcast,
+    Ops.AFTER: CStyleRenderer._alias,
+    Ops.SINK: CStyleRenderer._skip,
+    Ops.NOOP: CStyleRenderer._skip,
+    Ops.GROUP: CStyleRenderer._skip,
+    Ops.DEFINE_LOCAL: CStyleRenderer._define_local,
+    Ops.BARRIER: CStyleRenderer._barrier,
 }

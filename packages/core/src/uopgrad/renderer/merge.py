@@ -9,6 +9,7 @@ the caller builds the sources one by one), then the kernels in order. Kernel nam
 source: `merge` renames a repeated one (`r_1` -> `r_1_m3`) and says so; `groups` instead splits the sources
 into groups of distinct names, for a caller that cannot rename.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,13 +25,13 @@ def split(src: str, header: re.Pattern[str]) -> tuple[list[str], str, str] | Non
     if len(found) != 1:
         return None
     items: list[list[str]] = []
-    for line in src[:found[0].start()].splitlines():
+    for line in src[: found[0].start()].splitlines():
         if not items or (line and not line[0].isspace() and not line.startswith("}")):
             items.append([line])
         else:
             items[-1].append(line)
     texts = ["\n".join(lines).strip() for lines in items]
-    return [t for t in texts if t], found[0][1], src[found[0].start():]
+    return [t for t in texts if t], found[0][1], src[found[0].start() :]
 
 
 def merge(srcs: Sequence[str], header: re.Pattern[str]) -> tuple[str, list[str]] | None:
@@ -47,7 +48,7 @@ def merge(srcs: Sequence[str], header: re.Pattern[str]) -> tuple[str, list[str]]
         name = p[1] if p[1] not in names else f"{p[1]}_m{k}"
         m = header.match(p[2])
         assert m is not None  # split found the header at the kernel's start
-        kernels.append(p[2][:m.start(1)] + name + p[2][m.end(1):])
+        kernels.append(p[2][: m.start(1)] + name + p[2][m.end(1) :])
         names.append(name)
     first = [i for i in items if i.startswith("#")]
     return "\n".join([*first, *(i for i in items if not i.startswith("#")), "", *kernels]), names

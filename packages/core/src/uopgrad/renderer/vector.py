@@ -12,6 +12,7 @@ another width (a float64 select by a float32 comparison) it is converted, which 
 C has no `?:` on vectors, so WHERE and MAX are bitwise selects by a mask on the values' bits (a cast
 between vector types of one size reinterprets them): bit for bit the scalar templates' choices.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,18 @@ from uopgrad.uop import UOp
 __all__ = ["GCCVectorRenderer", "mask_bytes"]
 
 _SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
-_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^",
-          Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+_INFIX = {
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.MUL: "*",
+    Ops.FDIV: "/",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.CMPEQ: "==",
+}
 # bool ops whose mask operands share the result's lane width
 _MASK_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE})
 _SELECT = "#define __uopgrad_vsel(T, I, m, a, b) ((T)((((I)(a))&(m))|(((I)(b))&~(m))))"
@@ -113,15 +124,20 @@ class GCCVectorRenderer(CStyleRenderer):
         its masks and selects are made of)."""
         src = super().render(program)
         vecs = {u.dtype.base for u in program.uops if u.dtype.base.count > 1 and not _is_mask(u.dtype)}
-        vecs |= {_SIGNED[u.dtype.scalar().itemsize].vec(u.dtype.count) for u in program.uops  # select bits
-                 if u.op in (Ops.WHERE, Ops.MAX) and u.dtype.count > 1 and not _is_mask(u.dtype)}
+        vecs |= {
+            _SIGNED[u.dtype.scalar().itemsize].vec(u.dtype.count)
+            for u in program.uops  # select bits
+            if u.op in (Ops.WHERE, Ops.MAX) and u.dtype.count > 1 and not _is_mask(u.dtype)
+        }
         vecs |= {_SIGNED[w].vec(u.dtype.count) for u, w in mask_bytes(program.uops).items()}
         lines = []
         for dt in sorted(vecs, key=repr):
             size, scalar = dt.count * dt.scalar().itemsize, self.type_map[dt.scalar()]
             lines.append(f"typedef {scalar} {self.vector_name(dt)} __attribute__((vector_size({size})));")
-            lines.append(f"typedef {scalar} {self.vector_name(dt, True)} "
-                         f"__attribute__((vector_size({size}), aligned({dt.scalar().itemsize})));")
+            lines.append(
+                f"typedef {scalar} {self.vector_name(dt, True)} "
+                f"__attribute__((vector_size({size}), aligned({dt.scalar().itemsize})));"
+            )
         return "\n".join([*lines, src]) if lines else src
 
     def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
@@ -205,5 +221,9 @@ def _cast(r: CStyleRenderer, st: _State, u: UOp) -> None:
     r._value(st, u, "cast", expr)
 
 
-GCCVectorRenderer.extra_handlers = {Ops.STACK: _stack, Ops.GEP: _gep, Ops.CAST: _cast,
-                                    **{op: _alu for op in (*_INFIX, Ops.NEG, Ops.MAX, Ops.WHERE)}}
+GCCVectorRenderer.extra_handlers = {
+    Ops.STACK: _stack,
+    Ops.GEP: _gep,
+    Ops.CAST: _cast,
+    **{op: _alu for op in (*_INFIX, Ops.NEG, Ops.MAX, Ops.WHERE)},
+}

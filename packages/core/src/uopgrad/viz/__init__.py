@@ -11,6 +11,7 @@ realize, `DIR/<n>-<device>.html` with
 Pages need no server, network or graphviz: the layout is `viz.layout`, the stepping is a few lines of inline
 script. `write_page(sink, path)` draws a graph without running it; `UOp.to_dot()` gives Graphviz text.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,8 +78,12 @@ def _folded(u: UOp, k: int) -> bool:
     s = u.src[k]
     if s.op in (Ops.DEVICE, Ops.UNIQUE):
         return True
-    return u.op in _MOVEMENT and k > 0 and s.op in (Ops.CONST, Ops.VCONST, Ops.STACK) and \
-        all(x.op in (Ops.CONST, Ops.VCONST, Ops.STACK) for x in s.toposort())
+    return (
+        u.op in _MOVEMENT
+        and k > 0
+        and s.op in (Ops.CONST, Ops.VCONST, Ops.STACK)
+        and all(x.op in (Ops.CONST, Ops.VCONST, Ops.STACK) for x in s.toposort())
+    )
 
 
 def _operand(s: UOp) -> str:
@@ -101,13 +106,16 @@ def uop_svg(root: UOp, title: str = "") -> str:
         stack += [s for k, s in enumerate(srcs) if not _folded(u, k + len(u.src) - len(srcs))]
     order = [u for u in root.toposort(enter_calls=False) if u in keep]
     if len(order) > MAX_NODES:
-        return (f"<p>{len(order)} nodes: too many to draw (over {MAX_NODES}); the last ones:</p>"
-                f"<pre>{html.escape(root.pretty(200))}</pre>")
+        return (
+            f"<p>{len(order)} nodes: too many to draw (over {MAX_NODES}); the last ones:</p>"
+            f"<pre>{html.escape(root.pretty(200))}</pre>"
+        )
     index = {u: i for i, u in enumerate(order)}
     g = Graph()
     for u in order:
-        extra = [_operand(s) for k, s in enumerate(u.src)
-                 if _folded(u, k) and s.op not in (Ops.DEVICE, Ops.UNIQUE)]
+        extra = [
+            _operand(s) for k, s in enumerate(u.src) if _folded(u, k) and s.op not in (Ops.DEVICE, Ops.UNIQUE)
+        ]
         lines = label(u) + ([" ".join(extra)[:40]] if extra else [])
         g.add(lines, [index[s] for k, s in enumerate(u.src) if s in index and not _folded(u, k)], _colour(u))
     return svg(g, title)
@@ -148,8 +156,9 @@ class _Page:
 
     def section(self, title: str, body: str) -> None:
         anchor = "-".join(title.split(":")[0].split("(")[0].split())  # #tensor-graph, #schedule, #kernel-3
-        self.parts.append(f'<section id="{html.escape(anchor)}"><h2>{html.escape(title)}</h2>{body}'
-                          "</section>")
+        self.parts.append(
+            f'<section id="{html.escape(anchor)}"><h2>{html.escape(title)}</h2>{body}</section>'
+        )
 
     def build(self, tracer: _Tracer | None) -> str:
         self.section("tensor graph", f'<div class="pic">{uop_svg(self.sink, "tensor graph")}</div>')
@@ -161,8 +170,9 @@ class _Page:
         kernels = {i: it for i, it in enumerate(items) if it.src[0].op is Ops.SINK}
         traced = {i: self.trace(it, tracer) for i, it in kernels.items()}
         programs = {i: t[0] for i, t in traced.items() if t[0] is not None}
-        self.section(f"schedule ({len(items)} items)",
-                     f'<div class="pic">{_schedule_svg(items, programs)}</div>')
+        self.section(
+            f"schedule ({len(items)} items)", f'<div class="pic">{_schedule_svg(items, programs)}</div>'
+        )
         for i, (prg, steps, src) in traced.items():
             self.kernel(i, kernels[i], prg, steps, src)
         return self.html()
@@ -182,8 +192,11 @@ class _Page:
                     prg = lower(call, caps)  # as the backend runs it: its target
             steps += [(f"after '{name}'", g) for name, g in captured]
             renderer = getattr(backend, "renderer", None)
-            src = renderer.render(prg) if renderer is not None else "\n".join(
-                f"{i:4d} {u.op.name} {u.dtype.name} {_arg(u)}" for i, u in enumerate(prg.uops))
+            src = (
+                renderer.render(prg)
+                if renderer is not None
+                else "\n".join(f"{i:4d} {u.op.name} {u.dtype.name} {_arg(u)}" for i, u in enumerate(prg.uops))
+            )
             return prg, steps, src
         except Exception as e:  # show what there is, and why the rest is missing
             return None, steps, f"(not lowered: {type(e).__name__}: {e})"
@@ -194,20 +207,31 @@ class _Page:
             f'<figure class="step" data-step="{k}"{"" if k == 0 else " hidden"}>'
             f"<figcaption>step {k + 1}/{len(steps)}: {html.escape(title)}</figcaption>"
             f'<div class="pic">{uop_svg(g, f"{name} {title}")}</div></figure>'
-            for k, (title, g) in enumerate(steps))
-        controls = ('<div class="controls"><button class="prev">&larr; before</button> '
-                    f'<input type="range" min="0" max="{len(steps) - 1}" value="0"> '
-                    '<button class="next">after &rarr;</button></div>')
-        launch = "" if prg is None or prg.global_size is None else \
-            f" global {prg.global_size} local {prg.local_size}"
-        self.section(f"kernel {i}: {name}{launch}",
-                     f'<div class="stepper">{controls}{figs}</div><h3>source</h3>'
-                     f'<pre class="source">{html.escape(src)}</pre>')
+            for k, (title, g) in enumerate(steps)
+        )
+        controls = (
+            '<div class="controls"><button class="prev">&larr; before</button> '
+            f'<input type="range" min="0" max="{len(steps) - 1}" value="0"> '
+            '<button class="next">after &rarr;</button></div>'
+        )
+        launch = (
+            ""
+            if prg is None or prg.global_size is None
+            else f" global {prg.global_size} local {prg.local_size}"
+        )
+        self.section(
+            f"kernel {i}: {name}{launch}",
+            f'<div class="stepper">{controls}{figs}</div><h3>source</h3>'
+            f'<pre class="source">{html.escape(src)}</pre>',
+        )
 
     def html(self) -> str:
-        err = "" if self.error is None else \
-            f'<p class="error">the realize raised {html.escape(type(self.error).__name__)}: ' \
+        err = (
+            ""
+            if self.error is None
+            else f'<p class="error">the realize raised {html.escape(type(self.error).__name__)}: '
             f"{html.escape(str(self.error))}</p>"
+        )
         title = f"uopgrad VIZ: realize on {self.device}"
         return _TEMPLATE.format(title=html.escape(title), error=err, body="".join(self.parts))
 
@@ -266,8 +290,9 @@ def page_html(sink: UOp, device: str | None = None, error: BaseException | None 
     return _Page(device or Device.DEFAULT, sink, error).build(_active)
 
 
-def write_page(sink: UOp, path: str | os.PathLike[str], device: str | None = None,
-               error: BaseException | None = None) -> Path:
+def write_page(
+    sink: UOp, path: str | os.PathLike[str], device: str | None = None, error: BaseException | None = None
+) -> Path:
     """Write the VIZ page of `sink` to `path`; returns the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -315,8 +340,9 @@ class _Tracer:
             try:
                 write_page(sink, self.directory / name, device, error)
             except Exception as e:  # VIZ must never break the program it watches
-                debug.logger.warning("VIZ: no page for this realize on %s: %s: %s", device,
-                                     type(e).__name__, e)
+                debug.logger.warning(
+                    "VIZ: no page for this realize on %s: %s: %s", device, type(e).__name__, e
+                )
 
     def after_pass(self, name: str, sink: UOp) -> None:
         """Keep the pass's graph while a kernel is being traced."""
@@ -349,9 +375,12 @@ def enable_from_environment() -> None:
             raise PermissionError("not writable")
     except (OSError, ValueError) as e:
         disable()
-        warnings.warn(f"environment variable UOPGRAD_VIZ={str(where)!r} is not valid: UOPGRAD_VIZ takes a "
-                      f"directory uopgrad can write pages into ({type(e).__name__}: {e}); no VIZ pages",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"environment variable UOPGRAD_VIZ={str(where)!r} is not valid: UOPGRAD_VIZ takes a "
+            f"directory uopgrad can write pages into ({type(e).__name__}: {e}); no VIZ pages",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def disable() -> None:

@@ -5,6 +5,7 @@ reordered by the barycentre of their neighbours (a few sweeps down and up, as in
 removes most crossings of the small DAGs a kernel or a tensor program makes. Edges are cubic curves from
 the bottom of a source to the top of its consumer; a consumer with several sources numbers them.
 """
+
 from __future__ import annotations
 
 import html
@@ -45,8 +46,9 @@ class Graph:
 
     nodes: list[Node] = field(default_factory=list)
 
-    def add(self, lines: Sequence[str], srcs: Sequence[int] = (), fill: str = "#e8eef7",
-            shape: str = "rect") -> int:
+    def add(
+        self, lines: Sequence[str], srcs: Sequence[int] = (), fill: str = "#e8eef7", shape: str = "rect"
+    ) -> int:
         """Append a node; returns its index."""
         self.nodes.append(Node([s for s in lines if s], fill, list(srcs), shape))
         return len(self.nodes) - 1
@@ -72,9 +74,11 @@ def _order(g: Graph, layers: list[list[int]], sweeps: int = 4) -> None:
     for sweep in range(sweeps):
         seq = layers[1:] if sweep % 2 == 0 else layers[-2::-1]
         for layer in seq:
+
             def bary(i: int, down: bool = sweep % 2 == 0) -> float:
                 nb = g.nodes[i].srcs if down else users[i]
                 return sum(pos[j] for j in nb) / len(nb) if nb else pos[i]
+
             layer.sort(key=bary)
             pos.update({i: float(k) for k, i in enumerate(layer)})
 
@@ -101,11 +105,13 @@ def svg(g: Graph, title: str = "") -> str:
     layers = _layers(g)
     _order(g, layers)
     width, height = _place(g, layers)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width:.0f}" height="{height:.0f}" '
-           f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="monospace" font-size="11">',
-           f"<title>{html.escape(title)}</title>" if title else "",
-           '<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
-           'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#667"/></marker></defs>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="monospace" font-size="11">',
+        f"<title>{html.escape(title)}</title>" if title else "",
+        '<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
+        'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#667"/></marker></defs>',
+    ]
     for n in g.nodes:
         for k, s in enumerate(n.srcs):
             src = g.nodes[s]
@@ -113,20 +119,29 @@ def svg(g: Graph, title: str = "") -> str:
             x1 = n.x + n.w * (k + 1) / (len(n.srcs) + 1)
             y1 = n.y
             mid = (y0 + y1) / 2
-            out.append(f'<path class="edge" d="M{x0:.1f},{y0:.1f} C{x0:.1f},{mid:.1f} {x1:.1f},{mid:.1f} '
-                       f'{x1:.1f},{y1:.1f}" fill="none" stroke="#889" marker-end="url(#arrow)"/>')
+            out.append(
+                f'<path class="edge" d="M{x0:.1f},{y0:.1f} C{x0:.1f},{mid:.1f} {x1:.1f},{mid:.1f} '
+                f'{x1:.1f},{y1:.1f}" fill="none" stroke="#889" marker-end="url(#arrow)"/>'
+            )
             if len(n.srcs) > 1:
                 out.append(f'<text x="{x1 + 3:.1f}" y="{y1 - 3:.1f}" fill="#a33" font-size="9">{k}</text>')
     for i, n in enumerate(g.nodes):
         if n.shape == "ellipse":
-            box = (f'<ellipse cx="{n.x + n.w / 2:.1f}" cy="{n.y + n.h / 2:.1f}" rx="{n.w / 2:.1f}" '
-                   f'ry="{n.h / 2:.1f}" fill="{n.fill}" stroke="#556"/>')
+            box = (
+                f'<ellipse cx="{n.x + n.w / 2:.1f}" cy="{n.y + n.h / 2:.1f}" rx="{n.w / 2:.1f}" '
+                f'ry="{n.h / 2:.1f}" fill="{n.fill}" stroke="#556"/>'
+            )
         else:
-            box = (f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w:.1f}" height="{n.h:.1f}" rx="4" '
-                   f'fill="{n.fill}" stroke="#556"/>')
-        texts = "".join(f'<text x="{n.x + n.w / 2:.1f}" y="{n.y + PAD + LINE_H * (k + 0.8):.1f}" '
-                        f'text-anchor="middle"{BOLD if k == 0 else ""}>'
-                        f"{html.escape(line)}</text>" for k, line in enumerate(n.lines))
+            box = (
+                f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w:.1f}" height="{n.h:.1f}" rx="4" '
+                f'fill="{n.fill}" stroke="#556"/>'
+            )
+        texts = "".join(
+            f'<text x="{n.x + n.w / 2:.1f}" y="{n.y + PAD + LINE_H * (k + 0.8):.1f}" '
+            f'text-anchor="middle"{BOLD if k == 0 else ""}>'
+            f"{html.escape(line)}</text>"
+            for k, line in enumerate(n.lines)
+        )
         out.append(f'<g class="node" data-id="{i}">{box}{texts}</g>')
     out.append("</svg>")
     return "".join(out)
