@@ -182,7 +182,7 @@ def test_folding_and_reference_agree(op: Ops, dt: DType) -> None:
         (Ops.SHL, U8, [1, 7], 128, 128),
         (Ops.SHR, U8, [255, 8], UNDEFINED, 0),
         (Ops.SHL, I64, [3, 63], I64_MIN, I64_MIN),
-        # integer pow: wraps; a negative exponent is undefined for folding, the truncated real value on REFERENCE
+        # integer pow wraps; a negative exponent: undefined for folding, the truncated real value on REFERENCE
         (Ops.POW, I32, [3, 21], 3**21 - 2 * 2**32, 3**21 - 2 * 2**32),
         (Ops.POW, I32, [2, -1], UNDEFINED, 0),
         (Ops.POW, I32, [-1, -3], UNDEFINED, -1),

@@ -82,7 +82,7 @@ def _run(
     ts = []
     for inp, v, ax in zip(inputs, values, axes):
         t = Tensor(
-            np.asarray(v, dtype=host_dtype(dt)),
+            np.asarray(v, dtype=host_dtype(dt)),  # type: ignore[arg-type]
             device=device,
             dtype=dt,  # type: ignore[arg-type]
             requires_grad=cot is not None and inp.requires_grad,

@@ -151,7 +151,7 @@ pm_gradient = PatternMatcher(
             UPat(Ops.COPY, name="ret"),
             lambda ctx, ret: (ctx.copy_to_device(ret.src[0].device), None),
         ),  # copy back
-        # the gradient of a MULTI is the incoming gradient cut into the same shards: the slice below a new MULTI
+        # the gradient of a MULTI is the incoming gradient cut into the same shards (below a new MULTI)
         (UPat(Ops.MULTI, name="ret"), lambda ctx, ret: ctx.shard(ret.device, ret.axis).src),
         (UPat(Ops.TUPLE), lambda ctx: ctx.src),  # one entry per element
         (

@@ -1,7 +1,6 @@
 """The op vocabulary of the IR (layer 3): `Ops` (declaration order = toposort tie-breaks) and `GroupOp`, and
 the two names every layer above shares about sizes: `sint` and `DEVICE_NUM`."""
 
-# ruff: noqa: E702  (the enum is a table: one row per family of ops)
 from __future__ import annotations
 
 from enum import Enum, auto

@@ -178,7 +178,7 @@ pm_laws = PatternMatcher(
         (_xb | True, lambda x: x.const_like(True)),  # x|True -> True
         (_xb.ne(False), lambda x: x),  # x!=False -> x
         (_xb.ne(True).ne(True), lambda x: x),  # not(not(x)) -> x
-        # ** floor division and modulo of integers: c != 0, and the dividend must not wrap where that matters **
+        # ** floor division and modulo of integers: c != 0; the dividend must not wrap where that matters **
         ((_xw % _c).named("m") % _c, lambda m, x, c: m if c.arg != 0 else None),  # (x%c)%c -> x%c
         ((_xw % _c) + (_xw // _c) * _c, lambda x, c: x if c.arg != 0 else None),  # x%c+(x//c)*c -> x
         ((_xw // _c1) // _c2, _nest_div),  # (x//a)//b -> x//(a*b) for a, b > 0

@@ -53,13 +53,13 @@ def _cancel(d: UOp, x: UOp, y: UOp) -> UOp | None:
     return None
 
 
-def _const_divisor(
+def _const_divisor(  # noqa: C901 (one rule list)
     d: UOp,
     x: UOp,
     y: UOp,
     c: int,
     peeled: UOp,
-    const: int,  # noqa: C901 (one rule list)
+    const: int,
     terms_: list[UOp],
 ) -> UOp | None:
     """The rules for a constant divisor c > 0; `peeled + const` is x, `terms_` the terms of `peeled`."""

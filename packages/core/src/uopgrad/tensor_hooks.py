@@ -71,8 +71,8 @@ class TensorHooks(MathMixin, MovementMixin):
         @classmethod
         def _from_data(
             cls,
-            data: Any,
-            device: str | tuple[str, ...] | None = None,  # noqa: ANN401
+            data: Any,  # noqa: ANN401
+            device: str | tuple[str, ...] | None = None,
             dtype: DTypeLike | None = None,
             requires_grad: bool | None = None,
         ) -> Self:

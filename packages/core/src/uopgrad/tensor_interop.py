@@ -54,8 +54,8 @@ class InteropMixin(TensorHooks):
     def __dlpack__(
         self,
         *,
-        stream: Any = None,
-        max_version: tuple[int, int] | None = None,  # noqa: ANN401
+        stream: Any = None,  # noqa: ANN401
+        max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> Any:  # noqa: ANN401

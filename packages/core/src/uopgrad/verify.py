@@ -334,7 +334,7 @@ pm_spec_tensor = (
                 ),
                 _bind_ok,
             ),
-            # movement: the target shape / begins / ends are shape vectors in src, PERMUTE/FLIP keep theirs in arg
+            # movement: target shape / begins / ends are shape vectors in src, PERMUTE/FLIP keep theirs in arg
             (
                 UPat((Ops.RESHAPE, Ops.EXPAND), src=(UPat.var("y"), UPat.var("s")), name="x"),
                 lambda x, y, s: x.arg is None and _same_dtype(x, y) and _is_shape_vec(s),
@@ -378,7 +378,7 @@ pm_spec_tensor = (
                 UPat(Ops.CALL, dtypes.void, src=(UPat(GroupOp.OpaqueBody),), allow_any_len=True, name="x"),
                 _call_ok,
             ),
-            # custom-kernel bodies written with explicit loops: view[i, ...] (INDEX), loops (RANGE), END, GROUP
+            # custom-kernel bodies with explicit loops: view[i, ...] (INDEX), loops (RANGE), END, GROUP
             (
                 UPat(Ops.RANGE, dtypes.index, src=(UPat.var("b"),), name="x"),
                 lambda x, b: (
