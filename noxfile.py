@@ -92,11 +92,12 @@ def require_file(session: nox.Session, path: str, why: str) -> None:
 def quick(session: nox.Session) -> None:
     """Lint, types, import contracts and the fast core tests, in one environment: the check of every commit.
 
-    ruff check, mypy --strict, lint-imports, then packages/core/tests but QUICK_SLOW with one pytest-xdist
-    worker per core; arguments after `--` go to pytest."""
+    ruff check, ruff format --check, mypy --strict, lint-imports, then packages/core/tests but QUICK_SLOW
+    with one pytest-xdist worker per core; arguments after `--` go to pytest."""
     # the oracles too: several core test modules import torch at the top
     session.install(RUFF, MYPY, IMPORT_LINTER, *TEST_DEPS, *ORACLE_DEPS, XDIST, *ALL_PACKAGES)
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
     session.run("mypy", "--strict", *SRC_DIRS)
     session.run("lint-imports")
     skipped = [f"--ignore=packages/core/tests/{name}" for name in QUICK_SLOW]
@@ -105,9 +106,10 @@ def quick(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository, configured in pyproject.toml."""
+    """ruff check and `ruff format --check` over the whole repository, configured in pyproject.toml."""
     session.install(RUFF)
     session.run("ruff", "check", *(session.posargs or ["."]))
+    session.run("ruff", "format", "--check", *(session.posargs or ["."]))
 
 
 @nox.session
