@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from enum import Enum, auto
 from typing import ClassVar, Final, cast
@@ -154,8 +155,15 @@ class FloatConst(float):
 
     __slots__ = ()
 
-    def _bits(self) -> bytes:
-        return struct.pack("<d", math.nan if math.isnan(self) else float(self))
+    def _bits(
+        self,
+        pack: Callable[..., bytes] = struct.pack,
+        isnan: Callable[[float], bool] = math.isnan,
+        nan: float = math.nan,
+    ) -> bytes:
+        # the defaults bind what it needs: a node's key is hashed by a weakref callback at interpreter exit,
+        # after module globals are cleared
+        return pack("<d", nan if isnan(self) else float(self))
 
     def __hash__(self) -> int:
         return hash(self._bits())

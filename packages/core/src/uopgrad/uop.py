@@ -1,4 +1,5 @@
-"""The IR node: `UOp`, an immutable hash-consed `(op, dtype, src, arg, tag)`, plus `CallInfo`.
+"""The IR node: `UOp`, an immutable hash-consed `(op, dtype, src, arg, tag)`; the records its arg may be
+(`CallInfo`, `KernelInfo`, `Metadata`) are uopgrad.uop_args, re-exported here.
 
 Facts derived from a node (shape, device, sharding axis, vmin/vmax, key) are `uopgrad.facts.Fact`s: kept on
 the node and filled in for a whole graph by one iterative post-order pass, so a 100 000-node chain needs no
@@ -12,7 +13,6 @@ import _weakref
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from uopgrad import uop_print
@@ -24,6 +24,7 @@ from uopgrad.mixin import MathMixin, MovementMixin, broadcast_shape
 from uopgrad.ops import DEVICE_NUM, GroupOp, Ops, sint
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import pm_symbolic
+from uopgrad.uop_args import CallInfo, KernelInfo, Metadata
 from uopgrad.uop_index import IndexMixin, sym_infer
 
 __all__ = [
@@ -40,42 +41,6 @@ __all__ = [
     "ssimplify",
     "sym_infer",
 ]
-
-
-@dataclass(frozen=True)
-class Metadata:
-    """Where a node came from (a front-end call name), and whether it belongs to a backward pass."""
-
-    name: str
-    caller: str = ""
-    backward: bool = False
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """The arg of a custom kernel's SINK: what names the kernel (its compiled function is called `name`)."""
-
-    name: str = "test"
-
-
-@dataclass(frozen=True)
-class CallInfo:
-    """The arg of CALL/FUNCTION. Compares and hashes by value, so equal calls intern to one node."""
-
-    grad_fxn: Callable[..., tuple[UOp | None, ...]] | None = None
-    metadata: tuple[Metadata, ...] = ()
-    name: str | None = None
-    precompile: bool = False
-    precompile_backward: bool = False
-
-    def __repr__(self) -> str:
-        gf = None if self.grad_fxn is None else f"<grad_fxn {id(self.grad_fxn):#x}>"
-        flags = f"{self.precompile}, {self.precompile_backward}"
-        return f"CallInfo({gf}, {self.metadata}, {self.name!r}, {flags})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # grad_fxn is code, not data: it is dropped when pickled
-        return (CallInfo, (None, self.metadata, self.name, self.precompile, self.precompile_backward))
 
 
 all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
