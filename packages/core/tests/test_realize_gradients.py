@@ -260,6 +260,20 @@ def test_values_built_before_an_in_place_update_keep_the_old_contents() -> None:
     close(view, tw[1:] * 3)
 
 
+def test_a_pending_assign_reads_the_old_contents_of_a_buffer_written_later() -> None:
+    """s.copy_(s + w) then w.copy_(...) in PyTorch: s keeps the sum with the old w, even when the first
+    assign is still pending when w's assign is realized."""
+    wn, sn = arr(3), arr(3) + 1
+    w, s = ours(wn, False), ours(sn, False)
+    s.assign(s + w)  # pending
+    w.assign(w * 0 + 100).realize()  # overwrites w before s's assign ran
+    tw, ts = theirs(wn), theirs(sn)
+    ts.copy_(ts + tw)
+    tw.copy_(tw * 0 + 100)
+    close(s, ts)
+    close(w, tw)
+
+
 def test_updating_parameters_one_at_a_time_keeps_the_other_gradients() -> None:
     xn, w1n, w2n = arr(4, 3), arr(3, 3), arr(3, 1)
     x, w1, w2 = ours(xn), ours(w1n, True), ours(w2n, True)

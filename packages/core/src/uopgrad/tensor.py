@@ -29,11 +29,12 @@ from uopgrad.errors import (
     JitError,
     NonScalarGradientError,
     ShapeError,
+    UopgradError,
 )
 from uopgrad.gradient_template import gradients
 from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
-from uopgrad.pipeline import note_host_fill, recording
+from uopgrad.pipeline import lower, note_host_fill, recording
 from uopgrad.realized import (
     check_not_overwritten,
     effects_under,
@@ -267,7 +268,26 @@ class Tensor(
         return t
 
     def __repr__(self) -> str:
-        return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device!r}>"
+        """PyTorch's form with the values when the tensor is realized (numpy's summary past 1000 elements):
+        `Tensor([1., 2.], device='CPU', dtype=dtypes.float)`. Otherwise what it will be, computing nothing:
+        `<Tensor unrealized shape=(2,) dtype=dtypes.float device='CPU' op=ADD>` (also while a TinyJit
+        captures or a function is traced, where no value may be read, and on a device tuple)."""
+        u, dev = self.uop, self.device
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        values: np.ndarray | None = None
+        if u.op is Ops.CONST and not self.shape:  # a scalar leaf: its value is in the node
+            values = np.asarray(u.arg)
+        elif isinstance(dev, str) and all_int(self.shape) and _is_realized(u):
+            try:
+                values = self.numpy()
+            except UopgradError:  # no read allowed here (a capture, a trace): show it unread
+                values = None
+        if values is None:
+            state = "realized" if _is_realized(u) else "unrealized"
+            what = f"shape={self.shape} dtype={self.dtype!r} device={dev!r} op={u.op.name}"
+            return f"<Tensor {state} {what}{grad}>"
+        body = np.array2string(values, separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, device={dev!r}, dtype={self.dtype!r}{grad})"
 
     def __bool__(self) -> bool:
         raise TypeError("the truth value of a Tensor is ambiguous; use .item() or compare with .numpy()")
@@ -597,14 +617,15 @@ class Tensor(
     @staticmethod
     def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
         """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
-        the same run, before the write, so they keep the contents they were built on (PyTorch's order). A
-        tensor that is a view of the written buffer is not among them: it sees the write."""
+        the same run, before the write, so they keep the contents they were built on (PyTorch's order); a
+        pending assign into another buffer is one of them. A view of a written buffer is not: it sees the
+        write."""
         if not written:
             return []
         seen, out = set(todo), []
         for t in registry.pending():
             u = t.uop
-            if u in seen or _is_realized(u) or _storage_chain(u)[1].op is Ops.BUFFER:
+            if u in seen or _is_realized(u) or _storage_chain(u)[1] in written:
                 continue
             if not reads(u).isdisjoint(written):
                 seen.add(u)

@@ -195,7 +195,11 @@ class ElementwiseMixin(TensorHooks):
         return neg.where(-r, r)
 
     def gelu(self, approximate: str = "tanh") -> Self:
-        """GELU: the tanh approximation (as tinygrad), or the exact x * Phi(x) with approximate="none"."""
+        """GELU. The default is the tanh approximation, as the reference (tinygrad) has it,
+        0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))), which is PyTorch's
+        `gelu(x, approximate="tanh")`, NOT PyTorch's default; approximate="none" gives the exact
+        x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))), PyTorch's default. The two differ by up to about 5e-4
+        (near |x| = 2.7); pass approximate="none" to match a PyTorch model's GELU."""
         if approximate == "none":
             return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
         if approximate != "tanh":
@@ -424,12 +428,36 @@ class ElementwiseMixin(TensorHooks):
         return ~self
 
     def lshift(self, x: Self | int, reverse: bool = False) -> Self:
-        """self << x."""
+        """self << x (ints)."""
         return self.ufix(x) << self if reverse else self << x
 
     def rshift(self, x: Self | int, reverse: bool = False) -> Self:
-        """self >> x."""
+        """self >> x (ints; arithmetic for signed ones)."""
         return self.ufix(x) >> self if reverse else self >> x
+
+    def _shift_operands(self, op: str, x: object) -> None:
+        """A shift of floats (or bools) has no meaning: refused where it is built, as &, | and ^ are."""
+        for dt in (self.dtype, *([x.dtype] if isinstance(x, ElementwiseMixin) else [])):
+            if not dtypes.is_int(dt):
+                raise DTypeError(f"{op} needs int tensors, not {dt}; cast them first")
+        if isinstance(x, float):
+            raise DTypeError(f"{op} needs an int shift, not the float {x}")
+
+    def __lshift__(self, x: Self | ConstType) -> Self:
+        self._shift_operands("<<", x)
+        return super().__lshift__(x)
+
+    def __rshift__(self, x: Self | ConstType) -> Self:
+        self._shift_operands(">>", x)
+        return super().__rshift__(x)
+
+    def __rlshift__(self, x: int) -> Self:
+        self._shift_operands("<<", x)
+        return self.ufix(x) << self
+
+    def __rrshift__(self, x: int) -> Self:
+        self._shift_operands(">>", x)
+        return self.ufix(x) >> self
 
     # ------------------------------------------------------------------ rounding
     def floor(self) -> Self:

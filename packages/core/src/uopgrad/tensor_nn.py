@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from contextlib import ContextDecorator
 from typing import Any, ClassVar, Self, TypeVar, cast
 
+import numpy as np
+
 from uopgrad.dtype import dtypes, least_upper_dtype
 from uopgrad.errors import ArgumentError, DeviceError, OperandShapeError
 from uopgrad.mixin import concrete_size
@@ -147,8 +149,8 @@ class NNMixin(TensorHooks):
         stride: int | Sequence[int] = 1,
         dilation: int | Sequence[int] = 1,
         padding: int | Sequence[int] = 0,
-        dtype: Any = None,
-    ) -> Self:  # noqa: ANN401
+        dtype: Any = None,  # noqa: ANN401
+    ) -> Self:
         """Convolution (PyTorch's conv2d, also 1-d and 3-d): self (N, Cin, *spatial), weight
         (Cout, Cin/groups, *kernel), bias (Cout,)."""
         hw = tuple(_int(s) for s in weight.shape[2:])
@@ -351,16 +353,45 @@ class NNMixin(TensorHooks):
             return nll.sum() / w.sum()
         return _reduce(nll, reduction)
 
+    def _class_targets(
+        self, Y: Self | Sequence[Any] | np.ndarray, nc: int, ignore_index: int, op: str
+    ) -> Self:
+        """Class-index targets as a Tensor. Given as host data (a list, a tuple, a numpy array) they are
+        checked here, where it costs nothing: a label outside [0, nc) other than ignore_index is an error (a
+        Tensor's labels are not read back: that would wait for the device)."""
+        if not isinstance(Y, (list, tuple, np.ndarray)):
+            return cast(Self, Y)
+        arr = np.asarray(Y)
+        if arr.dtype.kind == "f":  # probabilities (cross_entropy's other form): nothing to check
+            return self._from_data(arr, device=self.device, dtype=self.dtype)
+        bad = (arr != ignore_index) & ((arr < 0) | (arr >= nc))
+        if bad.any():
+            raise ArgumentError(
+                f"{op}: class label {arr[bad].flat[0]} is out of range for {nc} classes (0..{nc - 1}, or "
+                f"ignore_index={ignore_index}); a Tensor holding it would give that sample a loss of 0"
+            )
+        return self._from_data(arr, device=self.device)
+
     def cross_entropy(
-        self, Y: Self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int = -100
+        self,
+        Y: Self | Sequence[Any] | np.ndarray,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        ignore_index: int = -100,
     ) -> Self:
         """Cross entropy of logits self (N, C, ...) against int class indices Y (N, ...) or class
         probabilities of self's shape, with label smoothing; index targets equal to ignore_index count
-        for nothing (the mean is over the others), as PyTorch."""
+        for nothing (the mean is over the others), as PyTorch.
+
+        Out-of-range labels: given as a list or numpy array, a label outside [0, C) other than ignore_index
+        raises ArgumentError here. In a Tensor they are not checked (that would read the labels back from
+        the device): such a sample's one-hot row is all zero, so its loss and its gradient are 0 while it
+        still counts in the mean (PyTorch raises IndexError)."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
         cdim = 0 if self.ndim == 1 else 1
         nc = _int(self.shape[cdim])
+        Y = self._class_targets(Y, nc, ignore_index, "cross_entropy")
         logp = self.log_softmax(cdim)
         if Y.shape == self.shape and dtypes.is_float(Y.dtype):
             probs = Y * (1 - label_smoothing) + label_smoothing / nc
@@ -400,13 +431,20 @@ class NNMixin(TensorHooks):
         return _reduce(-(pos + (1 - Y) * log_1mp), reduction)
 
     def sparse_categorical_crossentropy(
-        self, Y: Self, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+        self,
+        Y: Self | Sequence[Any] | np.ndarray,
+        ignore_index: int = -1,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
     ) -> Self:
         """Cross entropy of logits self (classes on the LAST axis, unlike cross_entropy) against int class
         indices Y; targets equal to ignore_index count for nothing (the mean is over the others), and
-        label_smoothing mixes in the uniform distribution, as PyTorch's CrossEntropyLoss."""
+        label_smoothing mixes in the uniform distribution, as PyTorch's CrossEntropyLoss. Out-of-range
+        labels as in cross_entropy: an error when Y is a list or numpy array, else a loss of 0 for the
+        sample (without label smoothing), counted in the mean."""
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], not {label_smoothing}")
+        Y = self._class_targets(Y, _int(self.shape[-1]), ignore_index, "sparse_categorical_crossentropy")
         if Y.device != self.device:
             raise DeviceError(
                 f"sparse_categorical_crossentropy: targets on {Y.device}, logits on {self.device}"

@@ -2,7 +2,9 @@
 its parameters (found by `uopgrad.nn.state.get_parameters`) and whose `__call__` is its forward pass.
 
 Parameters start as realized buffers, so an optimiser can assign to them in place. BatchNorm keeps
-running statistics, updated (by assign) in each training-mode call; `Tensor.training` picks the mode.
+running statistics, updated (by assign) in each training-mode call and realized by the next optimiser step
+(`optim.buffer_updated`), or by the next training-mode call if no step came between; `Tensor.training` picks
+the mode.
 Optimisers live in `uopgrad.nn.optim`, state dicts and safetensors files in `uopgrad.nn.state`.
 """
 
@@ -14,12 +16,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from uopgrad._util import prod
+from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import dtypes
+from uopgrad.errors import ArgumentError, DTypeError, OperandShapeError
+from uopgrad.nn.optim import buffer_updated
 from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
 from uopgrad.tensor_grad import no_grad
+from uopgrad.tensor_registry import is_realized
 
 __all__ = [
+    "AvgPool2d",
     "BatchNorm",
     "BatchNorm2d",
     "BatchNorm3d",
@@ -27,6 +34,7 @@ __all__ = [
     "Conv2d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "Dropout",
     "Embedding",
     "GroupNorm",
     "InstanceNorm",
@@ -34,7 +42,10 @@ __all__ = [
     "LayerNorm",
     "LayerNorm2d",
     "Linear",
+    "MaxPool2d",
+    "MultiheadAttention",
     "RMSNorm",
+    "lr_scheduler",
     "no_grad",
     "optim",
     "state",
@@ -205,11 +216,17 @@ class BatchNorm:
             if Tensor.training and self.track_running_stats:
                 n = concrete(prod(s for a, s in enumerate(x.shape) if a != 1), "BatchNorm")
                 m = self.momentum
+                stats = (self.running_mean, self.running_var, self.num_batches_tracked)
+                # the last call's update still pending (no optimiser step since): run it now, so that calls
+                # without steps (calibrating the statistics) don't chain one update onto the next
+                if ALLOW_DEVICE_USAGE and not all(is_realized(t.uop) for t in stats):
+                    Tensor.realize(*stats)
                 with no_grad():
                     self.running_mean.assign(self.running_mean * (1 - m) + mean.detach() * m)
                     unbiased = var.detach() * (n / max(n - 1, 1))
                     self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
                     self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+                buffer_updated(*stats)  # the next optimiser step realizes them with the parameters
         else:
             mean, var = self.running_mean, self.running_var
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
@@ -343,4 +360,165 @@ class LSTMCell:
         return o.sigmoid() * c.tanh(), c
 
 
-from uopgrad.nn import optim, state  # noqa: E402  (nn.optim and nn.state as attributes, as the reference has)
+class Dropout:
+    """Zero each element with probability p and scale the rest by 1/(1-p) while Tensor.training; the identity
+    in eval mode (Tensor.dropout)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"Dropout probability must be in [0, 1], not {p}")
+        self.p = p
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        return x.dropout(self.p)
+
+
+class MaxPool2d:
+    """Max over kernel_size windows of the last two dims (PyTorch's arguments; stride defaults to the
+    kernel); with return_indices the call gives (values, indices) as Tensor.max_pool2d."""
+
+    def __init__(
+        self,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def __call__(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        """The forward pass."""
+        k, s, p, d = self.kernel_size, self.stride, self.padding, self.dilation
+        return x.max_pool2d(k, s, d, p, self.ceil_mode, self.return_indices)
+
+
+class AvgPool2d:
+    """Mean over kernel_size windows of the last two dims (PyTorch's arguments; stride defaults to the
+    kernel; divisor_override, when given, replaces the window size as the divisor)."""
+
+    def __init__(
+        self,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] | None = None,
+        padding: int | Sequence[int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad, self.divisor_override = (
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The forward pass."""
+        k, s, p = self.kernel_size, self.stride, self.padding
+        if self.divisor_override is None:
+            return x.avg_pool2d(k, s, 1, p, self.ceil_mode, self.count_include_pad)
+        # the window sums: the mean with every position (padding included) counted, times the window size
+        n = prod(_tuple(k, 2))
+        return x.avg_pool2d(k, s, 1, p, self.ceil_mode, True) * (n / self.divisor_override)
+
+
+class MultiheadAttention:
+    """Attention over num_heads heads in PyTorch's parameter layout, so that its state dicts load:
+    in_proj_weight (3E, E) (query, key, value rows) glorot-uniform, in_proj_bias (3E) zero, out_proj a Linear
+    (E, E) with zero bias. Inputs are (L, N, E), or (N, L, E) with batch_first, or unbatched (L, E)."""
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        batch_first: bool = False,
+    ) -> None:
+        if embed_dim % num_heads:
+            raise ArgumentError(
+                f"MultiheadAttention: embed_dim {embed_dim} doesn't split into {num_heads} heads"
+            )
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = (
+            embed_dim,
+            num_heads,
+            dropout,
+            batch_first,
+        )
+        self.head_dim = embed_dim // num_heads
+        self.in_proj_weight = Tensor.glorot_uniform(3 * embed_dim, embed_dim)
+        self.in_proj_bias = _filled(0.0, 3 * embed_dim) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias)
+        if self.out_proj.bias is not None:
+            self.out_proj.bias = _filled(0.0, embed_dim)
+
+    def _heads(self, x: Tensor, part: int) -> Tensor:
+        """(N, L, E) projected by the part-th third of in_proj -> (N, H, L, D)."""
+        e = self.embed_dim
+        w = self.in_proj_weight[part * e : (part + 1) * e]
+        b = None if self.in_proj_bias is None else self.in_proj_bias[part * e : (part + 1) * e]
+        n, length = x.shape[0], x.shape[1]
+        return x.linear(w.T, b).reshape(n, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def __call__(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """(output shaped as query, the attention weights (N, L, S), per head (N, H, L, S) unless
+        average_attn_weights, or None unless need_weights). Masks as PyTorch's: a bool attn_mask (L, S) or
+        (N * H, L, S) is True where attention is NOT allowed, a float one is added to the scores;
+        key_padding_mask (N, S) likewise (bool: True at keys to ignore); is_causal masks the future when
+        attn_mask is None."""
+        unbatched = query.ndim == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        elif query.ndim != 3:
+            raise OperandShapeError(
+                f"MultiheadAttention needs (L, N, E), (N, L, E) or (L, E), not {query.shape}"
+            )
+        if not self.batch_first or unbatched:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        n, length, e = (concrete(s, "MultiheadAttention") for s in query.shape)
+        if e != self.embed_dim:
+            raise OperandShapeError(f"MultiheadAttention({self.embed_dim}) got embeddings of size {e}")
+        src = concrete(key.shape[1], "MultiheadAttention")
+        q, k, v = self._heads(query, 0), self._heads(key, 1), self._heads(value, 2)
+        scores = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(self.head_dim))  # (N, H, L, S)
+        if attn_mask is None and is_causal:
+            attn_mask = Tensor.ones(length, src, dtype=dtypes.bool, device=query.device).triu(1)
+        if attn_mask is not None:
+            mask = attn_mask if attn_mask.ndim == 2 else attn_mask.reshape(n, self.num_heads, length, src)
+            scores = mask.where(-math.inf, scores) if mask.dtype == dtypes.bool else scores + mask
+        if key_padding_mask is not None:
+            kpm = key_padding_mask.reshape(n, 1, 1, src)
+            if kpm.dtype == dtypes.bool:
+                scores = kpm.where(-math.inf, scores)
+            elif dtypes.is_float(kpm.dtype):
+                scores = scores + kpm
+            else:
+                raise DTypeError(
+                    f"key_padding_mask must be bool (True: ignore) or float (added), not {kpm.dtype}"
+                )
+        attn = scores.softmax(-1).dropout(self.dropout)
+        out = self.out_proj((attn @ v).transpose(1, 2).reshape(n, length, e))
+        if not self.batch_first or unbatched:
+            out = out.transpose(0, 1)
+        weights = (attn.mean(1) if average_attn_weights else attn) if need_weights else None
+        if unbatched:
+            out = out.squeeze(1)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+
+from uopgrad.nn import lr_scheduler, optim, state  # noqa: E402  (nn.optim and nn.state as attributes, as the reference has)

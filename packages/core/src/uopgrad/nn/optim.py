@@ -11,7 +11,10 @@
 `step()` (only while `Tensor.training` is True, as in the reference: else a `TrainingError`, which is a
 RuntimeError) assigns every update in place (the parameters keep their identity, so models and state dicts
 keep seeing them) and realizes the parameters with the optimiser's own state in one run. To read the loss of
-the same step, realize it in that run: `Tensor.realize(loss, *opt.schedule_step())`.
+the same step, realize it in that run: `Tensor.realize(loss, *opt.schedule_step())`. The same run realizes the
+buffers that layers updated since the last step (`buffer_updated`: BatchNorm's running statistics), whether or
+not they were given to the optimiser: a loop in PyTorch's order (forward, loss, backward, step) keeps one
+step of them pending, never a growing chain (the reference realizes only the buffers it was given).
 
 Everything that changes from step to step (the learning rate `opt.lr`, LAMB's bias corrections `c1`, `c2`,
 which the reference calls `b1_t`, `b2_t`) lives in a device buffer, never a constant of the graph: every
@@ -25,6 +28,7 @@ not read: pass fused).
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Sequence
 
 from uopgrad.dtype import DType, dtypes, least_upper_dtype
@@ -33,9 +37,25 @@ from uopgrad.tensor import Tensor
 from uopgrad.tensor_args import concrete
 from uopgrad.tensor_grad import no_grad
 
-__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup"]
+__all__ = ["LAMB", "LARS", "SGD", "Adam", "AdamW", "Muon", "Optimizer", "OptimizerGroup", "buffer_updated"]
 
 Device = str | tuple[str, ...]
+
+# buffers assigned by a layer since the last step, held weakly: a dropped model's buffers are not kept alive
+_updated: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def buffer_updated(*buffers: Tensor) -> None:
+    """Mark buffers a layer assigned to (BatchNorm's running statistics): the next optimiser step realizes
+    them in its run, as PyTorch users expect of a step, so their pending updates never pile up."""
+    for b in buffers:
+        _updated[id(b)] = b
+
+
+def _take_updated() -> list[Tensor]:
+    out = list(_updated.values())
+    _updated.clear()
+    return out
 
 
 def _unique(ts: Sequence[Tensor]) -> list[Tensor]:
@@ -61,6 +81,7 @@ class Optimizer:
         self.device: Device = device if device is not None else self.params[0].device
         self.param_dtype: DType = dtypes.float32
         self.fused = fused
+        self.initial_lr = lr  # the rate as a float64, for the schedulers (nn.lr_scheduler)
         # the learning rate in at least float32, whatever the default float (half parameters included)
         self.lr = Tensor(
             [lr],
@@ -129,7 +150,7 @@ class Optimizer:
             for p, up in zip(self.params, updates):
                 up = up.to(p.device)  # a 0-d parameter's update is (1,), the learning rate's shape
                 p.assign(p.detach() - (up.reshape(p.shape) if up.shape != p.shape else up))
-        return [*extra, *self.params, *self.buffers]
+        return _unique([*extra, *self.params, *self.buffers, *_take_updated()])
 
     def step(self) -> None:
         """Update every parameter in place, and realize."""
