@@ -94,6 +94,36 @@ def test_the_load_is_looked_at_once_an_interval(env):
     assert omp.omp_get_max_threads() == 1
 
 
+def test_a_busy_spell_that_ended_long_ago_does_not_shrink_the_team(env):
+    # the last look was before a long busy spell of other processes that has ended: what runs now decides
+    clock, omp, t = machine(env, 4)
+    running = [0]
+    env.setattr(team_mod, "_others_running", lambda: running[0])
+    clock.run(team_mod.STALE * 5, others=4.0, own=0.0)
+    t.fit()
+    assert omp.omp_get_max_threads() == 4  # an average over the spell would give 1
+    running[0] = 3  # and when others do run now, the team makes room
+    clock.run(team_mod.STALE * 5, others=0.0, own=0.0)
+    t.fit()
+    assert omp.omp_get_max_threads() == 1
+
+
+def test_the_compilers_this_process_ran_are_its_own_work():
+    import subprocess
+    import sys
+
+    before = team_mod._own_busy()
+    subprocess.run([sys.executable, "-c", "sum(range(5_000_000))"], check=True)
+    assert team_mod._own_busy() - before >= 0.05  # the child's CPU time counts as this process's
+
+
+def test_others_running_reads_proc_stat():
+    n = team_mod._others_running()
+    if n is None:
+        pytest.skip("no /proc/stat on this system")
+    assert n >= 0
+
+
 def test_a_size_set_by_someone_else_is_left_alone(env):
     # conformance's determinism rerun forces procs + 1 threads through the OpenMP runtime
     clock, omp, t = machine(env, 2)
