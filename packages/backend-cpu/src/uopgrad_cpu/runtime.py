@@ -3,7 +3,9 @@
 A buffer handle is a 64-byte aligned `numpy.uint8` array, so copies in and out are `memcpy`s and
 `as_buffer` is a zero-copy view; the memory is garbage collected when the allocator lets a handle go. A
 kernel's shared object is written to a private temporary file, loaded with `ctypes.CDLL` and unlinked;
-ctypes releases the GIL while the kernel runs. Before a parallel kernel runs, team.py sizes its OpenMP
+ctypes releases the GIL while the kernel runs. The kernels built together (compiler.py `compile_many`)
+share one shared object, each found by its name; it is loaded once while any of them is alive (the loaded
+libraries are keyed by their bytes). Before a parallel kernel runs, team.py sizes its OpenMP
 team by the cores other processes leave free.
 """
 
@@ -82,20 +84,40 @@ def _dlclose(handle: int) -> None:
     _ctypes.dlclose(handle)  # POSIX: unmaps the shared object
 
 
+class _Library:
+    """One loaded shared object, shared by the programs of the kernels it holds; unloaded with the last of
+    them (core keeps a bounded number of kernels, so a long run over ever new shapes does not run out of
+    memory mappings), except the one that pins the OpenMP runtime."""
+
+    def __init__(self, lib: bytes, name: str) -> None:
+        self.dll = load_library(lib, f"uopgrad-{name}-")
+        self.parallel = hasattr(self.dll, "omp_get_max_threads")  # it links the OpenMP runtime
+        if not _pin_openmp(self.dll):
+            weakref.finalize(self, _dlclose, self.dll._handle)
+
+
+# a shared object's bytes -> its loaded library while a program holds it (a dict compares the bytes
+# themselves on a hash match, so two libraries are never confused; Python caches a bytes object's hash)
+_LOADED: weakref.WeakValueDictionary[bytes, _Library] = weakref.WeakValueDictionary()
+_LOAD_LOCK = threading.Lock()
+
+
+def _library(lib: bytes, name: str) -> _Library:
+    with _LOAD_LOCK:
+        if (hit := _LOADED.get(lib)) is None:
+            hit = _LOADED[lib] = _Library(lib, name)
+        return hit
+
+
 class CPUProgram(Program):
     """A kernel in a shared object: the C function `name(buffers..., vars...)`."""
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        self._dll = load_library(lib, f"uopgrad-{name}-")
-        self._fn = getattr(self._dll, name)
+        self._library = _library(lib, name)  # held: the function below lives in its mapping
+        self._fn = getattr(self._library.dll, name)
         self._fn.restype = None
-        self._parallel = hasattr(self._dll, "omp_get_max_threads")  # it links the OpenMP runtime
-        if _pin_openmp(self._dll):
-            return
-        # unload the shared object with its last reference (core keeps a bounded number of kernels, so a
-        # long run over ever new shapes does not run out of memory mappings)
-        self._close = weakref.finalize(self, _dlclose, self._dll._handle)
+        self._parallel = self._library.parallel
 
     def _args(self, bufs: Sequence[object], vals: Sequence[int]) -> list[object]:
         args: list[object] = [_address(b) for b in bufs if isinstance(b, np.ndarray)]
