@@ -142,6 +142,17 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", path)
 
 
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """A wheel of every package of this repository in dist/: none of them is on the package index, so
+    `pip install dist/uopgrad-*.whl dist/uopgrad_cpu-*.whl` is how another environment gets them."""
+    out = ROOT / "dist"
+    out.mkdir(exist_ok=True)
+    for package in ALL_PACKAGES:
+        session.run("pip", "wheel", "--no-deps", "-w", str(out), package)
+    session.log(f"wheels in {out}: " + ", ".join(sorted(p.name for p in out.glob("*.whl"))))
+
+
 @nox.session(venv_backend="none")
 def size(session: nox.Session) -> None:
     """Code lines and tokens per line of every module under packages/*/src (information, never a cap)."""

@@ -131,6 +131,8 @@ def _cases(owner: str, tmp: Path) -> list[dict[str, object]]:
             env["UOPGRAD_CACHE_DIR"] = str(work / "fresh-cache")
         if case["var"] == "XDG_CACHE_HOME":
             del env["UOPGRAD_CACHE_DIR"]
+        if case["var"] == "UOPGRAD_VIZ_MAX_BYTES":
+            env["UOPGRAD_VIZ"] = str(work / "viz")  # the cap is read only where VIZ writes pages
         case.update(
             env={**env, **case["env"]},
             workdir=str(work),

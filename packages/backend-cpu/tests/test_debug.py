@@ -24,7 +24,8 @@ def test_debug_1_names_each_kernel_with_device_time_and_rates(caplog):
     assert kernels, "DEBUG=1 logged no kernel line"
     line = kernels[0].getMessage()
     assert re.match(r"CPU\s+r_3\s+.*\d+\.\d+ ms\s+\d+\.\d+ GFLOP/s\s+\d+\.\d+ GB/s", line), line
-    assert {r.name for r in recs} == {"uopgrad.kernel"}  # nothing of the higher levels
+    # nothing of the higher levels (uopgrad.realize: the build and summary lines of level 1)
+    assert {r.name for r in recs} <= {"uopgrad.kernel", "uopgrad.realize"}
 
 
 def test_debug_2_adds_the_schedule(caplog):

@@ -65,9 +65,13 @@ __all__ = [
     "PACKAGES",
     "PREFERENCE",
     "Program",
+    "SOURCES",
     "Target",
+    "checkout",
     "compile_cache_dir",
     "count_kernel",
+    "install_advice",
+    "install_hint",
     "is_dtype_supported",
     "load_library",
     "run_compiler",
@@ -81,6 +85,15 @@ PREFERENCE = ("CPU", "CL", "CUDA", "REFERENCE")
 _BUILTIN = {"REFERENCE": "uopgrad.backends.reference:ReferenceBackend"}
 # the distributions of this project's backends: the error for a device that is not installed names its package
 PACKAGES = {"CPU": "uopgrad-cpu", "CL": "uopgrad-opencl", "CUDA": "uopgrad-cuda"}
+# Every distribution of this repository -> its directory in a checkout. None is on the package index, so a
+# hint says `pip install <that directory>` (a bare `pip install uopgrad-cpu` fails, or finds a squatter's).
+SOURCES = {
+    "uopgrad": "packages/core",
+    "uopgrad-cpu": "packages/backend-cpu",
+    "uopgrad-opencl": "packages/backend-opencl",
+    "uopgrad-cuda": "packages/backend-cuda",
+    "uopgrad-conformance": "conformance",
+}
 H = TypeVar("H")  # an allocator's handle type
 
 
@@ -508,14 +521,22 @@ class CompiledBackend(Backend):
                 ready[call.src[0]] = k
             else:
                 todo.setdefault(call.src[0], call)
-        programs = [lower(call, target, best_choice(self, call, target, lower)) for call in todo.values()]
-        sources = [self.renderer.render(program) for program in programs]
-        for program, src in zip(programs, sources):
-            debug.source(program.name, src)
-        libs = self.compiler.compile_cached_many(sources) if sources else []
-        for body, program, src, lib in zip(todo, programs, sources, libs):
-            run = self._load_program(program, src, lib)
-            k = ready[body] = self._kernels[(body, width)] = _Kernel(program, src, run, _overwritten(body))
+        # DEBUG>=1 says when new kernels are built and what it cost; a long build shows a progress bar
+        with debug.compiling(self.name, len(todo), len(ready), self.compiler.stats) as build:
+            programs = [
+                lower(call, target, best_choice(self, call, target, lower))
+                for call in build.track(todo.values())
+            ]
+            sources = [self.renderer.render(program) for program in programs]
+            for program, src in zip(programs, sources):
+                debug.source(program.name, src)
+            build.phase("compiling")
+            libs = self.compiler.compile_cached_many(sources) if sources else []
+            for body, program, src, lib in zip(todo, programs, sources, libs):
+                run = self._load_program(program, src, lib)
+                k = ready[body] = self._kernels[(body, width)] = _Kernel(
+                    program, src, run, _overwritten(body)
+                )
         return ready
 
     def _load_program(self, program: KernelProgram, src: str, lib: bytes) -> Program:
@@ -594,6 +615,28 @@ class _Plugin:
     name: str  # device base name, e.g. "CPU"
     value: str  # "module:attr" of the Backend subclass
     dist: str  # the distribution that provides it, for error messages
+
+
+def checkout() -> Path | None:
+    """The repository checkout this core runs from (an editable or source-tree install), else None."""
+    here = Path(__file__).resolve().parents  # <root>/packages/core/src/uopgrad/backend.py
+    root = here[4] if len(here) > 4 else None
+    return root if root is not None and (root / SOURCES["uopgrad"] / "pyproject.toml").is_file() else None
+
+
+def install_hint(dist: str, extra: str = "") -> str:
+    """The command that installs `dist` (a key of SOURCES, with an optional `[extra]`): from the checkout
+    core runs from, its directory by absolute path; else the directory relative to a checkout's root."""
+    root = checkout()
+    path = str(root / SOURCES[dist]) if root is not None else f"./{SOURCES[dist]}"
+    return f"pip install {shlex.quote(f'{path}[{extra}]' if extra else path)}"
+
+
+def install_advice(dist: str, extra: str = "") -> str:
+    """`install_hint` in backquotes, for a message; where core was installed from a wheel, also where the
+    relative path holds and how to get wheels."""
+    note = "" if checkout() is not None else " (run in a checkout of uopgrad; `nox -s wheels` builds wheels)"
+    return f"`{install_hint(dist, extra)}`{note}"
 
 
 class DeviceRegistry:
@@ -683,7 +726,7 @@ class DeviceRegistry:
         plugins = self._discover()
         if base not in plugins:
             installed = ", ".join(self.installed())
-            hint = f"; `pip install {PACKAGES[base]}` provides it" if base in PACKAGES else ""
+            hint = f"; {install_advice(PACKAGES[base])} provides it" if base in PACKAGES else ""
             raise BackendError(f"unknown device {base!r}: the installed backends are {installed}{hint}")
         plugin = plugins[base]
         module_name, _, attr = plugin.value.partition(":")

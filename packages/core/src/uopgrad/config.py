@@ -310,6 +310,15 @@ declare(
     bad="warn",
 )
 declare(
+    "UOPGRAD_VIZ_MAX_BYTES",
+    "size",
+    20_000_000,
+    "the most bytes of pages one VIZ run writes; the realizes after are listed in its index as left out",
+    lo=0,
+    default_doc="20MB",
+    bad="warn",
+)
+declare(
     "UOPGRAD_CACHE_DIR",
     "path",
     "",

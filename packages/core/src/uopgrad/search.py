@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from uopgrad import diskcache
+from uopgrad import debug, diskcache
 from uopgrad.codegen import Program, Target
 from uopgrad.codegen.opt import OPT, Choice, choices
 from uopgrad.config import ContextVar
@@ -65,7 +65,7 @@ def best_choice(be: CompiledBackend, call: UOp, target: Target, lower: Lower) ->
     if (hit := diskcache.read(digest)) is not None:
         return Choice(**json.loads(hit))
     found: dict[str, tuple[Choice, Program]] = {}
-    for c in choices(target.vector_width):
+    for c in debug.track(choices(target.vector_width), f"BEAM={int(BEAM)} {be.name}"):  # a bar, if tqdm
         prg = lower(call, target, c)
         if prg.vars:
             return None

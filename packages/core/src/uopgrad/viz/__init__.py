@@ -1,38 +1,52 @@
 """VIZ (top layer): one self-contained HTML page per realize, with SVG pictures of what ran.
 
-`UOPGRAD_VIZ=DIR` (read when uopgrad is imported) or `enable(DIR)` / `with capture(DIR):` writes, for every
-realize, `DIR/<n>-<device>.html` with
+`UOPGRAD_VIZ=DIR` (read when uopgrad is imported) or `enable(DIR)` / `with capture(DIR):` starts a run
+(`viz.run`): a directory `DIR/run-<time>-<pid>/` with an `index.html` listing every realize, and for each
+realize, until the run's cap on bytes, a page `<n>-<device>.html` with
 - the tensor graph that was realized;
 - the schedule: kernels and copies (boxes) with the buffers they read and write (ellipses);
 - each kernel's UOp graph as scheduled and after every named codegen pass, with buttons to step through
   (`page.html#kernel-0-step-3` opens a step);
 - its linear program and the generated source (REFERENCE, which renders no source, shows the program).
 
-Pages need no server, network or graphviz: the layout is `viz.layout`, the stepping is a few lines of inline
-script. `write_page(sink, path)` draws a graph without running it; `UOp.to_dot()` gives Graphviz text.
+Chains of movement ops are drawn as one box that lists them on a click. Pages need no server, network or
+graphviz: the layout is `viz.layout`, the page's zoom, pan, search and stepping a short inline script
+(`viz.assets`). `write_page(sink, path)` draws a graph without running it; `UOp.to_dot()` gives Graphviz
+text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
-import itertools
 import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from uopgrad import debug
-from uopgrad.backend import Device, compile_cache_dir
-from uopgrad.codegen import Program
-from uopgrad.config import getenv_path
+from uopgrad.backend import Device
+from uopgrad.codegen import LinearProgram
+from uopgrad.config import getenv_bytes, getenv_path
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.pipeline import clear_program_cache, lower
 from uopgrad.schedule import schedule
 from uopgrad.uop import UOp
+from uopgrad.viz.assets import SCRIPT, STYLE, TOOLBAR
 from uopgrad.viz.layout import Graph, svg
+from uopgrad.viz.run import DEFAULT_MAX_BYTES, Run
 
-__all__ = ["MAX_NODES", "capture", "disable", "enable", "last_page", "page_html", "pages", "write_page"]
+__all__ = [
+    "MAX_NODES",
+    "capture",
+    "disable",
+    "enable",
+    "index_page",
+    "last_page",
+    "page_html",
+    "pages",
+    "write_page",
+]
 
 MAX_NODES = 600  # a bigger graph is listed as text: a layered picture of it would not be readable
 _MOVEMENT = {Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP}
@@ -92,9 +106,30 @@ def _operand(s: UOp) -> str:
     return "(" + ",".join(_operand(x) for x in s.src) + ")" if s.op is Ops.STACK else s.op.name
 
 
+def _chains(order: list[UOp], srcs: dict[UOp, list[UOp]]) -> dict[UOp, UOp]:
+    """Each node of a movement chain (two or more movement ops, each the only user of the one before)
+    mapped to the chain's last node, which stands for all of them."""
+    users: dict[UOp, int] = {}
+    for u in order:
+        for s in srcs[u]:
+            users[s] = users.get(s, 0) + 1
+    tail: dict[UOp, UOp] = {}
+    for u in reversed(order):  # consumers first: a chain is found from its end
+        if u in tail or u.op not in _MOVEMENT:
+            continue
+        chain, cur = [u], u
+        while len(srcs[cur]) == 1 and srcs[cur][0].op in _MOVEMENT and users.get(srcs[cur][0]) == 1:
+            cur = srcs[cur][0]
+            chain.append(cur)
+        if len(chain) > 1:
+            tail.update((c, u) for c in chain)
+    return tail
+
+
 def uop_svg(root: UOp, title: str = "") -> str:
     """The graph under `root` as SVG (call bodies drawn as their CALL's source), or a listing if too big.
-    Shape operands of movement ops and DEVICE/UNIQUE markers are folded into the boxes that use them."""
+    Shape operands of movement ops and DEVICE/UNIQUE markers are folded into the boxes that use them, and
+    a chain of movement ops into one box that lists them when clicked."""
     keep: dict[UOp, None] = {}
     stack = [root]
     while stack:  # the nodes reachable through edges that are drawn
@@ -105,23 +140,51 @@ def uop_svg(root: UOp, title: str = "") -> str:
         srcs = u.src[1:] if u.op in (Ops.CALL, Ops.FUNCTION) else u.src
         stack += [s for k, s in enumerate(srcs) if not _folded(u, k + len(u.src) - len(srcs))]
     order = [u for u in root.toposort(enter_calls=False) if u in keep]
-    if len(order) > MAX_NODES:
+    drawn = {u: [s for k, s in enumerate(u.src) if s in keep and not _folded(u, k)] for u in order}
+    tail = _chains(order, drawn)
+    boxes = [u for u in order if tail.get(u, u) is u]  # a chain is drawn once, as its last node
+    if len(boxes) > MAX_NODES:
         return (
-            f"<p>{len(order)} nodes: too many to draw (over {MAX_NODES}); the last ones:</p>"
+            f"<p>{len(boxes)} nodes: too many to draw (over {MAX_NODES}); the last ones:</p>"
             f"<pre>{html.escape(root.pretty(200))}</pre>"
         )
-    index = {u: i for i, u in enumerate(order)}
-    g = Graph()
+    members: dict[UOp, list[UOp]] = {}
     for u in order:
-        extra = [
-            _operand(s) for k, s in enumerate(u.src) if _folded(u, k) and s.op not in (Ops.DEVICE, Ops.UNIQUE)
-        ]
-        lines = label(u) + ([" ".join(extra)[:40]] if extra else [])
-        g.add(lines, [index[s] for k, s in enumerate(u.src) if s in index and not _folded(u, k)], _colour(u))
+        if u in tail:
+            members.setdefault(tail[u], []).append(u)
+    index: dict[UOp, int] = {}
+    g = Graph()
+    for u in boxes:
+        chain = members.get(u, [u])
+        ins = [index[tail.get(s, s)] for s in drawn[chain[0]]]
+        if len(chain) == 1:
+            g.add(_lines(u), ins, _colour(u))
+        else:
+            names = [c.op.name for c in chain]
+            lines = [
+                f"{len(chain)} movement ops (click)",
+                *_lines(u)[1:2],
+                " ".join(n[:4] for n in names)[:40],
+            ]
+            g.add(lines, ins, _colour(u), ops=names, members=[" ".join(_lines(c)) for c in chain])
+        index[u] = len(g.nodes) - 1
     return svg(g, title)
 
 
-def _schedule_svg(items: tuple[UOp, ...], programs: dict[int, Program]) -> str:
+def _lines(u: UOp) -> list[str]:
+    """A drawn node's text: its label and the operands folded into it."""
+    extra = [
+        _operand(s) for k, s in enumerate(u.src) if _folded(u, k) and s.op not in (Ops.DEVICE, Ops.UNIQUE)
+    ]
+    return label(u) + ([" ".join(extra)[:40]] if extra else [])
+
+
+def graph_size(root: UOp) -> int:
+    """How many nodes `root`'s graph has (what the run's index shows)."""
+    return len(root.toposort(enter_calls=False))
+
+
+def _schedule_svg(items: tuple[UOp, ...], programs: dict[int, LinearProgram]) -> str:
     g = Graph()
     buf_node: dict[UOp, int] = {}
 
@@ -153,6 +216,7 @@ class _Page:
     def __init__(self, device: str, sink: UOp, error: BaseException | None = None) -> None:
         self.device, self.sink, self.error = device, sink, error
         self.parts: list[str] = []
+        self.kernels = 0  # what the run's index shows of the page
 
     def section(self, title: str, body: str) -> None:
         anchor = "-".join(title.split(":")[0].split("(")[0].split())  # #tensor-graph, #schedule, #kernel-3
@@ -168,6 +232,7 @@ class _Page:
             self.section("schedule", f"<p>no schedule: {html.escape(f'{type(e).__name__}: {e}')}</p>")
             return self.html()
         kernels = {i: it for i, it in enumerate(items) if it.src[0].op is Ops.SINK}
+        self.kernels = len(kernels)
         traced = {i: self.trace(it, tracer) for i, it in kernels.items()}
         programs = {i: t[0] for i, t in traced.items() if t[0] is not None}
         self.section(
@@ -177,7 +242,9 @@ class _Page:
             self.kernel(i, kernels[i], prg, steps, src)
         return self.html()
 
-    def trace(self, call: UOp, tracer: _Tracer | None) -> tuple[Program | None, list[tuple[str, UOp]], str]:
+    def trace(
+        self, call: UOp, tracer: _Tracer | None
+    ) -> tuple[LinearProgram | None, list[tuple[str, UOp]], str]:
         """(program, [(step, graph)], source) of one kernel, lowered here with the passes captured."""
         steps: list[tuple[str, UOp]] = [("as scheduled", call.src[0])]
         device = str(call.src[1].device) if len(call.src) > 1 else self.device
@@ -201,12 +268,19 @@ class _Page:
         except Exception as e:  # show what there is, and why the rest is missing
             return None, steps, f"(not lowered: {type(e).__name__}: {e})"
 
-    def kernel(self, i: int, call: UOp, prg: Program | None, steps: list[tuple[str, UOp]], src: str) -> None:
+    def kernel(
+        self, i: int, call: UOp, prg: LinearProgram | None, steps: list[tuple[str, UOp]], src: str
+    ) -> None:
         name = prg.name if prg is not None else debug.kernel_name(call)
         figs = "".join(
             f'<figure class="step" data-step="{k}"{"" if k == 0 else " hidden"}>'
             f"<figcaption>step {k + 1}/{len(steps)}: {html.escape(title)}</figcaption>"
-            f'<div class="pic">{uop_svg(g, f"{name} {title}")}</div></figure>'
+            + (
+                "<p>(unchanged: the graph of the step before)</p>"  # hash-consed: the same UOp
+                if k > 0 and g is steps[k - 1][1]
+                else f'<div class="pic">{uop_svg(g, f"{name} {title}")}</div>'
+            )
+            + "</figure>"
             for k, (title, g) in enumerate(steps)
         )
         controls = (
@@ -232,43 +306,12 @@ class _Page:
             else f'<p class="error">the realize raised {html.escape(type(self.error).__name__)}: '
             f"{html.escape(str(self.error))}</p>"
         )
-        title = f"uopgrad VIZ: realize on {self.device}"
-        return _TEMPLATE.format(title=html.escape(title), error=err, body="".join(self.parts))
-
-
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: sans-serif; margin: 1em 2em; color: #223; }}
-section {{ border-top: 1px solid #ccd; margin-top: 1em; }}
-.pic {{ overflow: auto; max-height: 80vh; border: 1px solid #eef; }}
-pre {{ background: #f6f6fa; padding: .5em; overflow: auto; }}
-.error {{ color: #a00; }}
-figure {{ margin: .3em 0; }}
-</style></head>
-<body><h1>{title}</h1>{error}{body}
-<script>
-document.querySelectorAll(".stepper").forEach(function (st) {{
-  var figs = st.querySelectorAll("figure.step"), range = st.querySelector("input");
-  function show(k) {{
-    k = Math.max(0, Math.min(figs.length - 1, k));
-    figs.forEach(function (f, i) {{ f.hidden = i !== k; }});
-    range.value = k;
-  }}
-  st.querySelector(".prev").onclick = function () {{ show(+range.value - 1); }};
-  st.querySelector(".next").onclick = function () {{ show(+range.value + 1); }};
-  range.oninput = function () {{ show(+range.value); }};
-  st.show = show;
-}});
-// a link to one step: page.html#kernel-2-step-3
-var m = /^#(kernel-[0-9]+)-step-([0-9]+)$/.exec(location.hash);
-var sec = m && document.getElementById(m[1]);
-if (sec && sec.querySelector(".stepper")) {{
-  sec.querySelector(".stepper").show(+m[2] - 1);
-  sec.scrollIntoView();
-}}
-</script></body></html>
-"""
+        title = html.escape(f"uopgrad VIZ: realize on {self.device}")
+        return (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{STYLE}</style></head>\n<body>{TOOLBAR}<h1>{title}</h1>{err}{''.join(self.parts)}"
+            f"<script>{SCRIPT}</script></body></html>\n"
+        )
 
 
 @contextlib.contextmanager
@@ -293,56 +336,49 @@ def page_html(sink: UOp, device: str | None = None, error: BaseException | None 
 def write_page(
     sink: UOp, path: str | os.PathLike[str], device: str | None = None, error: BaseException | None = None
 ) -> Path:
-    """Write the VIZ page of `sink` to `path`; returns the path."""
+    """Write the VIZ page of `sink` to `path` (outside any run); returns the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page_html(sink, device, error), encoding="utf-8")
     pages.append(out)
-    with contextlib.suppress(OSError):  # `uopgrad viz` opens the last page of any process
-        _pointer().parent.mkdir(parents=True, exist_ok=True)
-        _pointer().write_text(str(out.resolve()))
     return out
 
 
-def _pointer() -> Path:
-    """Where the path of the last page is kept: beside the compile cache, never inside it."""
-    cache = compile_cache_dir()
-    return cache.with_name(cache.name + "-viz") / "last-page"
-
-
 def last_page() -> Path | None:
-    """The last page written (by this process, else by the last process that wrote one)."""
-    if pages:
-        return pages[-1]
-    with contextlib.suppress(OSError):
-        p = Path(_pointer().read_text().strip())
-        return p if p.is_file() else None
-    return None
+    """The last page this process wrote (never another process's: those are found through their run)."""
+    return pages[-1] if pages else None
+
+
+def index_page() -> Path | None:
+    """The index of this process's current run, if VIZ is on."""
+    return _active.run.index if _active is not None and _active.run is not None else None
 
 
 class _Tracer:
-    """The debug tracer: writes a page at the end of every (outermost) realize."""
+    """The debug tracer: writes a page at the end of every (outermost) realize into its run."""
 
-    def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
+    def __init__(self, run: Run | None) -> None:
+        self.run = run
         self.capture: list[tuple[str, UOp]] | None = None
-        pages = directory.glob("[0-9][0-9][0-9][0-9]-*.html") if directory else ()
-        taken = [int(p.name[:4]) for p in pages]
-        self.counter = itertools.count(max(taken, default=-1) + 1)  # never overwrites an earlier run's page
 
     def realize_begin(self, device: str, sink: UOp) -> None:
         """Nothing to do before: the page is drawn from the sink once it ran."""
 
     def realize_end(self, device: str, sink: UOp, error: BaseException | None) -> None:
-        """Write this realize's page."""
-        if self.directory is not None:
-            name = f"{next(self.counter):04d}-{device.replace(':', '_')}.html"
-            try:
-                write_page(sink, self.directory / name, device, error)
-            except Exception as e:  # VIZ must never break the program it watches
-                debug.logger.warning(
-                    "VIZ: no page for this realize on %s: %s: %s", device, type(e).__name__, e
-                )
+        """Write this realize's page (or, once the run is full, note it in the index only)."""
+        if self.run is None:
+            return
+        raised = "" if error is None else f"{type(error).__name__}: {error}"[:200]
+        try:
+            text, kernels = None, 0
+            if not self.run.full:
+                page = _Page(device, sink, error)
+                text, kernels = page.build(self), page.kernels
+            out = self.run.add(device, text, kernels, graph_size(sink), raised)
+            if out is not None:
+                pages.append(out)
+        except Exception as e:  # VIZ must never break the program it watches
+            debug.logger.warning("VIZ: no page for this realize on %s: %s: %s", device, type(e).__name__, e)
 
     def after_pass(self, name: str, sink: UOp) -> None:
         """Keep the pass's graph while a kernel is being traced."""
@@ -353,14 +389,16 @@ class _Tracer:
 _active: _Tracer | None = None
 
 
-def enable(directory: str | os.PathLike[str]) -> None:
-    """Write a page per realize into `directory` (created if needed) from now on."""
+def enable(directory: str | os.PathLike[str], max_bytes: int | None = None) -> Path:
+    """Start a run in `directory` (created if needed): a page per realize from now on, until the run's
+    pages hold `max_bytes` (default $UOPGRAD_VIZ_MAX_BYTES, 20 MB). Returns the run's index page."""
     global _active
     disable()
-    path = Path(directory).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    _active = _Tracer(path)
+    cap = getenv_bytes("UOPGRAD_VIZ_MAX_BYTES", DEFAULT_MAX_BYTES) if max_bytes is None else max_bytes
+    run = Run(Path(directory).expanduser(), cap)
+    _active = _Tracer(run)
     debug.add_tracer(_active)
+    return run.index
 
 
 def enable_from_environment() -> None:

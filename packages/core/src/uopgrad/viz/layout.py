@@ -4,6 +4,10 @@ Each node's layer is its longest path from a leaf; within a layer nodes start in
 reordered by the barycentre of their neighbours (a few sweeps down and up, as in Sugiyama's method), which
 removes most crossings of the small DAGs a kernel or a tensor program makes. Edges are cubic curves from
 the bottom of a source to the top of its consumer; a consumer with several sources numbers them.
+
+Everything drawn sits in one `<g class="view">` (the page's script zooms and pans it through its transform);
+each node's `<g class="node">` carries its ops in `data-op` (the page's search reads them), and a node that
+stands for several (a folded chain) holds their lines in a hidden `<g class="members">` shown on click.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ class Node:
     fill: str = "#e8eef7"
     srcs: list[int] = field(default_factory=list)
     shape: str = "rect"  # "rect" | "ellipse"
+    ops: list[str] = field(default_factory=list)  # what search matches (the first line when empty)
+    members: list[str] = field(default_factory=list)  # one line per node a folded node stands for
     x: float = 0.0
     y: float = 0.0
 
@@ -47,10 +53,16 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
 
     def add(
-        self, lines: Sequence[str], srcs: Sequence[int] = (), fill: str = "#e8eef7", shape: str = "rect"
+        self,
+        lines: Sequence[str],
+        srcs: Sequence[int] = (),
+        fill: str = "#e8eef7",
+        shape: str = "rect",
+        ops: Sequence[str] = (),
+        members: Sequence[str] = (),
     ) -> int:
         """Append a node; returns its index."""
-        self.nodes.append(Node([s for s in lines if s], fill, list(srcs), shape))
+        self.nodes.append(Node([s for s in lines if s], fill, list(srcs), shape, list(ops), list(members)))
         return len(self.nodes) - 1
 
 
@@ -110,7 +122,7 @@ def svg(g: Graph, title: str = "") -> str:
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="monospace" font-size="11">',
         f"<title>{html.escape(title)}</title>" if title else "",
         '<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
-        'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#667"/></marker></defs>',
+        'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#667"/></marker></defs><g class="view">',
     ]
     for n in g.nodes:
         for k, s in enumerate(n.srcs):
@@ -132,9 +144,10 @@ def svg(g: Graph, title: str = "") -> str:
                 f'ry="{n.h / 2:.1f}" fill="{n.fill}" stroke="#556"/>'
             )
         else:
+            dash = ' stroke-dasharray="5 2" stroke-width="2"' if n.members else ""
             box = (
                 f'<rect x="{n.x:.1f}" y="{n.y:.1f}" width="{n.w:.1f}" height="{n.h:.1f}" rx="4" '
-                f'fill="{n.fill}" stroke="#556"/>'
+                f'fill="{n.fill}" stroke="#556"{dash}/>'
             )
         texts = "".join(
             f'<text x="{n.x + n.w / 2:.1f}" y="{n.y + PAD + LINE_H * (k + 0.8):.1f}" '
@@ -142,6 +155,24 @@ def svg(g: Graph, title: str = "") -> str:
             f"{html.escape(line)}</text>"
             for k, line in enumerate(n.lines)
         )
-        out.append(f'<g class="node" data-id="{i}">{box}{texts}</g>')
-    out.append("</svg>")
+        ops = html.escape(" ".join(n.ops or n.lines[:1]), quote=True)
+        fold = f' data-fold="{len(n.members)}"' if n.members else ""
+        out.append(f'<g class="node" data-id="{i}" data-op="{ops}"{fold}>{box}{texts}{_members(n)}</g>')
+    out.append("</g></svg>")
     return "".join(out)
+
+
+def _members(n: Node) -> str:
+    """A folded node's members as a hidden box beside it (the page's script shows it on a click)."""
+    if not n.members:
+        return ""
+    x, w = n.x + n.w + 6, max(len(s) for s in n.members) * CHAR_W + 2 * PAD
+    h = len(n.members) * LINE_H + 2 * PAD
+    lines = "".join(
+        f'<text x="{x + PAD:.1f}" y="{n.y + PAD + LINE_H * (k + 0.8):.1f}">{html.escape(line)}</text>'
+        for k, line in enumerate(n.members)
+    )
+    return (
+        f'<g class="members" display="none"><rect x="{x:.1f}" y="{n.y:.1f}" width="{w:.1f}" '
+        f'height="{h:.1f}" fill="#fffff4" stroke="#556"/>{lines}</g>'
+    )

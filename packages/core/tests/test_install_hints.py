@@ -1,0 +1,106 @@
+"""The install hints a user reads (a missing backend, `uopgrad devices`, `uopgrad conformance`) are commands
+pip accepts: each is parsed out of the message and handed to this environment's pip, as a user would paste it.
+
+No uopgrad package is on the package index, so every hint names a directory of this repository."""
+
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from uopgrad import backend
+from uopgrad.backend import SOURCES, DeviceRegistry, checkout, install_hint
+from uopgrad.cli import main
+from uopgrad.errors import BackendError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def pip_accepts(command: str, cwd: Path = ROOT) -> str:
+    """Run the hint's `pip install <target>` with this interpreter's pip, resolving nothing from an index."""
+    words = shlex.split(command)
+    assert words[:2] == ["pip", "install"] and len(words) == 3, command
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index"]
+        + ["--no-build-isolation", words[2]],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def quoted_command(message: str) -> str:
+    found = re.search(r"`(pip install [^`]+)`", message)
+    assert found, message
+    return found.group(1)
+
+
+def registry_without(name: str) -> DeviceRegistry:
+    reg = DeviceRegistry()
+    reg._plugins = {n: p for n, p in reg._discover().items() if n != name}
+    return reg
+
+
+def test_every_source_directory_builds_the_distribution_it_names():
+    for dist, where in SOURCES.items():
+        project = tomllib.loads((ROOT / where / "pyproject.toml").read_text())["project"]
+        assert project["name"] == dist
+
+
+def test_core_installed_from_this_checkout_is_found():
+    assert checkout() == ROOT
+
+
+def test_missing_backend_hint_is_a_command_pip_accepts():
+    with pytest.raises(BackendError) as e:
+        registry_without("CL")["CL"]
+    command = quoted_command(str(e.value))
+    assert command == f"pip install {ROOT / 'packages/backend-opencl'}"
+    assert "Would install uopgrad-opencl" in pip_accepts(command, cwd=Path("/"))  # absolute: from anywhere
+
+
+def test_cuda_extra_hint_is_a_command_pip_accepts():
+    command = install_hint("uopgrad-cuda", "cuda13")
+    assert "Would install uopgrad-cuda" in pip_accepts(command)
+
+
+def test_hint_without_a_checkout_is_relative_to_the_repository_root(monkeypatch):
+    monkeypatch.setattr(backend, "checkout", lambda: None)
+    with pytest.raises(BackendError) as e:
+        registry_without("CUDA")["CUDA"]
+    message = str(e.value)
+    assert "nox -s wheels" in message
+    command = quoted_command(message)
+    assert command == "pip install ./packages/backend-cuda"
+    assert "Would install uopgrad-cuda" in pip_accepts(command, cwd=ROOT)
+
+
+def test_devices_lists_each_missing_backend_with_its_command(monkeypatch, capsys):
+    monkeypatch.setattr(backend, "Device", registry_without("CL"))
+    assert main(["devices"]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("CL "))
+    assert "uopgrad-opencl" in line
+    pip_accepts(quoted_command(line))
+
+
+def test_conformance_hint_when_the_suite_is_missing(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "uopgrad_conformance" else real(name, *a),
+    )
+    assert main(["conformance", "CPU"]) == 2
+    command = quoted_command(capsys.readouterr().err)
+    assert command == f"pip install {ROOT / 'conformance'}"
+    assert "Would install uopgrad-conformance" in pip_accepts(command)
