@@ -162,12 +162,12 @@ def size(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks side by side with numpy, PyTorch and tinygrad; print ratios, assert nothing.
-    `nox -s bench -- rewrite` (or `-- kernels`, `-- step`) runs one of them."""
+    `nox -s bench -- rewrite` (or `-- kernels`, `-- step`, `-- first_step`) runs one of them."""
     # torch 2.13.0 is the CPU wheel this machine kind keeps on disk (any other version pulls GBs)
     session.install(
         "tinygrad==0.14.0", "torch==2.13.0", CORE, BACKEND_PACKAGES["CPU"], BACKEND_PACKAGES["CL"]
     )
-    for name in session.posargs or ["rewrite", "kernels", "step"]:
+    for name in session.posargs or ["rewrite", "kernels", "step", "first_step"]:
         session.run("python", f"bench/{name}.py")
 
 
