@@ -95,8 +95,10 @@ def _const(op: str, value: str) -> str:
 
 
 def _div_variants(op: str) -> tuple[str, ...]:
-    """A constant divisor, and operands proven non-negative (decompositions pick C division then)."""
-    return (_const(op, "3"), _const(op, "{neg}"), f"Tensor(a.maximum(0).uop.alu(Ops.{op}, b.maximum(1).uop))")
+    """A constant divisor, and operands proven non-negative (decompositions pick C division then). Both are
+    clamped to at least 1: `maximum(0)` would make the case hinge on max(-0.0, 0), whose sign the spec leaves
+    open (MAX's signed_zero=False), so a conforming backend would fail the division named."""
+    return (_const(op, "3"), _const(op, "{neg}"), f"Tensor(a.maximum(1).uop.alu(Ops.{op}, b.maximum(1).uop))")
 
 
 def _spec(

@@ -12,12 +12,21 @@ modules are imported when a backend is named); running the suite itself without 
 Each case's result travels as the test report's `user_properties` (row, dtype column, check, worst
 relative error, notes), so it reaches the JUnit XML as properties and, under pytest-xdist, the controller,
 which alone prints the table and writes the JSON report from every worker's cases.
+
+A case that kills its process (a segfault or abort in a kernel) is reported by name as CRASH: each process
+that runs cases notes the case it starts in a journal (report.Journal); under pytest-xdist the controller
+turns xdist's "worker crashed" report into that case's CRASH record and the other cases run on; in a plain
+run a watchdog process (`python -m uopgrad_conformance.report --watch`) prints the table and writes the JSON
+of the cases that finished, with the crashed one, when the test process dies.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import tempfile
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -29,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
-    from uopgrad_conformance.report import Case, Recorder, Summary
+    from uopgrad_conformance.report import Case, Journal, Record, Recorder, Summary
     from uopgrad_conformance.target import Target
     from uopgrad_conformance.xfails import XfailEntry
 
@@ -66,6 +75,8 @@ _STATE = pytest.StashKey["_State"]()
 _RECORDER = pytest.StashKey["Recorder"]()
 SUITE_PACKAGE = "uopgrad_conformance.suite"
 _COLLECTOR = "uopgrad-conformance-collector"
+_XDIST_CRASH = "???"  # the `when` of the report pytest-xdist makes for a case its worker died in
+_JOURNAL_KEY = "uopgrad_conformance_journal"  # the journal directory, handed to pytest-xdist's workers
 
 
 @dataclass
@@ -75,6 +86,9 @@ class _State:
     skips: list[XfailEntry] = field(default_factory=list)
     nodeids: set[str] = field(default_factory=set)  # every case reported here (xfails matched on xdist)
     report_path: Path | None = None
+    journal: Journal | None = None
+    runner: str = "main"  # the journal file this process notes its cases in (gw0, ... under xdist)
+    watchdog: subprocess.Popen[bytes] | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -148,8 +162,47 @@ def pytest_configure(config: pytest.Config) -> None:
     elif (cache := getattr(config, "cache", None)) is not None:  # absent under `-p no:cacheprovider`
         state.report_path = cache.mkdir("uopgrad-conformance") / f"{target.name}.json"
     config.stash[_STATE] = state
-    if not _is_worker(config):
-        config.pluginmanager.register(_Collector(state), _COLLECTOR)
+    from uopgrad_conformance.report import Journal
+
+    if _is_worker(config):
+        workerinput = getattr(config, "workerinput", {})
+        if _JOURNAL_KEY in workerinput:
+            state.journal = Journal(Path(workerinput[_JOURNAL_KEY]))
+            state.runner = str(workerinput.get("workerid", "worker"))
+        return
+    state.journal = Journal(Path(tempfile.mkdtemp(prefix="uopgrad-conformance-")))
+    state.watchdog = _start_watchdog(config, state)
+    config.pluginmanager.register(_Collector(state), _COLLECTOR)
+
+
+def _start_watchdog(config: pytest.Config, state: _State) -> subprocess.Popen[bytes]:
+    """The process that reports the run if this one dies: it writes to the terminal (pytest's capture of
+    the output is suspended while it starts, so it inherits the real stdout)."""
+    assert state.journal is not None
+    cmd = [sys.executable, "-m", "uopgrad_conformance.report", "--watch", str(state.journal.root)]
+    cmd += ["--backend", get_target(config).name]
+    if state.report_path is not None:
+        cmd += ["--report", str(state.report_path.resolve())]
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE)
+    with capman.global_and_fixture_disabled():
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run ended normally: the watchdog removes the journal and prints nothing."""
+    state = config.stash.get(_STATE, None)
+    if state is None or state.watchdog is None or state.watchdog.stdin is None:
+        return
+    from uopgrad_conformance.report import DONE
+
+    try:
+        state.watchdog.stdin.write(DONE.encode() + b"\n")
+        state.watchdog.stdin.close()
+        state.watchdog.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _targets_suite(config: pytest.Config) -> bool:
@@ -247,6 +300,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Note the case in the journal before it runs: if it kills the process, the journal names it."""
+    state = item.config.stash.get(_STATE, None)
+    case = _case_of(item) if state is not None and state.journal is not None else None
+    if state is not None and state.journal is not None and case is not None:
+        from uopgrad_conformance.report import Record
+
+        rec = Record(item.nodeid, case.row, case.group, case.column, case.check, "running")
+        state.journal.running(state.runner, rec)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
     """Attach each case's row, column, check, worst relative error and notes to its report (once: at its
     call, or at a setup that did not pass), and to the item, whose teardown report carries them to JUnit."""
@@ -288,6 +354,20 @@ class _Collector:
         """A worker collected `ids` (every worker collects the same, in the same order)."""
         if not self.order:
             self.order = {nodeid: i for i, nodeid in enumerate(ids)}
+            if self.state.journal is not None:
+                self.state.journal.collected(len(ids))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A serial run collected its cases (the xdist controller collects none: its workers say)."""
+        if session.items and self.state.journal is not None:
+            self.state.journal.collected(len(session.items))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: object) -> None:
+        """Hand a starting pytest-xdist worker the journal directory."""
+        workerinput = getattr(node, "workerinput", None)
+        if isinstance(workerinput, dict) and self.state.journal is not None:
+            workerinput[_JOURNAL_KEY] = str(self.state.journal.root)
 
     def sort(self) -> None:
         """Put the records in collection order, as a serial run has them (workers finish in any order)."""
@@ -297,6 +377,9 @@ class _Collector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A phase of a test finished: record it if it is a case's result."""
         props = dict(report.user_properties)
+        if str(report.when) == _XDIST_CRASH and report.failed and "conformance_row" not in props:
+            self._crashed(report)  # pytest-xdist: a worker died in this case
+            return
         if report.when == "teardown" or "conformance_row" not in props:
             return
         from uopgrad_conformance.report import Record
@@ -304,20 +387,32 @@ class _Collector:
         outcome, reason = _outcome(report)
         worst = props.get("worst_rel")
         notes = json.loads(str(props["conformance_notes"])) if "conformance_notes" in props else []
-        self.state.nodeids.add(report.nodeid)
-        self.state.summary.add(
-            Record(
-                report.nodeid,
-                str(props["conformance_row"]),
-                str(props["conformance_group"]),
-                str(props["conformance_column"]),
-                str(props["conformance_check"]),
-                outcome,
-                None if worst is None else float(str(worst)),
-                reason,
-                notes,
-            )
+        rec = Record(
+            report.nodeid,
+            str(props["conformance_row"]),
+            str(props["conformance_group"]),
+            str(props["conformance_column"]),
+            str(props["conformance_check"]),
+            outcome,
+            None if worst is None else float(str(worst)),
+            reason,
+            notes,
         )
+        self._add(rec)
+
+    def _add(self, rec: Record) -> None:
+        self.state.nodeids.add(rec.nodeid)
+        self.state.summary.add(rec)
+        if self.state.journal is not None:
+            self.state.journal.record(rec)
+
+    def _crashed(self, report: pytest.TestReport) -> None:
+        """The CRASH record of the case a worker died in (its row and column from the worker's journal)."""
+        from uopgrad_conformance.report import crash_record
+
+        started = None if self.state.journal is None else self.state.journal.started(report.nodeid)
+        if started is not None and report.nodeid not in self.state.nodeids:
+            self._add(crash_record(started, str(report.longrepr)))
 
 
 def _outcome(report: pytest.TestReport) -> tuple[str, str]:

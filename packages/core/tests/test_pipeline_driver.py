@@ -28,7 +28,7 @@ from uopgrad.pipeline import (
 from uopgrad.renderer import CStyleRenderer
 from uopgrad.schedule import schedule
 
-NAMES = ["index", "opt", "group", "gpudims", "reduce", "index dtype", "decompositions", "linearize"]
+NAMES = ["index", "opt", "tc", "group", "gpudims", "reduce", "index dtype", "decompositions", "linearize"]
 ALL = Target(frozenset(), frozenset(Ops))  # every op rendered natively, loop-style, no vector width
 
 
@@ -50,8 +50,8 @@ def test_every_pass_is_traced_and_timed_by_name_in_order():
         run_passes(kernel().src[0], CODEGEN_PASSES, LowerContext(ALL))
     finally:
         tracers.pop()
-    assert seen == [n for n in NAMES if n not in ("group", "gpudims", "opt")]  # loop-style, no vector width:
-    # no launch dimensions, no opt pass
+    assert seen == [n for n in NAMES if n not in ("group", "gpudims", "opt", "tc")]  # loop-style, no vector
+    # width, no tensor cores: no launch dimensions, no opt pass, no tc pass
     after = pass_stats()
     assert all(after[n][0] == before.get(n, (0, 0.0))[0] + 1 for n in seen)
 
@@ -136,6 +136,7 @@ def test_a_target_has_one_canonical_form_that_every_field_changes() -> None:
         "local_memory": 1024,
         "warp_size": 32,
         "tensor_cores": ((16, 8, 16),),
+        "unsupported": frozenset({(Ops.MAX, dtypes.float32)}),
     }
     assert set(changed) == {f.name for f in dataclasses.fields(Target)}
     for name, value in changed.items():

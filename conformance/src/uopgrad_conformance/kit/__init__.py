@@ -11,7 +11,8 @@ package runs it with one test module, the way ONNX's `BackendTest(backend)` is u
     from uopgrad_conformance.kit import backend_tests
     globals().update(backend_tests("XYZ"))
 
-Dtypes the backend does not claim are skipped with the reason. What is a backend's own (compiler flags,
+Dtypes the backend does not claim, and op x dtype pairs its target declines (`Target.unsupported`), are
+skipped with the reason. What is a backend's own (compiler flags,
 runtime quirks, renderer goldens) stays in its own tests.
 """
 

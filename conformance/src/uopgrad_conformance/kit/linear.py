@@ -12,7 +12,7 @@ import numpy as np
 
 from uopgrad import DType, GroupOp, Ops, UOp, dtypes
 from uopgrad.backend import CompiledBackend, Device
-from uopgrad.codegen import Program
+from uopgrad.codegen import LinearProgram
 from uopgrad.renderer import Renderer
 
 __all__ = [
@@ -40,10 +40,10 @@ def prog(
     uops: tuple[UOp, ...],
     global_size: tuple[int, int, int] | None = None,
     local_size: tuple[int, int, int] | None = None,
-) -> Program:
-    """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
+) -> LinearProgram:
+    """codegen's LinearProgram for hand-built uops: every PARAM slot and every variable, in order."""
     slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
-    return Program(
+    return LinearProgram(
         name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), (), global_size, local_size
     )
 
@@ -99,7 +99,7 @@ def alu(op: Ops, *srcs: UOp) -> UOp:
     return UOp(op, dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype, srcs)
 
 
-def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str = "k") -> Program:
+def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str = "k") -> LinearProgram:
     """out[i] = op(in1[i], in2[i], ...) over one loop (op may be CAST or BITCAST)."""
     out = UOp(Ops.PARAM, out_dt.ptr(n), (), 0)
     ins = [UOp(Ops.PARAM, dt.ptr(n), (), i + 1) for i, dt in enumerate(in_dts)]
@@ -110,7 +110,7 @@ def elementwise(op: Ops, out_dt: DType, in_dts: list[DType], n: int, name: str =
     return prog(name, linear(out, *ins, st, UOp(Ops.END, dtypes.void, (r,))))
 
 
-def grid_row_sums(n: UOp, rows: int = 4, size: int = 256) -> Program:
+def grid_row_sums(n: UOp, rows: int = 4, size: int = 256) -> LinearProgram:
     """out[g] = sum over r < n of a[g*n + r], for each grid index g < rows: a reduce over a variable into
     a register, with slot 1 never used (a renderer golden of every grid-style dialect)."""
     out, a = param(0, dtypes.float32, rows), param(2, dtypes.float32, size)
@@ -122,12 +122,12 @@ def grid_row_sums(n: UOp, rows: int = 4, size: int = 256) -> Program:
     e = UOp(Ops.END, dtypes.void, (r, upd))
     final = UOp(Ops.LOAD, dtypes.float32, (acc, e))
     uops = linear(out, a, n, g, acc, r, cur, upd, e, final, store(out, g, final))
-    return Program(f"r_{rows}_n", uops, (0, 1, 2), (n,), (0,), (2,), (rows, 1, 1), (1, 1, 1))
+    return LinearProgram(f"r_{rows}_n", uops, (0, 1, 2), (n,), (0,), (2,), (rows, 1, 1), (1, 1, 1))
 
 
 def run(
     backend: CompiledBackend,
-    program: Program,
+    program: LinearProgram,
     out: tuple[int, DType],
     *ins: np.ndarray,
     vals: tuple[int, ...] = (),

@@ -1,7 +1,9 @@
 """Checks of how a uopgrad package is built, for its own test folder: it imports no other uopgrad package,
-ships its type marker, and (for a backend) has the four modules of every backend, registers its entry
-point, runs the README's one-liner in a fresh interpreter, builds its target (`capabilities`) through its
-renderer, and is listed as available, with its package and dtypes, by `uopgrad devices`.
+ships its type marker, and (for a backend) registers its entry point, has the parts core calls (a `Backend`
+subclass; a `CompiledBackend` also its renderer, compiler, allocator and runtime, of the base classes of
+`uopgrad.backend`), runs the README's one-liner in a fresh interpreter, builds its target (`capabilities`)
+through its renderer, and is listed as available, with its package and dtypes, by `uopgrad devices`. How
+the package splits its modules is its own choice (NUMPYVEC has no `compiler.py`).
 
     # packages/backend-xyz/tests/test_xyz_package.py
     from uopgrad_conformance.kit.package import package_tests
@@ -27,6 +29,22 @@ from uopgrad.backend import ENTRY_POINT_GROUP, Backend
 __all__ = ["package_tests"]
 
 LIST_PACKAGES = "print(sorted({m.partition('.')[0] for m in sys.modules if m.startswith('uopgrad_')}))"
+# what core calls on a backend (uopgrad.backend): prints the parts that are missing or of the wrong kind
+PARTS = """
+from uopgrad import Device
+from uopgrad.backend import Allocator, Backend, CompiledBackend, Compiler, Program
+from uopgrad.renderer import Renderer
+b = Device[{device!r}]
+bad = [] if isinstance(b, Backend) else ["Backend"]
+if isinstance(b, CompiledBackend):
+    parts = {{"renderer": (b.renderer, Renderer), "compiler": (b.compiler, Compiler),
+             "allocator": (b.allocator, Allocator)}}
+    bad += [f"{{k}}: {{type(v).__name__}} is no {{c.__name__}}"
+            for k, (v, c) in parts.items() if not isinstance(v, c)]
+    if not (isinstance(b.runtime, type) and issubclass(b.runtime, Program)):
+        bad.append(f"runtime: {{b.runtime!r}} is no Program subclass")
+print(bad)
+"""
 
 
 def _python(code: str) -> str:
@@ -54,10 +72,6 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
     if device is None:
         return tests
 
-    def test_has_the_four_modules_of_a_backend() -> None:
-        files = {p.name for p in importlib.resources.files(module).iterdir()}
-        assert {"__init__.py", "renderer.py", "compiler.py", "runtime.py"} <= files
-
     def entry_point() -> importlib.metadata.EntryPoint:
         eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == device]
         if not eps:  # running from a source tree without `pip install` of the package
@@ -68,6 +82,10 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
         cls = entry_point().load()
         assert isinstance(cls, type) and issubclass(cls, Backend)
         assert cls.__module__.startswith(module)
+
+    def test_has_the_parts_of_a_backend() -> None:
+        entry_point()
+        assert _python(PARTS.format(device=device)).strip() == "[]"
 
     def test_acceptance_one_liner() -> None:
         entry_point()
@@ -99,8 +117,8 @@ def package_tests(module: str, device: str | None = None) -> dict[str, Callable[
             assert _normalized(row["package"]) == _normalized(dist.name), row
 
     backend = (
-        test_has_the_four_modules_of_a_backend,
         test_entry_point_names_the_backend,
+        test_has_the_parts_of_a_backend,
         test_acceptance_one_liner,
         test_the_target_is_built_by_the_renderer,
         test_devices_lists_the_backend_with_its_package_and_dtypes,

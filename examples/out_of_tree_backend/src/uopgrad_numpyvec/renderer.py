@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from uopgrad import DType, Ops, UOp, dtypes
-from uopgrad.codegen import GridLimits, Program
+from uopgrad.codegen import GridLimits, LinearProgram
 from uopgrad.renderer import Renderer
 
 __all__ = ["NumpyRenderer"]
@@ -79,7 +79,7 @@ class NumpyRenderer(Renderer):
         ident = re.sub(r"\W", "_", name)
         return ident if ident.isidentifier() and not ident[0].isdigit() else f"k_{ident}"
 
-    def render(self, program: Program) -> str:
+    def render(self, program: LinearProgram) -> str:
         """The source of `def <name>(bufs, vals, gsize)`: buffers are uint8 arrays viewed as their dtypes."""
         lines = [
             f"def {self.function_name(program.name)}(bufs, vals, gsize):",

@@ -18,6 +18,7 @@ import numpy as np
 from uopgrad import tensor_registry as registry
 from uopgrad._util import all_int, dedup, prod
 from uopgrad.backend import Device
+from uopgrad.codegen import LinearProgram
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype
 from uopgrad.errors import (
@@ -654,6 +655,15 @@ class Tensor(
         """The schedule of these tensors' graphs as LINEAR(*items) (tinygrad's name): `linear_with_vars`
         without the variables' values."""
         return self.linear_with_vars(*lst)[0]
+
+    def linear_programs(self, *lst: Tensor, device: str | None = None) -> list[LinearProgram]:
+        """The linear program (spec/kernels.md §2) of every code kernel in these tensors' schedule, in order,
+        lowered for the target (`capabilities`) of the device it runs on, or of `device`; nothing is compiled
+        or run. `print(p.listing())` shows one, a line per uop. Tile shapes are the heuristic's (BEAM's pick
+        is made at compile time)."""
+        items, _ = self.linear_with_vars(*lst)
+        kernels = [i for i in items.src if i.op is Ops.CALL and i.src[0].op is Ops.SINK]
+        return [lower(k, Device[device or str(k.src[1].device)].capabilities) for k in kernels]
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (realizes first); bfloat16 as ml_dtypes' bfloat16."""

@@ -20,7 +20,7 @@ import numpy as np
 from uopgrad.backend import Device
 from uopgrad.backends.evaluator import Evaluator, _Frame, _is_reference, register_loop_runner, storage
 from uopgrad.backends.numerics import REFERENCE_OPS, Array, bitcast, cast, finish, np_dtype, reference_alu
-from uopgrad.codegen import GridLimits, Program, Target
+from uopgrad.codegen import GridLimits, LinearProgram, Target
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import EvaluationError
 from uopgrad.ops import GroupOp, Ops
@@ -34,7 +34,7 @@ __all__ = ["LOOPS_TARGET", "run_program", "run_schedule"]
 LOOPS_TARGET = Target.for_ops(REFERENCE_OPS)
 
 
-def _lane_indices(prg: Program) -> tuple[int, dict[str, Array]]:
+def _lane_indices(prg: LinearProgram) -> tuple[int, dict[str, Array]]:
     """The number of lanes and the value of each SPECIAL (`gidx<d>`, `lidx<d>`) in every lane."""
     if prg.global_size is None or prg.local_size is None:
         return 1, {}
@@ -62,7 +62,7 @@ def _scalar(v: Array, what: UOp) -> int:
     return int(flat[0])
 
 
-def _memory(prg: Program, u: UOp, index: tuple[Array, Array], gate: Array | None) -> tuple[Array, ...]:
+def _memory(prg: LinearProgram, u: UOp, index: tuple[Array, Array], gate: Array | None) -> tuple[Array, ...]:
     """(buffer, offsets, lanes that access memory) of a LOAD/STORE; an offset out of bounds in a lane that
     accesses memory is an error (it names the kernel and the uop)."""
     buf, off = index
@@ -77,7 +77,9 @@ def _memory(prg: Program, u: UOp, index: tuple[Array, Array], gate: Array | None
     return buf, np.where(g, off, 0), g
 
 
-def run_program(prg: Program, buffers: Sequence[Array], var_vals: Mapping[str, int] | None = None) -> None:
+def run_program(
+    prg: LinearProgram, buffers: Sequence[Array], var_vals: Mapping[str, int] | None = None
+) -> None:
     """Run `prg` on flat arrays (`buffers[slot]`, in each buffer's storage dtype), writing them in place;
     `var_vals` gives the DEFINE_VARs by name."""
     uops = prg.uops

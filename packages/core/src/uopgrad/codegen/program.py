@@ -1,4 +1,4 @@
-"""The output of codegen (layer 11): `Program`, a linear list of kernel-level UOps; `GridLimits` for
+"""The output of codegen (layer 11): `LinearProgram`, a linear list of kernel-level UOps; `GridLimits` for
 grid-style backends; the rule tables that say which kernel-level graphs and programs are well formed.
 
 The program form is the contract of spec/kernels.md §2: renderers print it, REFERENCE interprets it.
@@ -21,6 +21,7 @@ from uopgrad.verify import REDUCE_OPS, VerifyError, pm_spec_scalar, pm_spec_shar
 __all__ = [
     "GridLimits",
     "GridSpec",
+    "LinearProgram",
     "Program",
     "check",
     "pm_spec_kernel_ops",
@@ -64,7 +65,7 @@ class GridLimits:
 
 
 @dataclass(frozen=True, eq=False)
-class Program:
+class LinearProgram:
     """A lowered kernel (spec/kernels.md §2). `uops` are in execution order, each after its sources; `globals`
     are the buffer slots the kernel takes, `vars` its scalar arguments (DEFINE_VARs by name), `outs`/`ins` the
     slots it stores to / loads from. Grid-style programs have `global_size` (number of workgroups) and
@@ -100,6 +101,10 @@ class Program:
             arg = "" if u.arg is None else f" {u.arg!r}"
             lines.append(f"{i:4d} {u.op.name:<11s} {u.dtype!r:<22s} ({srcs}){arg}")
         return "\n".join(lines)
+
+
+# the former name (deprecated, kept one release): `uopgrad.backend.Program` is the loaded runtime kernel
+Program = LinearProgram
 
 
 # ---------------------------------------------------------------------- well-formedness

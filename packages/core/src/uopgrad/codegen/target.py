@@ -34,7 +34,10 @@ class Target:
     scratch: int = 0  # bytes of thread-private memory a loop nest may declare
     local_memory: int = 0  # bytes of local memory a workgroup has; 0: reduces are not grouped
     warp_size: int = 1  # threads that run in lockstep (a warp, a subgroup); 1: none or unknown
-    tensor_cores: tuple[TensorCoreShape, ...] = ()  # matrix-unit shapes; none are used yet
+    tensor_cores: tuple[TensorCoreShape, ...] = ()  # matrix-unit shapes (the tc pass uses those it knows)
+    # (op, dtype) pairs of `ops` that are NOT rendered natively for that operand dtype (say, MAX on float16):
+    # codegen decomposes them as it does an op outside `ops`; the kit skips them (`supports`)
+    unsupported: frozenset[tuple[Ops, DType]] = frozenset()
 
     def canonical(self) -> tuple[tuple[str, object], ...]:
         """Every field as (name, value) with its sets sorted: the same text in every process (a frozenset's
@@ -44,6 +47,11 @@ class Target:
             return sorted(map(str, v)) if isinstance(v, frozenset) else v
 
         return tuple((f.name, plain(getattr(self, f.name))) for f in fields(self))
+
+    def supports(self, op: Ops, dtype: DType) -> bool:
+        """Whether `op` on operands of `dtype` (WHERE: on values of it; a vector: on its lanes) is rendered
+        natively; codegen decomposes the ops for which it is not."""
+        return op in self.ops and (op, dtype.scalar()) not in self.unsupported
 
     @property
     def loop_style(self) -> bool:

@@ -31,6 +31,9 @@ class Renderer:
     grid: GridSpec | None = None
     # op -> template; the keys are the capability declaration: anything else is decomposed by codegen
     code_for_op: ClassVar[dict[Ops, OpTemplate]] = {}
+    # (op, dtype) pairs of those keys that are NOT printed natively for that operand dtype: codegen
+    # decomposes them (Target.unsupported)
+    unsupported: ClassVar[frozenset[tuple[Ops, DType]]] = frozenset()
     # bytes of a vector register the source may use (AVX-512: 64, AVX2: 32, NEON: 16); 0: scalar only
     vector_width: int = 0
     # bytes of thread-private memory (DEFINE_LOCAL) a loop nest may declare, where the opt pass packs a
@@ -38,7 +41,7 @@ class Renderer:
     scratch: int = 0
     # threads that run in lockstep (CUDA's warp, an OpenCL subgroup); 1: none or unknown
     warp_size: int = 1
-    # (M, N, K) shapes of the matrix units the source may use; none are used yet
+    # (M, N, K) shapes of the matrix units the source may use (codegen/tc.py: WMMA ops the renderer issues)
     tensor_cores: tuple[TensorCoreShape, ...] = ()
 
     @property
@@ -48,7 +51,8 @@ class Renderer:
 
     def target(self, dtypes: frozenset[DType]) -> Target:
         """The record codegen lowers for, on a device whose buffers hold `dtypes`: this renderer's ops, grid
-        (whose optional `local_memory` is the target's), vector width, scratch, warp size and tensor cores."""
+        (whose optional `local_memory` is the target's), vector width, scratch, warp size, tensor cores
+        and the (op, dtype) pairs it does not print natively."""
         return Target(
             dtypes,
             self.supports,
@@ -59,6 +63,7 @@ class Renderer:
             local_memory=int(getattr(self.grid, "local_memory", 0)),
             warp_size=self.warp_size,
             tensor_cores=self.tensor_cores,
+            unsupported=self.unsupported,
         )
 
     def function_name(self, name: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from uopgrad.codegen import Program
+from uopgrad.codegen import LinearProgram
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import RenderError
 from uopgrad.ops import GroupOp, Ops
@@ -449,7 +449,7 @@ class CStyleRenderer(Renderer):
         return (f"{head}\n\n" if head else "") + sig + " {\n" + "\n".join(body) + "\n}\n"
 
     # ------------------------------------------------------------------ the walk
-    def render(self, program: Program) -> str:
+    def render(self, program: LinearProgram) -> str:
         """C source of `program`: one function named after it, SSA temporaries, loops for RANGE/END."""
         uops = tuple(program.uops)
         st = _State(uops)
@@ -497,7 +497,7 @@ class CStyleRenderer(Renderer):
                 st.names[u] = name if ok and name not in taken else st.fresh("var")
                 taken.add(st.names[u])
 
-    def _signature(self, program: Program, uops: tuple[UOp, ...], st: _State) -> list[str]:
+    def _signature(self, program: LinearProgram, uops: tuple[UOp, ...], st: _State) -> list[str]:
         """Buffers in `program.globals` order, then scalars in `program.vars` order (as they are passed)."""
         params = {u.arg: u for u in uops if u.op is Ops.PARAM}
         written = {
