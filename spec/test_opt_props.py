@@ -196,6 +196,7 @@ def _abs_sum(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def test_opt_runs_on_the_programs_of_the_property() -> None:
     """The property can fail: with the pass on, a matmul and a row sum are vector kernels, and so are they
     with an op that has no vector form (computed lane by lane); the wide matmul packs its panel."""
+    from uopgrad.codegen import Target
     from uopgrad.pipeline import lower
     from uopgrad.schedule import schedule
 
@@ -215,9 +216,9 @@ def test_opt_runs_on_the_programs_of_the_property() -> None:
     for out, packs in cases:
         kernel = schedule(out.uop.sink()).kernels[-1]
         width, scratch = be.capabilities.vector_width, be.renderer.scratch
-        prg = lower(kernel, be.renderer.supports, None, width, None, scratch)
+        prg = lower(kernel, Target.for_ops(be.renderer.supports, None, width, scratch))
         assert any(u.dtype.count > 1 for u in prg.uops)
         assert any(u.op is Ops.DEFINE_LOCAL for u in prg.uops) == packs
         with Context(OPT=0):
-            prg0 = lower(kernel, be.renderer.supports, None, be.capabilities.vector_width)
+            prg0 = lower(kernel, Target.for_ops(be.renderer.supports, None, be.capabilities.vector_width))
         assert all(u.dtype.count == 1 for u in prg0.uops)

@@ -71,12 +71,13 @@ def test_custom_kernel_names_do_not_crash(name):
         import dataclasses
         import numpy as np
         from uopgrad import Device, Tensor
+        from uopgrad.codegen import Target
         from uopgrad.pipeline import lower
         from uopgrad.schedule import schedule
         cpu = Device["CPU"]
         t = (Tensor.ones(1 << 16, device="CPU") * 3).contiguous()
         item = [it for it in schedule(t.uop.sink()).items][0]
-        prg = dataclasses.replace(lower(item, cpu.renderer.supports, None), name={name!r})
+        prg = dataclasses.replace(lower(item, Target.for_ops(cpu.renderer.supports)), name={name!r})
         src = cpu.renderer.render(prg)
         run = cpu.runtime(cpu.renderer.function_name(prg.name), cpu.compiler.compile_cached(src))
         out = cpu.allocator.alloc(4 << 16)

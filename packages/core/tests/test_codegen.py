@@ -15,7 +15,7 @@ from uopgrad import GroupOp, Ops, UOp, dtypes
 from uopgrad.alu import ALU
 from uopgrad.backend import Device
 from uopgrad.backends.reference import REFERENCE_OPS, evaluate, run_program, run_schedule
-from uopgrad.codegen import GridLimits, Program
+from uopgrad.codegen import GridLimits, Program, Target
 from uopgrad.codegen.program import check, pm_spec_program
 from uopgrad.config import Context
 from uopgrad.dtype import DType
@@ -30,6 +30,7 @@ DECOMPOSED = frozenset(
     {Ops.MAX, Ops.FLOORDIV, Ops.FLOORMOD, Ops.POW, Ops.SUB, Ops.NEG, Ops.CMPEQ, Ops.FDIV, Ops.MULACC}
 )
 C_LIKE = REFERENCE_OPS - DECOMPOSED
+REF, C_TARGET = Target.for_ops(REFERENCE_OPS), Target.for_ops(C_LIKE)  # loop-style targets for lowering
 MODES = {
     "loop": {},
     "decomposed": {"ops": C_LIKE},
@@ -228,7 +229,7 @@ def test_custom_kernel_with_two_stores_in_order():
     check_lowered(o2.uop, exact=True)
     assert evaluate(o2.uop)[0].tolist() == [0, 3, 6, 9]
     (k,) = schedule(o2.uop.sink()).kernels
-    uops = lower(k, REFERENCE_OPS).uops
+    uops = lower(k, REF).uops
     assert any(u.op is Ops.AFTER for u in uops)  # the reads of o1 wait for the first nest
 
 
@@ -240,7 +241,7 @@ def kernel_of(t: Tensor) -> UOp:
 
 def test_program_fields():
     x, y = rnd(3, 4), rnd(3, 4, seed=1)
-    prg = lower(kernel_of((x * y).sum(1)), REFERENCE_OPS)
+    prg = lower(kernel_of((x * y).sum(1)), REF)
     assert isinstance(prg, Program) and prg.name == "r_3"
     assert prg.globals == (0, 1, 2) and prg.outs == (0,) and prg.ins == (1, 2) and prg.vars == ()
     assert prg.global_size is None and prg.local_size is None
@@ -251,7 +252,7 @@ def test_program_fields():
 
 def test_golden_elementwise_program():
     x = Tensor(np.zeros((3, 4), np.float32))
-    prg = lower(kernel_of(x * 2 + 1), REFERENCE_OPS)
+    prg = lower(kernel_of(x * 2 + 1), REF)
     assert prg.name == "E_3_4"
     assert prg.listing() == "\n".join(
         [
@@ -279,7 +280,7 @@ def test_golden_elementwise_program():
 
 def test_golden_reduce_program():
     x = Tensor(np.zeros((3, 4), np.float32))
-    prg = lower(kernel_of(x._reduce(Ops.MAX, 1, False)), REFERENCE_OPS)  # the bare reduce, not Tensor.max
+    prg = lower(kernel_of(x._reduce(Ops.MAX, 1, False)), REF)  # the bare reduce, not Tensor.max
     assert prg.listing() == "\n".join(
         [
             "   0 PARAM       dtypes.float.ptr(3)    () 0",
@@ -308,16 +309,16 @@ def test_golden_reduce_program():
 
 def test_pad_becomes_gated_loads_and_decompositions_leave_no_missing_op():
     x = rnd(4, 6)
-    prg = lower(kernel_of(x.pad(((1, 1), (0, 0))).relu()), C_LIKE)
+    prg = lower(kernel_of(x.pad(((1, 1), (0, 0))).relu()), C_TARGET)
     loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
     assert loads and all(len(u.src) == 2 and u.src[1].dtype == dtypes.bool for u in loads)
     ints = Tensor(np.arange(-6, 6).astype(np.int32))
-    prg = lower(kernel_of((ints // 4) % 3 + ints.maximum(0) ** 2), C_LIKE)
+    prg = lower(kernel_of((ints // 4) % 3 + ints.maximum(0) ** 2), C_TARGET)
     assert not {u.op for u in prg.uops} & DECOMPOSED
 
 
 def test_floor_division_of_non_negative_indices_is_plain_c_division():
-    prg = lower(kernel_of(rnd(4, 6).T.reshape(24) + 1), C_LIKE)
+    prg = lower(kernel_of(rnd(4, 6).T.reshape(24) + 1), C_TARGET)
     assert {Ops.CDIV, Ops.CMOD} <= {u.op for u in prg.uops}
     assert not any(u.op is Ops.WHERE and u.dtype == dtypes.int32 for u in prg.uops)  # no sign correction
 
@@ -325,28 +326,31 @@ def test_floor_division_of_non_negative_indices_is_plain_c_division():
 def test_index_dtype_is_int64_only_when_needed():
     big = UOp.param(1, dtypes.float32.ptr(2**33))
     k = UOp.param(0, dtypes.float32.ptr(2**33)).store(big * 2).sink()
-    assert {u.dtype for u in lower(k, REFERENCE_OPS).uops if u.op is Ops.RANGE} == {dtypes.int64}
+    assert {u.dtype for u in lower(k, REF).uops if u.op is Ops.RANGE} == {dtypes.int64}
     small = UOp.param(0, dtypes.float32.ptr(16)).store(UOp.param(1, dtypes.float32.ptr(16)) * 2).sink()
-    assert {u.dtype for u in lower(small, REFERENCE_OPS).uops if u.op is Ops.RANGE} == {dtypes.int32}
+    assert {u.dtype for u in lower(small, REF).uops if u.op is Ops.RANGE} == {dtypes.int32}
 
 
 def test_grid_mapping():
-    prg = lower(kernel_of(rnd(2, 3, 4, 64) * 2), REFERENCE_OPS, GridLimits(local_size=32))
+    prg = lower(kernel_of(rnd(2, 3, 4, 64) * 2), Target.for_ops(REFERENCE_OPS, GridLimits(local_size=32)))
     specials = {u.arg for u in prg.uops if u.op is Ops.SPECIAL}
     assert specials == {"gidx0", "lidx0", "gidx1", "gidx2"} and not any(u.op is Ops.RANGE for u in prg.uops)
     assert prg.local_size == (32, 1, 1)
     assert prg.global_size == (2, 4, 6)  # x is the contiguous axis (64 = 2 groups of 32); the outer two merge
-    padded = lower(kernel_of(rnd(7) + 1), REFERENCE_OPS, GridLimits(local_size=8))
+    padded = lower(kernel_of(rnd(7) + 1), Target.for_ops(REFERENCE_OPS, GridLimits(local_size=8)))
     assert padded.local_size == (8, 1, 1) and padded.global_size == (1, 1, 1)
     assert all(len(u.src) == 3 for u in padded.uops if u.op is Ops.STORE)  # threads past 7 store nothing
     with pytest.raises(RuntimeError, match="does not fit"):
-        lower(kernel_of(rnd(40) + 1), REFERENCE_OPS, GridLimits(global_max=(2, 2, 2), local_size=1))
+        lower(
+            kernel_of(rnd(40) + 1),
+            Target.for_ops(REFERENCE_OPS, GridLimits(global_max=(2, 2, 2), local_size=1)),
+        )
 
 
 def test_verify_between_passes_and_on_the_program():
     with Context(VERIFY=1):
         for k in schedule(rnd(3, 4).softmax(1).sum().uop.sink()).kernels:
-            lower(k, C_LIKE, GridLimits())
+            lower(k, Target.for_ops(C_LIKE, GridLimits()))
     bad = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.CONST, dtypes.int32, (), 0),))
     with pytest.raises(VerifyError, match="LOAD"):
         check([bad], pm_spec_program)
@@ -364,7 +368,7 @@ def test_reference_reports_an_out_of_bounds_access():
 
 def test_programs_are_cached_by_structure():
     a, b = rnd(3, 4), rnd(3, 4, seed=1)
-    assert lower(kernel_of(a + 1), REFERENCE_OPS) is lower(kernel_of(b + 1), REFERENCE_OPS)
+    assert lower(kernel_of(a + 1), REF) is lower(kernel_of(b + 1), REF)
 
 
 def test_gradient_of_a_2001_op_chain_lowers():
@@ -381,7 +385,7 @@ def test_gradient_of_a_2001_op_chain_lowers():
     (g,) = y.sum().gradient(x)
     s = schedule(g.uop.sink())
     start = time.perf_counter()
-    programs = [lower(k, C_LIKE) for k in s.kernels]
+    programs = [lower(k, C_TARGET) for k in s.kernels]
     print(
         f"lowering the gradient of a 2001-op chain ({sum(len(p.uops) for p in programs)} uops): "
         f"{time.perf_counter() - start:.2f}s"
@@ -394,7 +398,7 @@ def test_constants_under_broadcast_views_are_folded_in_the_kernel():
     x = Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
     ((x - 0.5) ** 2).sum().backward()  # d/dx = where((x-.5) == 0 & 2 == 0, 2, 2 * (x-.5) ** (2 - 1))
     assert x.grad is not None
-    prg = lower(schedule(x.grad.uop.sink()).kernels[-1], REFERENCE_OPS)
+    prg = lower(schedule(x.grad.uop.sink()).kernels[-1], REF)
     alus = [u for u in prg.uops if u.op in GroupOp.ALU]
     assert not [u.short() for u in alus if all(s.op is Ops.CONST for s in u.src)]
     assert not any(u.op in (Ops.WHERE, Ops.CMPNE, Ops.CMPEQ) for u in alus)  # e is 2: the 0**0 guard is gone

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from uopgrad import GlobalCounters, Ops, Tensor, UOp, function
+from uopgrad.codegen import Target
 from uopgrad.pipeline import lower
 from uopgrad.uop import KernelInfo
 
@@ -89,7 +90,7 @@ def test_kernel_info_names_the_program():
     )
     call = c.uop.src[1]
     assert call.src[0].arg == KernelInfo("addmul")
-    assert lower(call, frozenset(Ops)).name == "addmul"
+    assert lower(call, Target.for_ops(frozenset(Ops))).name == "addmul"
 
 
 def test_kernel_errors_name_the_node():
@@ -159,7 +160,7 @@ def test_estimates_use_the_bound_trip_count():
     x = Tensor(np.arange(8, dtype=np.float32)).realize()
     linear, var_vals = (x[: n.bind(3)] * 2 + 1).linear_with_vars()
     (kernel,) = linear.src
-    est = lower(kernel, frozenset(Ops)).estimates
+    est = lower(kernel, Target.for_ops(frozenset(Ops))).estimates
     assert est.at(var_vals) == (2 * 3, 2 * 3 * 4)  # a MUL and an ADD per element; 3 floats read, 3 written
     assert est.at({"n": 7}) == (2 * 7, 2 * 7 * 4)
 

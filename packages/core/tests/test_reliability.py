@@ -17,6 +17,7 @@ import uopgrad.pipeline as pipeline_module
 from uopgrad import Device, Tensor, UOp, dtypes
 from uopgrad import schedule as schedule_module
 from uopgrad.backend import CompileError
+from uopgrad.codegen import Target
 from uopgrad.config import ALLOW_DEVICE_USAGE, Context
 from uopgrad.ops import Ops
 from uopgrad.pipeline import clear_program_cache, lower, program_cache_info
@@ -127,7 +128,7 @@ def test_program_and_schedule_caches_keep_a_bounded_number_of_entries(monkeypatc
     for n in range(1, 16):
         sched = schedule(((Tensor.ones(n, device="REFERENCE") * 2).contiguous()).uop.sink())
         for it in sched.items:
-            lower(it, frozenset(Ops), None)
+            lower(it, Target.for_ops(frozenset(Ops)))
     assert program_cache_info()["size"] <= 5
     assert schedule_module.schedule_cache_info()["size"] <= 5
 
@@ -242,7 +243,7 @@ def test_a_kernel_past_int64_is_a_value_error_at_lowering():
     kernels = [it for it in sched.items if it.src[0].op is Ops.SINK]
     with pytest.raises(ValueError, match="int64"):
         for it in kernels:
-            lower(it, frozenset(Ops), None)
+            lower(it, Target.for_ops(frozenset(Ops)))
 
 
 # ---------------------------------------------------------------------- 3: variables above 2^31 (lowering)
@@ -251,7 +252,7 @@ def test_a_variable_with_bounds_past_int32_lowers_to_an_int64_argument():
     x = Tensor([0, 1, 2], device="REFERENCE", dtype=dtypes.int64)
     t = x + Tensor(n.bind(2**33 + 3)).cast(dtypes.int64)
     kernels = [it for it in schedule(t.contiguous().uop.sink()).items if it.src[0].op is Ops.SINK]
-    programs = [lower(it, frozenset(Ops), None) for it in kernels]
+    programs = [lower(it, Target.for_ops(frozenset(Ops))) for it in kernels]
     assert [v.dtype for p in programs for v in p.vars] == [dtypes.int64]
     assert "const long long n" in CStyleRenderer().render(programs[0])
 
