@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +35,10 @@ kernels = 0
 _schedule = sched_mod.schedule
 
 
-def _counting(sink: UOp, check: bool = False) -> sched_mod.Schedule:
+def _counting(sink: UOp, check: bool = False, **kwargs: Any) -> sched_mod.Schedule:
     """schedule(), counting the kernels it hands the backend."""
     global kernels
-    out = _schedule(sink, check=check)
+    out = _schedule(sink, check=check, **kwargs)
     kernels += len(out.kernels)
     return out
 

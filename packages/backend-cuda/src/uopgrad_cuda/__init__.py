@@ -42,8 +42,10 @@ __all__ = [
     "NoGPUError",
 ]
 
-# every dtype but bfloat16: CUDA has 64-bit ints and doubles, float16 is bits computed in float
-DTYPES = frozenset({dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64})
+# every dtype: CUDA has 64-bit ints and doubles; float16 and bfloat16 are bits computed in float
+DTYPES = frozenset(
+    {dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+)
 # CUDA's launch limits: 2^31-1 blocks along x, 65535 along y and z; 1024 threads a block (64 along z); 48 KiB
 # of static shared memory a block, where a block splits a reduce (uopgrad.codegen.group)
 GRID = GridLimits(
@@ -67,7 +69,7 @@ class CUDABackend(CompiledBackend):
             compiler = NVRTCCompiler(self.gpu.arch, nvrtc_library(self.gpu.driver // 1000))
             super().__init__(
                 device,
-                CUDARenderer(GRID),
+                CUDARenderer(GRID, self.gpu.arch),
                 compiler,
                 CUDAAllocator(self.gpu),
                 runtime.gpu_program_class(self.gpu),
@@ -78,7 +80,7 @@ class CUDABackend(CompiledBackend):
         self.nvrtc = NVRTCCompiler(getenv_str(ARCH_ENV))
         super().__init__(
             device,
-            CUDARenderer(GRID),
+            CUDARenderer(GRID, self.nvrtc.arch),
             EmulatedCompiler(self.nvrtc),
             EmulatedAllocator(),
             runtime.emulated_program_class(self.mode == "reverse"),

@@ -16,18 +16,25 @@ float16 is the OpenCL backend's scheme (no `half` type, no cuda_fp16.h): a float
 bits, a float16 value is a `float` holding a value of float16, and every op that yields one rounds its float
 result to float16 (ties to even), as numpy computes float16. The conversions are integer helpers, exact
 both ways, so bit patterns (NaN payloads too) survive loads, stores and bitcasts, on the GPU and on the host.
+bfloat16 is held the same way with core's helpers.
+
+Tensor cores (codegen.tc, spec/opt.md §6): a WMMA element is rendered as one call per lane's fragment of a
+helper (`MMA_HELPERS`) that is `mma.sync.m16n8k16` inline PTX under `__CUDA_ARCH__` and, on the host, the
+stated float32 summation; the target declares the shape where the architecture has it (`tensor_core_shapes`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
-from uopgrad import DType, Ops, dtypes
+from uopgrad import DType, Ops, UOp, dtypes
 from uopgrad.codegen import GridLimits, GridSpec, Program
+from uopgrad.codegen.target import TensorCoreShape
+from uopgrad.errors import RenderError
 from uopgrad.renderer import CStyleRenderer, OpTemplate
 
-__all__ = ["CUDARenderer", "HALF_HELPERS"]
+__all__ = ["CUDARenderer", "HALF_HELPERS", "MMA_HELPERS", "tensor_core_shapes"]
 
 _BOUNDS = "__UOPGRAD_LAUNCH_BOUNDS__"  # replaced by the block's size once a kernel is rendered
 
@@ -129,6 +136,96 @@ static __device__ inline float __uopgrad_half_d(double x) {
 }
 
 
+# one warp's 16x8 tile of a[16x16] @ b[16x8] (float16 or bfloat16 tiles, as their bits, at strides (ai, ak)
+# and (bk, bj); float32 results): the lane's four elements of PTX's m16n8k16 layout into d. On a GPU that is
+# one mma.sync (sm_80 and later; the tensor core's own summation); on the host (the emulator), each element
+# is its 16 products, exact in float, summed in float in k order from +0.0 (spec/opt.md §6), so no lane
+# needs another's registers. {name}, {ptx} and {decode} make one helper per input dtype.
+_MMA = """\
+static __device__ inline void {name}(float* d, const unsigned short* a, int ai, int ak,
+                                     const unsigned short* b, int bk, int bj, unsigned int lane) {{
+  /* d[e]: element e of this lane's fragment of the tile a @ b ({ptx} inputs) */
+  const unsigned int g = lane >> 2, t = lane & 3u;
+#ifdef __CUDA_ARCH__
+  unsigned int ra[4], rb[2];
+  /* a: rows g, g+8 of columns 2t, 2t+1 (and +8); the lower index in the low half */
+  for (int q = 0; q < 4; q++) {{
+    const int r = (int)g + 8 * (q & 1), c = 2 * (int)t + 8 * (q >> 1);
+    ra[q] = (unsigned int)a[r * ai + c * ak] | ((unsigned int)a[r * ai + (c + 1) * ak] << 16);
+  }}
+  for (int q = 0; q < 2; q++) {{  /* b: column g, rows 2t, 2t+1 (and +8) */
+    const int r = 2 * (int)t + 8 * q;
+    rb[q] = (unsigned int)b[r * bk + (int)g * bj] | ((unsigned int)b[(r + 1) * bk + (int)g * bj] << 16);
+  }}
+  const float z = 0.0f;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, "
+               "{{%8,%9}}, {{%10,%10,%10,%10}};"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(z));
+#else
+  for (int e = 0; e < 4; e++) {{
+    const int r = (int)g + 8 * (e >> 1), c = 2 * (int)t + (e & 1);
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++) s += {decode}(a[r * ai + k * ak]) * {decode}(b[k * bk + c * bj]);
+    d[e] = s;
+  }}
+#endif
+}}"""
+# input dtype -> (helper, PTX type, bits -> float); the helpers follow the conversions they call
+_MMA_TYPES = {
+    dtypes.float16: ("__uopgrad_mma_f16", "f16", "__uopgrad_bits_half"),
+    dtypes.bfloat16: ("__uopgrad_mma_bf16", "bf16", "__uopgrad_bf16_float"),
+}
+MMA_HELPERS = {
+    name: _MMA.format(name=name, ptx=ptx, decode=decode) for name, ptx, decode in _MMA_TYPES.values()
+}
+
+
+# the first architecture with each tensor-core shape the renderer issues (mma.sync m16n8k16 with float16)
+_TC_ARCH: dict[TensorCoreShape, int] = {(16, 8, 16): 80}
+
+
+def tensor_core_shapes(arch: str | None) -> tuple[TensorCoreShape, ...]:
+    """The tensor-core shapes of a GPU architecture such as "sm_90" (none for None or an older one)."""
+    if arch is None:
+        return ()
+    number = int("".join(ch for ch in arch if ch.isdigit()) or 0)
+    return tuple(shape for shape, first in _TC_ARCH.items() if number >= first)
+
+
+class _RenderState(Protocol):
+    """What a handler uses of the renderer's state: the names of rendered uops, fresh names, body lines."""
+
+    names: dict[UOp, str]
+
+    def fresh(self, prefix: str) -> str: ...
+
+    def emit(self, line: str) -> None: ...
+
+
+def _wmma(_r: CStyleRenderer, st: _RenderState, u: UOp) -> None:
+    """A WMMA element (uopgrad.codegen.tc): the first element of a pair of tiles computes the lane's whole
+    fragment (the elements share their sources, hence one scope), and each element reads its entry."""
+    shape, e, *strides = u.arg
+    same = (u.src, shape, *strides)
+    siblings = (
+        n for v, n in st.names.items() if v.op is Ops.WMMA and (v.src, *v.arg[:1], *v.arg[2:]) == same
+    )
+    frag = next((n.partition("[")[0] for n in siblings), None)
+    if frag is None:
+        if shape not in _TC_ARCH:
+            raise RenderError(f"CUDARenderer has no tensor-core instruction of shape {shape}: {u.short()}")
+        helper = _MMA_TYPES.get(u.src[0].dtype.base.scalar(), ("",))[0]
+        if not helper or u.src[1].dtype.base.scalar() != u.src[0].dtype.base.scalar():
+            raise RenderError(f"CUDARenderer has no tensor-core instruction for these inputs: {u.short()}")
+        frag = st.fresh("frag")
+        a, b, lane = (st.names[s] for s in u.src)
+        ai, ak, bk, bj = strides
+        st.emit(f"float {frag}[4];")
+        st.emit(f"{helper}({frag}, &{a}, {ai}, {ak}, &{b}, {bk}, {bj}, (unsigned int){lane});")
+    st.names[u] = f"{frag}[{e}]"
+
+
 def _cuda_cpp(code: str) -> str:
     """A core helper (C99) as CUDA C++: a `__device__` function, no static locals."""
     return code.replace("static inline ", "static __device__ inline ").replace("  static const ", "  const ")
@@ -164,8 +261,8 @@ class CUDARenderer(CStyleRenderer):
         dtypes.bool: "bool",
         dtypes.float16: "float",
     }
-    storage: ClassVar[dict[DType, DType]] = {dtypes.float16: dtypes.uint16}
-    # float16 values live in buffers as their bits (HALF_HELPERS convert)
+    storage: ClassVar[dict[DType, DType]] = {**CStyleRenderer.storage, dtypes.float16: dtypes.uint16}
+    # float16 and bfloat16 values live in buffers as their bits (HALF_HELPERS and core's helpers convert)
     bits_codec: ClassVar[dict[DType, tuple[str, str]]] = {
         **CStyleRenderer.bits_codec,
         dtypes.float16: ("__uopgrad_bits_half", "__uopgrad_half_bits"),
@@ -184,7 +281,9 @@ class CUDARenderer(CStyleRenderer):
     helpers: ClassVar[dict[str, str]] = {
         **{name: _cuda_cpp(code) for name, code in CStyleRenderer.helpers.items()},
         **HALF_HELPERS,
+        **MMA_HELPERS,  # after the float16 helpers they call
     }
+    extra_handlers: ClassVar[dict[Ops, Any]] = {**CStyleRenderer.extra_handlers, Ops.WMMA: _wmma}
     keywords: ClassVar[frozenset[str]] = CStyleRenderer.keywords | _CUDA_RESERVED
     prefix_lines: ClassVar[tuple[str, ...]] = ()
     kernel_prefix = f'extern "C" __global__ void __launch_bounds__({_BOUNDS})'
@@ -201,8 +300,10 @@ class CUDARenderer(CStyleRenderer):
     half_via_float = True
     warp_size = 32  # every NVIDIA GPU so far (the target records it; codegen does not use it yet)
 
-    def __init__(self, grid: GridSpec | None = None) -> None:
+    def __init__(self, grid: GridSpec | None = None, arch: str | None = None) -> None:
         self.grid = grid if grid is not None else GridLimits()
+        # tensor cores where the architecture has the instruction (codegen.tc: float16 matmuls)
+        self.tensor_cores = tensor_core_shapes(arch)
 
     # ------------------------------------------------------------------ dialect hooks
     def render(self, program: Program) -> str:
@@ -231,6 +332,10 @@ class CUDARenderer(CStyleRenderer):
         """CUDA's `__float_as_int` family; float16 through its bits; integers of one size by conversion
         (modulo 2^n); bool's bits are 0 or 1."""
         s, d = src.scalar(), dst.scalar()
+        if s == dtypes.bfloat16 and d != s:  # through its bits, as core's template
+            return self.render_bitcast(f"__uopgrad_bf16_bits({x})", dtypes.uint16, dst)
+        if d == dtypes.bfloat16 and s != d:
+            return f"__uopgrad_bf16_float({self.render_bitcast(x, src, dtypes.uint16)})"
         if d == dtypes.bool:
             return f"({x}!=0)"
         if s == dtypes.float16:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from uopgrad.backend import Allocator, HostAllocator, Program, load_library
+from uopgrad.backend import Allocator, HostAllocator, Program, install_advice, load_library
 from uopgrad.config import getenv_str
 
 __all__ = [
@@ -129,8 +129,8 @@ def open_gpu(device_name: str) -> GPU:
         cupy: Any = importlib.import_module("cupy")
     except ImportError as e:
         raise _no_gpu(
-            f"cupy is not installed ({e}): pip install 'uopgrad-cuda[cuda13]' for a CUDA 13 "
-            f"driver, 'uopgrad-cuda[cuda12]' for a CUDA 12 one"
+            f"cupy is not installed ({e}): {install_advice('uopgrad-cuda', 'cuda13')} for a CUDA 13 "
+            f"driver, {install_advice('uopgrad-cuda', 'cuda12')} for a CUDA 12 one"
         ) from e
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())

@@ -25,7 +25,7 @@ class CLBackend(CompiledBackend):
         compiler = CLCompiler(dev.context, dev.device, dev.target)
         super().__init__(
             device,
-            OpenCLRenderer(dev.grid),
+            OpenCLRenderer(dev.grid, dev.vector_width),
             compiler,
             CLAllocator(dev),
             runtime.program_class(dev, compiler),

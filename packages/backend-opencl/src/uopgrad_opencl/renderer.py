@@ -8,6 +8,11 @@ for the grid indices, the overloaded math built-ins (`sqrt`, `exp2`, `trunc` for
 for bitcasts, and the `cl_khr_fp64` pragma when a kernel uses `double`. `#pragma OPENCL FP_CONTRACT OFF`
 keeps `a*b+c` rounded twice, as REFERENCE computes it (OpenCL C lets the compiler fuse it by default).
 
+The opt pass's vector forms (spec/opt.md §5) are OpenCL C's own vectors, through core's `VectorRenderer`:
+`float16` and `long8` types, `vloadN`/`vstoreN` at any offset, `(float4)(a, b, c, d)` literals, `.s0`..`.sf`
+lanes, `convert_T` conversions, comparisons that already are lane masks, and `select` for WHERE and MAX.
+A device's `vector_width` (runtime.py) is one of `VECTOR_WIDTHS`; the pass makes at most 16 lanes there.
+
 float16 never uses OpenCL's `half` type, which needs `cl_khr_fp16` (PoCL on a CPU, for one, lacks it): a
 float16 buffer is `ushort` bits, a float16 value is a `float` holding a value of float16, and every op that
 yields one rounds its float result to float16 (ties to even), as numpy computes float16. The conversions
@@ -19,13 +24,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from uopgrad import DType, Ops, dtypes
-from uopgrad.codegen import GridLimits, GridSpec
+from uopgrad.codegen import GridLimits, GridSpec, Target
+from uopgrad.errors import ArgumentError, RenderError
 from uopgrad.renderer import CStyleRenderer, OpTemplate
+from uopgrad.renderer.vector import VectorRenderer
 
-__all__ = ["OpenCLRenderer"]
+__all__ = ["VECTOR_WIDTHS", "OpenCLRenderer"]
+
+# OpenCL C's vector lane counts; the opt pass makes powers of two, at most 16 on a grid target (GRID_LANES)
+_CL_LANES = (2, 3, 4, 8, 16)
+# the vector widths (bytes) a renderer takes: powers of two, so that every lane count the pass derives from
+# one (width // itemsize, halved until it divides the loop) is a power of two; 0: no opt pass. 64 bytes
+# are 16 float32 lanes, OpenCL's widest float vector (and AVX-512's register)
+VECTOR_WIDTHS = frozenset({0, 8, 16, 32, 64})
 
 
 def _bits(dt: DType) -> int:
@@ -132,7 +147,7 @@ _CL_RESERVED_PREFIXES = (
 )
 
 
-class OpenCLRenderer(CStyleRenderer):
+class OpenCLRenderer(VectorRenderer):
     """OpenCL C for one device: grid-style, one `__kernel` per program, launched through pyopencl."""
 
     device = "CL"
@@ -185,8 +200,56 @@ class OpenCLRenderer(CStyleRenderer):
     }
     half_via_float = True  # float16 ops are computed in float and rounded once, as numpy does
 
-    def __init__(self, grid: GridSpec | None = None) -> None:
+    def __init__(self, grid: GridSpec | None = None, vector_width: int = 0) -> None:
         self.grid = grid if grid is not None else GridLimits()
+        if vector_width not in VECTOR_WIDTHS:
+            raise ArgumentError(
+                f"OpenCLRenderer(vector_width={vector_width}): OpenCL's vectors take one of "
+                f"{sorted(VECTOR_WIDTHS)} bytes (0: no opt pass)"
+            )
+        self.vector_width = vector_width
+
+    def target(self, dtypes: frozenset[DType]) -> Target:
+        """Core's target, with no vector width where work-groups split reduces (local memory): the group
+        pass splits a scalar reduce over work-items, which the opt pass's vector accumulators would keep in
+        one work-item."""
+        t = super().target(dtypes)
+        return replace(t, vector_width=0) if t.local_memory > 0 else t
+
+    # ------------------------------------------------------------------ vector forms (spec/opt.md §5)
+    def vector_name(self, dt: DType, unaligned: bool = False) -> str:
+        """OpenCL's own vector types: `float4`, `long8`, `uchar16` (any alignment is vload's business)."""
+        if dt.count not in _CL_LANES:
+            raise RenderError(f"OpenCL C has no vector of {dt.count} lanes ({dt}); it has {_CL_LANES}")
+        return f"{self.type_map[dt.scalar()]}{dt.count}"
+
+    def vec_literal(self, t: str, lanes: Sequence[str]) -> str:
+        """A vector literal `(float4)(a, b, c, d)`; `(float4)(a)` where every lane is `a` (a broadcast)."""
+        return f"(({t})({lanes[0] if len(set(lanes)) == 1 else ', '.join(lanes)}))"
+
+    def vec_lane(self, x: str, k: int) -> str:
+        """Lane k is `.s0` ... `.sf`."""
+        return f"{x}.s{k:x}"
+
+    def vec_convert(self, x: str, t: str) -> str:
+        """`convert_T`, whose default rounding is C's (to nearest for int -> float and double -> float)."""
+        return f"convert_{t}({x})"
+
+    def vec_select(self, t: str, bits: str, m: str, a: str, b: str) -> str:
+        """`select(b, a, m)` takes a where the top bit of m's lane is set: the lane's bits, exactly."""
+        return f"select({b}, {a}, {m})"
+
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """A vector load is `vloadN`, which reads at any element offset."""
+        if dt.count == 1:
+            return super().render_load(buf, offset, dt)
+        return f"vload{dt.count}(0, {buf}+{offset})"
+
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """A vector store is `vstoreN`, which writes at any element offset."""
+        if dt.count == 1:
+            return super().render_store(buf, offset, value, dt)
+        return f"vstore{dt.count}({value}, 0, {buf}+{offset});"
 
     # ------------------------------------------------------------------ dialect hooks
     def function_name(self, name: str) -> str:

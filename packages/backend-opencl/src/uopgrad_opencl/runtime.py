@@ -7,7 +7,8 @@ position in the list of every platform's devices; any other text, the first devi
 hardware. Logical devices on one physical device share its context and queue; each has its own buffers.
 
 What a device can do is read from it: the dtypes (float64 with `cl_khr_fp64`; float16 everywhere, as bits
-computed in float) and the launch limits (work-items per work-group, per dimension and in all).
+computed in float), the launch limits (work-items per work-group, per dimension and in all) and, on a CPU
+device, the vector width the opt pass fills (its preferred float vector).
 
 Every launch waits for its kernel (the `Program` contract); copies in and out are blocking, on the same
 in-order queue.
@@ -31,6 +32,7 @@ from uopgrad.codegen import GridLimits
 from uopgrad.config import getenv_str
 from uopgrad.errors import BackendError
 from uopgrad_opencl.compiler import CLCompiler
+from uopgrad_opencl.renderer import VECTOR_WIDTHS
 
 __all__ = [
     "DEVICE_ENV",
@@ -218,6 +220,16 @@ class CLDevice:
             local_size=min(most, 1024 if is_cpu else 128),
             local_memory=int(self.device.local_mem_size) if split_reduces(is_cpu) else 0,
         )
+
+    @property
+    def vector_width(self) -> int:
+        """Bytes of the vectors the opt pass fills (spec/opt.md §5): on a CPU device its preferred float
+        vector (PoCL with AVX-512: 16 floats, 64 bytes), the widest the renderer takes within it; 0 on
+        other devices, where each work-item's lanes and register tile would take from the grid's threads."""
+        if not self.device.type & cl.device_type.CPU:
+            return 0
+        width = 4 * int(self.device.preferred_vector_width_float)
+        return max(w for w in VECTOR_WIDTHS if w <= width)
 
 
 def split_reduces(is_cpu: bool) -> bool:

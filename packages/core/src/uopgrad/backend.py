@@ -38,6 +38,7 @@ from uopgrad import debug, diskcache
 from uopgrad._util import LRU
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.codegen import Target
+from uopgrad.codegen.group import split_partials
 from uopgrad.codegen.opt import OPT
 from uopgrad.config import getenv_float, getenv_str
 from uopgrad.dtype import DType, dtypes
@@ -74,6 +75,7 @@ __all__ = [
     "install_hint",
     "is_dtype_supported",
     "load_library",
+    "reduce_split",
     "run_compiler",
     "run_linear",
 ]
@@ -515,7 +517,9 @@ class CompiledBackend(Backend):
         todo: dict[UOp, UOp] = {}
         ready: dict[UOp, _Kernel] = {}
         target = self.capabilities
-        width = target.vector_width if OPT else 0  # OPT=0 builds (and keeps) unoptimised kernels
+        # OPT=0 builds (and keeps) unoptimised kernels, under -1: a target without a vector width (CUDA's
+        # tensor cores) has optimised kernels too
+        width = target.vector_width if OPT else -1
         for call in calls:
             if (k := self._kernels.get((call.src[0], width))) is not None:
                 ready[call.src[0]] = k
@@ -559,7 +563,8 @@ class CompiledBackend(Backend):
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
         then the driver runs every item in order, each on the device its buffers live on."""
         with debug.realizing(self.name, sink):
-            sched = schedule(sink, check=True)  # a malformed graph gets VerifyError naming the node
+            # a malformed graph gets VerifyError naming the node; big reduces split as the target says
+            sched = schedule(sink, check=True, split=reduce_split)
             debug.schedule_made(sched.items, self.name)
             self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
             run_schedule(sched.items, sched.var_vals, self._device)
@@ -573,7 +578,7 @@ class CompiledBackend(Backend):
 
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
-        width = self.capabilities.vector_width if OPT else 0
+        width = self.capabilities.vector_width if OPT else -1
         k = self._kernels.get((item.src[0], width)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:])
         vals = _checked_values(k.program, var_vals) if k.program.vars else ()
@@ -590,7 +595,7 @@ class CompiledBackend(Backend):
         """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
         now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
         The caller keeps the BUFFERs alive as long as it keeps the launch."""
-        width = self.capabilities.vector_width if OPT else 0
+        width = self.capabilities.vector_width if OPT else -1
         k = self._kernels.get((item.src[0], width)) or self.kernel(item)
         handles = self._handles_of(k, item.src[1:] if bufs is None else bufs)
         return k.run.bind(
@@ -637,6 +642,12 @@ def install_advice(dist: str, extra: str = "") -> str:
     relative path holds and how to get wheels."""
     note = "" if checkout() is not None else " (run in a checkout of uopgrad; `nox -s wheels` builds wheels)"
     return f"`{install_hint(dist, extra)}`{note}"
+
+
+def reduce_split(device: str, n: int, outs: int, op: Ops, dt: DType) -> int:
+    """Partials per output of a reduce on `device` (the scheduler's split policy): its target decides
+    (uopgrad.codegen.group.split_partials)."""
+    return split_partials(Device[device].capabilities, n, outs, op, dt)
 
 
 class DeviceRegistry:

@@ -28,9 +28,10 @@ from uopgrad.codegen.gpudims import add_gpudims
 from uopgrad.codegen.group import group_reduces
 from uopgrad.codegen.index import index_dtype, lower_indexing, pm_index_dtype
 from uopgrad.codegen.linearize import linearize
-from uopgrad.codegen.opt import OPT, Choice, optimize
+from uopgrad.codegen.opt import GRID_LANES, OPT, Choice, optimize
 from uopgrad.codegen.program import check, pm_spec_lowered, pm_spec_program
 from uopgrad.codegen.reduce import pm_reduce, reduce_context
+from uopgrad.codegen.tc import tensor_cores
 from uopgrad.config import CAPTURING, VERIFY
 from uopgrad.dtype import PtrDType
 from uopgrad.errors import BackendError, LoweringError
@@ -70,8 +71,8 @@ class LowerContext:
 
     @property
     def ops(self) -> frozenset[Ops]:
-        """The ALU ops the target renders natively."""
-        return self.target.ops
+        """The ALU ops the target renders natively on every dtype: the opt pass vectorises only those."""
+        return self.target.ops - {op for op, _ in self.target.unsupported}
 
     @property
     def grid(self) -> GridSpec | None:
@@ -110,7 +111,7 @@ def run_passes(sink: UOp, passes: Sequence[Pass], ctx: LowerContext, what: str =
         if not p.applies(ctx):
             continue
         start = time.perf_counter()
-        value = p.run(value, ctx)
+        before, value = value, p.run(value, ctx)
         elapsed = time.perf_counter() - start
         stat = _times.setdefault(p.name, [0, 0.0])
         stat[0] += 1
@@ -118,7 +119,8 @@ def run_passes(sink: UOp, passes: Sequence[Pass], ctx: LowerContext, what: str =
         if VERIFY and p.spec is not None:
             check(value, p.spec, f"{what} after the '{p.name}' pass")
         if isinstance(value, UOp):
-            debug.after_pass(p.name, value)  # DEBUG=3 (the `uopgrad.pass` logger) and the VIZ tracers
+            # DEBUG=3 (the `uopgrad.pass` logger) and the VIZ tracers
+            debug.after_pass(p.name, value, unchanged=value is before)
         for trace in tracers:
             trace(p.name, value)
     return value
@@ -140,13 +142,24 @@ def _gpudims(sink: UOp, ctx: LowerContext) -> UOp:
     return sink
 
 
+def _lanes(ctx: LowerContext) -> int:
+    return GRID_LANES if ctx.grid is not None else 0  # a grid target's OpenCL C has vectors of up to 16
+
+
 # the codegen pipeline, in order (docs/ARCHITECTURE.md §2.1)
 CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("index", lambda sink, _ctx: lower_indexing(sink)),  # movement ops -> index arithmetic, PAD -> gates
     Pass(
         "opt",
-        lambda sink, ctx: optimize(sink, ctx.target.vector_width, ctx.ops, ctx.choice, ctx.target.scratch),
-        applies=lambda ctx: ctx.grid is None and ctx.target.vector_width > 0,
+        lambda sink, ctx: optimize(
+            sink, ctx.target.vector_width, ctx.ops, ctx.choice, ctx.target.scratch, _lanes(ctx)
+        ),
+        applies=lambda ctx: ctx.target.vector_width > 0,  # loop-style and grid targets (spec/opt.md §5)
+    ),
+    Pass(
+        "tc",
+        lambda sink, ctx: tensor_cores(sink, ctx.target),  # half matmuls on tensor cores (spec/opt.md §6)
+        applies=lambda ctx: bool(ctx.target.tensor_cores),
     ),
     Pass(
         "group",
@@ -156,7 +169,7 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass("gpudims", _gpudims, applies=lambda ctx: ctx.grid is not None),  # output loops -> grid indices
     rewrite_pass("reduce", pm_reduce, lambda _sink, _ctx: reduce_context()),  # REDUCE -> accumulator
     rewrite_pass("index dtype", pm_index_dtype, lambda sink, _ctx: index_dtype(sink)),  # index -> int32/64
-    rewrite_pass("decompositions", pm_decomp, lambda _sink, ctx: ctx.ops),  # ops the backend lacks
+    rewrite_pass("decompositions", pm_decomp, lambda _sink, ctx: ctx.target),  # ops the backend lacks
     Pass("linearize", lambda sink, _ctx: linearize(sink), spec=pm_spec_program),  # graph -> list of uops
 )
 
@@ -202,8 +215,8 @@ def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: An
     target, choice = (
         (target, _choice(*args, **kwargs)) if isinstance(target, Target) else _legacy(target, *args, **kwargs)
     )
-    if not OPT and target.vector_width:
-        target = replace(target, vector_width=0)  # OPT=0: the unoptimised kernel
+    if not OPT and (target.vector_width or target.tensor_cores):
+        target = replace(target, vector_width=0, tensor_cores=())  # OPT=0: the unoptimised kernel
     body = kernel.src[0] if kernel.op is Ops.CALL else kernel
     nargs = len(kernel.src) - 1 if kernel.op is Ops.CALL else 0
     key = (body.key, nargs, target, choice)
@@ -214,10 +227,18 @@ def lower(kernel: UOp, target: Target | frozenset[Ops], *args: Any, **kwargs: An
     if VERIFY:
         verify(kernel)
     ctx = LowerContext(target, choice)
-    linear = run_passes(body, CODEGEN_PASSES, ctx)
+    with debug.lowering(_name(kernel, body)):  # DEBUG=3 names the kernel in each pass's dump
+        linear = run_passes(body, CODEGEN_PASSES, ctx)
     assert isinstance(linear, tuple)  # the last pass linearizes
     uops = _with_all_params(linear, body, nargs)
-    if missing := sorted({u.op.name for u in uops if u.op in GroupOp.ALU and u.op not in target.ops}):
+    # an op the target lacks (for its operands' dtype; WHERE's last operand is a value), not decomposed
+    if missing := sorted(
+        {
+            u.op.name if u.op not in target.ops else f"{u.op.name} on {u.src[-1].dtype.scalar().name}"
+            for u in uops
+            if u.op in GroupOp.ALU and not target.supports(u.op, u.src[-1].dtype)
+        }
+    ):
         raise LoweringError(f"the backend does not render {missing}, and codegen can't decompose them")
     prg = Program(
         _name(kernel, body),
@@ -307,7 +328,7 @@ def count_kernel(device: str, prg: Program, var_vals: dict[str, int], seconds: f
     GlobalCounters.global_ops += ops
     GlobalCounters.global_mem += mem
     GlobalCounters.time_sum_s += seconds or 0.0
-    debug.kernel_ran(device, prg.name, seconds or 0.0, ops, mem, prg.global_size, prg.local_size)
+    debug.kernel_ran(device, prg.name, seconds or 0.0, ops, mem, prg.global_size, prg.local_size, prg.uops)
 
 
 class Runner(Protocol):

@@ -22,6 +22,7 @@ from uopgrad.dtype import dtypes
 from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.split_reduce import SplitPolicy, plan_splits, split_reduces
 from uopgrad.uop import CallInfo, Invalid, UOp, sint
 from uopgrad.verify import verify, verify_new
 
@@ -282,8 +283,11 @@ def _in_place_ok(target: UOp, value: UOp) -> bool:
 class _Scheduler:
     """Schedules one (early-rewritten) graph: decides the realized nodes, builds the items, orders them."""
 
-    def __init__(self, sink: UOp) -> None:
+    def __init__(self, sink: UOp, split: SplitPolicy | None = None) -> None:
         self.sink = graph_rewrite(sink, pm_early, ctx=_Inliner(), name="schedule: inline functions")
+        if split is not None:  # big reduces on grid targets in two stages (split_reduce.py)
+            self.sink = split_reduces(self.sink, split)
+        self.split = split
         self.nodes = list(self.sink.toposort(enter_calls=False))
         if bad := {u.op for u in self.nodes} & _UNSUPPORTED:
             raise NotImplementedError(f"the scheduler does not handle {sorted(o.name for o in bad)} yet")
@@ -500,7 +504,7 @@ class _Scheduler:
                 after_bufs.add(b)
             bound[p] = b.reshape(p.shape)
         body = UOp(Ops.SINK, dtypes.void, k.src[0].src).substitute(bound, walk=True)
-        sub = schedule(body)
+        sub = schedule(body, split=self.split)
         self.var_vals.update(sub.var_vals)
         inputs = {b for v in bound.values() for b in v.toposort() if b.op is Ops.BUFFER}
         prev: tuple[int, ...] = ()
@@ -747,8 +751,8 @@ def _placeholder(b: UOp, n: int) -> UOp:
     return UOp(Ops.BUFFER, b.dtype, (UOp(Ops.LUNIQUE, arg=n), b.src[1]), b.arg)
 
 
-def _template(sink: UOp, inputs: list[UOp]) -> _Template:
-    sched = _Scheduler(sink)
+def _template(sink: UOp, inputs: list[UOp], split: SplitPolicy | None) -> _Template:
+    sched = _Scheduler(sink, split)
     items, outputs = sched.build()
     known = set(inputs)
     used = dedup(
@@ -765,13 +769,16 @@ def _template(sink: UOp, inputs: list[UOp]) -> _Template:
     )
 
 
-def schedule(sink: UOp, check: bool = False) -> Schedule:
+def schedule(sink: UOp, check: bool = False, split: SplitPolicy | None = None) -> Schedule:
     """Schedule the tensor graph under `sink` (a SINK of values, STOREs and AFTERs) into kernel CALLs over
     BUFFERs. Graphs of the same structure (buffers and bound values aside) share one cached schedule.
 
     `check` verifies the graph first (`verify_new`, VerifyError naming a malformed node): on a cache miss
     only, as a graph of a cached structure has every field the rules look at equal to one that passed
-    them (a training step's graph, the same each step, is checked once, not on every step)."""
+    them (a training step's graph, the same each step, is checked once, not on every step).
+
+    `split` (the backend layer's, which knows each device's target) says how many partials each big REDUCE
+    gets: those it gives more than one run as two kernels (uopgrad.split_reduce); its answers are keyed."""
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
     try:
@@ -781,11 +788,13 @@ def schedule(sink: UOp, check: bool = False) -> Schedule:
             verify_new(sink)
         raise
     key = (*graph.key, ("KERNEL_OPS", int(KERNEL_OPS)))  # the budget changes the cuts
+    if split is not None:
+        key = (*key, ("split", plan_splits(sink, split)))
     if (tmpl := _cache.get(key)) is None:
         if check:
             verify_new(sink)
         _stats["misses"] += 1
-        tmpl = _cache[key] = _template(sink, graph.buffers)
+        tmpl = _cache[key] = _template(sink, graph.buffers, split)
     else:
         _stats["hits"] += 1
     return tmpl.instantiate(sink, graph)

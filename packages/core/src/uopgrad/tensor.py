@@ -17,7 +17,7 @@ import numpy as np
 
 from uopgrad import tensor_registry as registry
 from uopgrad._util import all_int, dedup, prod
-from uopgrad.backend import Device
+from uopgrad.backend import Device, reduce_split
 from uopgrad.codegen import LinearProgram
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype
@@ -648,7 +648,8 @@ class Tensor(
         if not todo:
             return UOp(Ops.LINEAR), {}
         # a value on a device tuple is scheduled as its per-device graphs
-        sched = schedule(UOp.sink(*per_device_roots(strip_realized(UOp.sink(*todo)).src)))
+        roots = UOp.sink(*per_device_roots(strip_realized(UOp.sink(*todo)).src))
+        sched = schedule(roots, split=reduce_split)  # the items realize would run
         return UOp(Ops.LINEAR, dtypes.void, sched.items), dict(sched.var_vals)
 
     def schedule_linear(self, *lst: Tensor) -> UOp:

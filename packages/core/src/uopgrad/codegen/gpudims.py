@@ -120,13 +120,17 @@ def _gated(x: UOp, gate: UOp, at: int) -> UOp:
     return x.replace(src=(*x.src, gate))
 
 
+def _group(bodies: tuple[UOp, ...]) -> UOp:
+    return UOp(Ops.GROUP, dtypes.void, bodies)
+
+
 pm_grid_ranges = PatternMatcher(
     [
         (UPat(Ops.RANGE, name="r"), lambda ctx, r: ctx.get(r)),  # an output loop -> its grid index
         (
-            UPat(Ops.END, src=(UPat.var("i"), UPat.var("body"))),
-            lambda i, body: body if i.op is not Ops.RANGE else None,
-        ),  # END(grid index, body) -> body
+            UPat(Ops.END, src=(UPat.var("i"),), allow_any_len=True, name="e"),
+            lambda i, e: None if i.op is Ops.RANGE else e.src[1] if len(e.src) == 2 else _group(e.src[1:]),
+        ),  # END(grid index, body) -> body; END(grid index, *bodies) (the opt pass's tile) -> GROUP
     ]
 )
 

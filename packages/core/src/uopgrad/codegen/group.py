@@ -22,20 +22,37 @@ sequential order; `CHUNKED_MAX` instead gives each thread a contiguous chunk, fo
 bit-exact as it is (the sequential MAX is associative on bits: the first NaN wins, a tie the later value).
 Thread 0 stores the result; the output axes become workgroups with one thread each (gpudims sees `lidx0`).
 Float MUL reduces and float16/bfloat16/bool ones are not grouped.
+
+`split_partials` is the other half, decided before scheduling: on a grid target a reduce of few outputs is
+first split into `S` partials per output, each a kernel output of its own (uopgrad.split_reduce, two
+kernels), so that the grid has at least `SPLIT_THREADS` threads' worth of outputs.
 """
 
 from __future__ import annotations
 
 from uopgrad._util import prod
+from uopgrad.codegen.opt import OPT
 from uopgrad.codegen.program import GridSpec
 from uopgrad.codegen.reduce import exact_max, identity_element, renumber
+from uopgrad.codegen.target import Target
 from uopgrad.dtype import AddrSpace, DType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
-__all__ = ["LAYOUTS", "MAX_OUTPUTS", "MIN_CHUNK", "MIN_REDUCE", "group_reduces", "group_size"]
+__all__ = [
+    "LAYOUTS",
+    "MAX_OUTPUTS",
+    "MIN_CHUNK",
+    "MIN_REDUCE",
+    "SPLIT_FOLD",
+    "SPLIT_MIN",
+    "SPLIT_THREADS",
+    "group_reduces",
+    "group_size",
+    "split_partials",
+]
 
 MIN_REDUCE = 256  # shorter reduces stay one loop per thread
 MAX_OUTPUTS = 65536  # more outputs than this already fill the grid
@@ -74,6 +91,28 @@ def group_size(n: int, dt: DType, grid: GridSpec, local_memory: int) -> int:
         n // MIN_CHUNK,
         min(LOCAL_BYTES, local_memory) // (2 * dt.itemsize),
     )  # 2 halves
+    return 1 << (most.bit_length() - 1) if most >= 2 else 1
+
+
+# the outputs (times the workgroup's `local_size`) a split reduce's first kernel aims for: 32 workgroups
+SPLIT_THREADS = 32
+SPLIT_FOLD = 128  # elements each partial of a split reduce folds, at least
+# shorter reduces stay one kernel: a second launch costs more than one thread folding this many (PoCL: ~50 us)
+SPLIT_MIN = 65536
+
+
+def split_partials(target: Target, n: int, outs: int, op: Ops, dt: DType) -> int:
+    """Partials per output of a reduce of `n` elements into `outs` outputs of `op` on `dt` for `target`:
+    the largest power of two that brings the outputs to `SPLIT_THREADS` workgroups of the grid's
+    `local_size` and leaves each partial `SPLIT_FOLD` elements; 1 (no split) on loop-style targets, under
+    OPT=0, for the reduces `LAYOUTS` leaves out, those under `SPLIT_MIN` elements and where the outputs are
+    that many already."""
+    if target.grid is None or not OPT or (op, dtypes.is_float(dt)) not in LAYOUTS or not _grouped_dtype(dt):
+        return 1
+    if n < SPLIT_MIN:
+        return 1
+    want = SPLIT_THREADS * int(getattr(target.grid, "local_size", 128))
+    most = min(want // max(outs, 1), n // SPLIT_FOLD)
     return 1 << (most.bit_length() - 1) if most >= 2 else 1
 
 

@@ -56,6 +56,7 @@ from uopgrad.uop import UOp
 __all__ = [
     "ACCS",
     "ACCS_DEFAULT",
+    "GRID_LANES",
     "LANEWISE_OPS",
     "LINE",
     "NARROW_ROWS",
@@ -104,6 +105,9 @@ PACK_MIN_ROWS = 4
 # span, 91 us unpacked against 97 packed; 512^3, a 1 MB span, 2.68 ms against 2.13)
 PACK_MIN_SPAN = 512 * 1024
 
+
+# the most lanes of a vector on a grid target: OpenCL C's widest vector types (float16, char16)
+GRID_LANES = 16
 
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
@@ -156,13 +160,13 @@ def _reorderable(red: UOp) -> bool:
     return red.arg in (Ops.ADD, Ops.MAX) or (red.arg is Ops.MUL and dtypes.is_int(red.dtype))
 
 
-def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None) -> UOp | None:
+def _unroll(red: UOp, width: int, ops: frozenset[Ops] | None, lanes: int = 0) -> UOp | None:
     """REDUCE(x, ..., r), r stride-1 in every load of x that uses it -> a vector accumulator over r/amt
     and a lane tree (for a float MAX, with its exact fallback); None where it does not apply."""
     r = red.src[-1]
     if not _reorderable(red) or r.src[0].op is not Ops.CONST or (ops is not None and red.arg not in ops):
         return None
-    amt = lanes_for(red.dtype, width, r.src[0].arg)
+    amt = lanes_for(red.dtype, width, r.src[0].arg, lanes)
     if not amt:
         return None
     outer, exprs = split(r, amt)
@@ -195,13 +199,13 @@ def _accumulators(red: UOp, v: UOp, outer: UOp, accs: int) -> UOp:
 
 
 def _upcast(
-    store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None, gathers: bool = False
+    store: UOp, r: UOp, width: int, ops: frozenset[Ops] | None, gathers: bool = False, most: int = 0
 ) -> tuple[UOp, UOp] | None:
     """STORE(INDEX(p, off), v), off stride-1 in output range r -> (a vector store, r_outer); with `gathers`,
     the value may gather lanes (for `_pack` to move out of the reduce)."""
     if len(store.src) != 2 or store.src[0].op is not Ops.INDEX or r.src[0].op is not Ops.CONST:
         return None
-    amt = lanes_for(store.src[1].dtype, width, r.src[0].arg)
+    amt = lanes_for(store.src[1].dtype, width, r.src[0].arg, most)
     if not amt:
         return None
     outer, exprs = split(r, amt)
@@ -294,20 +298,26 @@ def _tile(
 
 
 def _optimize_nest(
-    effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int = 0, nest: int = 0
+    effect: UOp,
+    width: int,
+    ops: frozenset[Ops] | None,
+    choice: Choice,
+    scratch: int = 0,
+    nest: int = 0,
+    lanes: int = 0,
 ) -> UOp:
     """The nest transformed by `choice`; where that computes more than LANEWISE_OPS ops lane by lane (every
     tile copy and lane of an op without a vector form is a scalar op in the source, which the C compiler
     pays for), by a tile of one row or output instead; where that still does, left as it is."""
     for c in (choice, replace(choice, rows=1, cols=1, dot_rows=1, dot_cols=1)):
-        out = _transform_nest(effect, width, ops, c, scratch, nest)
+        out = _transform_nest(effect, width, ops, c, scratch, nest, lanes)
         if lanewise_ops(out) <= LANEWISE_OPS:
             return out
     return effect
 
 
 def _transform_nest(
-    effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int, nest: int
+    effect: UOp, width: int, ops: frozenset[Ops] | None, choice: Choice, scratch: int, nest: int, lanes: int
 ) -> UOp:
     found = _nest(effect)
     if found is None:
@@ -317,7 +327,7 @@ def _transform_nest(
     if not reduces:
         return effect
     # unroll first: a reduce whose innermost axis is stride-1 gets a vector accumulator
-    sub = {red: new for red in reduces if (new := _unroll(red, width, ops)) is not None}
+    sub = {red: new for red in reduces if (new := _unroll(red, width, ops, lanes)) is not None}
     if sub and not any(red.arg is Ops.MAX and dtypes.is_float(red.dtype) for red in sub):
         # a flat output range read as r // c, r % c: two ranges, so that the tile below can be made (a float
         # MAX is left flat: its exact fallback's loop does not nest in split ranges)
@@ -327,7 +337,7 @@ def _transform_nest(
             sub = {
                 red: new
                 for red in store.toposort()
-                if red.op is Ops.REDUCE and (new := _unroll(red, width, ops)) is not None
+                if red.op is Ops.REDUCE and (new := _unroll(red, width, ops, lanes)) is not None
             }
     if sub:
         # a dot-product matmul (both operands stride-1 along the reduce) with scratch: its right operand's
@@ -335,10 +345,12 @@ def _transform_nest(
         # it takes that path (each output's reduce in its own order) or the dot tile below (the reduce
         # reordered) is the heuristic's tile's decision, so that no tile BEAM tries changes a value
         base = heuristic(width)
-        out = _upcast_nest(ranges, store, width, ops, base, scratch, nest, True) if scratch > 0 else None
+        out = (
+            _upcast_nest(ranges, store, width, ops, base, scratch, nest, True, lanes) if scratch > 0 else None
+        )
         if out is not None:
             if choice != base:  # the searched tile, where it makes the same path (a gather-free tile)
-                tried = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True)
+                tried = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True, lanes)
                 out = out if tried is None else tried
             return out
         # else a tile of outputs: each row's and each column's vector loads shared by the other's accumulators
@@ -346,9 +358,9 @@ def _transform_nest(
         ranges, stores = _tile(ranges, stores, -2, choice.dot_rows)
         return _ends(ranges, stores)
     ranges, store = _unflatten(ranges, store)  # a flat output range read as r // c, r % c: two ranges
-    out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, False)
+    out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, False, lanes)
     if out is None and scratch > 0:  # a panel that only a gather reads, gathered once into scratch
-        out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True)
+        out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True, lanes)
     return effect if out is None else out
 
 
@@ -361,11 +373,12 @@ def _upcast_nest(
     scratch: int,
     nest: int,
     gathers: bool,
+    lanes: int = 0,
 ) -> UOp | None:
     """The upcast path: vector lanes along the stride-1 output axis, a register tile, the column loop
     outside the row loop, the panel packed where it pays. With `gathers`, only where the gathers of lanes
     the vector value has all go into the panel's copy (a transposed panel), never into the reduce."""
-    res = _upcast(store, ranges[-1], width, ops, gathers)
+    res = _upcast(store, ranges[-1], width, ops, gathers, lanes)
     if res is None:
         return None
     vstore, outer = res
@@ -490,16 +503,23 @@ def _ends(ranges: list[UOp], stores: tuple[UOp, ...]) -> UOp:
 
 
 def optimize(
-    sink: UOp, width: int, ops: frozenset[Ops] | None = None, choice: Choice | None = None, scratch: int = 0
+    sink: UOp,
+    width: int,
+    ops: frozenset[Ops] | None = None,
+    choice: Choice | None = None,
+    scratch: int = 0,
+    lanes: int = 0,
 ) -> UOp:
     """The optimised kernel graph: each loop nest of `sink` (the index pass's SINK) transformed for
     vectors of `width` bytes; a nest the heuristic does not recognise is kept as it is. `ops` is the
     backend's native ALU op set (None: every op): only those get vector forms. `choice` shapes the register
     tiles (default: the heuristic's). `scratch` is the bytes of thread-private memory a loop nest may
-    declare (0: none), where the upcast path packs a matmul's right operand."""
+    declare (0: none), where the upcast path packs a matmul's right operand. `lanes` caps a vector's lanes
+    (0: as many as fill `width`; a grid target's OpenCL C has vectors of up to 16, `GRID_LANES`)."""
     if width <= 0:
         return sink
     nests = tuple(
-        _optimize_nest(e, width, ops, choice or heuristic(width), scratch, i) for i, e in enumerate(sink.src)
+        _optimize_nest(e, width, ops, choice or heuristic(width), scratch, i, lanes)
+        for i, e in enumerate(sink.src)
     )
     return renumber(sink.replace(src=nests))

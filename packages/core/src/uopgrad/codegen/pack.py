@@ -358,9 +358,11 @@ def lane_tree(v: UOp, op: Ops, amt: int, vector: bool = False) -> UOp:
     return xs[0]
 
 
-def lanes_for(dt: DType, width: int, n: object) -> int:
-    """How many lanes of `dt` fill `width` bytes and divide the trip count `n` (0: none)."""
+def lanes_for(dt: DType, width: int, n: object, most: int = 0) -> int:
+    """How many lanes of `dt` fill `width` bytes (at most `most`, where it is not 0: OpenCL C's vectors
+    have up to 16) and divide the trip count `n` (0: none)."""
     amt = width // dt.itemsize if dt.count == 1 and dt.scalar() in VECTOR_DTYPES else 0
+    amt = min(amt, most) if most > 0 else amt
     while amt > 1 and not (isinstance(n, int) and n % amt == 0):
         amt //= 2
     return amt if amt > 1 else 0

@@ -191,6 +191,10 @@ pm_spec_kernel_ops = PatternMatcher(
         (UPat(Ops.BARRIER, dtypes.void, src=UPat(Ops.STORE)), lambda: True),  # after the stores it orders
         (UPat(Ops.LOAD, name="x"), _load_ok),
         (UPat(Ops.STORE, dtypes.void, name="x"), _store_ok),
+        # an element of a warp's tile product (uopgrad.codegen.tc): WMMA(a tile, b tile, lane)
+        (UPat(Ops.WMMA, dtypes.float32, src=(UPat(Ops.INDEX), UPat(Ops.INDEX), UPat())), lambda: True),
+        # several stores of one thread (a tc kernel's fragment), once gpudims drops the loops around them
+        (UPat(Ops.GROUP, dtypes.void, name="x"), lambda x: all(s.dtype == dtypes.void for s in x.src)),
     ]
 )
 
@@ -204,14 +208,19 @@ def _mask(m: UOp, like: UOp) -> bool:
     return m.dtype == dtypes.bool.vec(like.dtype.count) and like.dtype.count > 1
 
 
+def _gate_ok(rest: tuple[UOp, ...]) -> bool:
+    """No gate, or one scalar bool: a padded grid's bounds check (gpudims) covers a whole vector access."""
+    return not rest or (len(rest) == 1 and rest[0].dtype == dtypes.bool)
+
+
 def _vload_ok(x: UOp, i: UOp) -> bool:
-    return len(x.src) == 1 and x.dtype == i.dtype.base.vec(x.dtype.count)
+    return _gate_ok(x.src[1:]) and x.dtype == i.dtype.base.vec(x.dtype.count)
 
 
 def _vstore_ok(x: UOp) -> bool:
     t, v = x.src[0], x.src[1]
     if t.op is Ops.INDEX:
-        return len(x.src) == 2 and v.dtype.scalar() == t.dtype.base
+        return _gate_ok(x.src[2:]) and v.dtype.scalar() == t.dtype.base
     return t.op is Ops.DEFINE_REG and t.dtype == v.dtype and len(x.src) == 2
 
 
@@ -257,7 +266,7 @@ pm_spec_vector = PatternMatcher(
             lambda x, y: True if _vec(x) and y.dtype.count == x.dtype.count else None,
         ),
         (
-            UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), name="x"),
+            UPat(Ops.LOAD, src=(UPat(Ops.INDEX, name="i"),), allow_any_len=True, name="x"),
             lambda x, i: True if _vec(x) and _vload_ok(x, i) else None,
         ),
         (

@@ -1,16 +1,22 @@
 """Vector types for the C-family renderers (layer 12): what the opt pass's vector forms print as.
 
-`GCCVectorRenderer` is a `CStyleRenderer` for compilers with GCC's vector extensions (gcc, clang): a
-vector of n `float`s is `__uopgrad_float_n`, a `vector_size` typedef, and lane-wise + - * / & | ^ and
-unary - are C's operators on it. Vector loads and stores go through a copy of the type aligned like its
-element (`..._nu`), so any element offset may start one. STACK prints a compound literal of its lanes, GEP
-an element read, a vector constant its value in every lane.
+`VectorRenderer` is a `CStyleRenderer` that prints every vector form of the opt pass (the handler table at
+the end of this module) through a few spelling hooks: a vector type's name, a literal of lanes, a lane
+read, a lane-wise conversion, a comparison's mask and a select. A dialect supplies those; OpenCL C's
+native vectors are one (the OpenCL backend's renderer), GCC's vector extensions the other.
 
-A bool vector is a lane mask: a vector of signed integers, all ones where true, as GCC's vector comparisons
-make them. Its lane width is that of the values it was compared from (`mask_bytes`); where a use needs
-another width (a float64 select by a float32 comparison) it is converted, which keeps all-ones all-ones.
-C has no `?:` on vectors, so WHERE and MAX are bitwise selects by a mask on the values' bits (a cast
-between vector types of one size reinterprets them): bit for bit the scalar templates' choices.
+`GCCVectorRenderer` is the one for compilers with GCC's vector extensions (gcc, clang): a vector of n
+`float`s is `__uopgrad_float_n`, a `vector_size` typedef, and lane-wise + - * / & | ^ and unary - are C's
+operators on it. Vector loads and stores go through a copy of the type aligned like its element
+(`..._nu`), so any element offset may start one. STACK prints a compound literal of its lanes, GEP an
+element read, a vector constant its value in every lane.
+
+A bool vector is a lane mask: a vector of signed integers, all ones where true, as GCC's (and OpenCL's)
+vector comparisons make them. Its lane width is that of the values it was compared from (`mask_bytes`);
+where a use needs another width (a float64 select by a float32 comparison) it is converted, which keeps
+all-ones all-ones. C has no `?:` on vectors, so in C WHERE and MAX are bitwise selects by a mask on the
+values' bits (a cast between vector types of one size reinterprets them): bit for bit the scalar
+templates' choices.
 """
 
 from __future__ import annotations
@@ -18,15 +24,17 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import ClassVar
 
 from uopgrad.codegen import Program
 from uopgrad.dtype import DType, dtypes
+from uopgrad.errors import RenderError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer.cstyle import CStyleRenderer, _Handler, _State
 from uopgrad.uop import UOp
 
-__all__ = ["GCCVectorRenderer", "mask_bytes"]
+__all__ = ["GCCVectorRenderer", "VectorRenderer", "mask_bytes"]
 
 _SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 _INFIX = {
@@ -84,18 +92,17 @@ def mask_bytes(uops: tuple[UOp, ...]) -> dict[UOp, int]:
     return widths
 
 
-class GCCVectorRenderer(CStyleRenderer):
-    """C with GCC vector extensions for the vector forms of uopgrad.codegen.opt."""
-
-    helpers: ClassVar[dict[str, str]] = {**CStyleRenderer.helpers, "__uopgrad_vsel": _SELECT}
+class VectorRenderer(CStyleRenderer):
+    """The opt pass's vector forms for a C-family dialect: one handler per form (the table at the end of this
+    module), printed through the spelling hooks below, which a dialect overrides."""
 
     def vector_name(self, dt: DType, unaligned: bool = False) -> str:
-        """The typedef of vector dtype `dt` (`unaligned`: the copy aligned like one element)."""
-        scalar = re.sub(r"\W", "_", self.type_map[dt.scalar()])
-        return f"__uopgrad_{scalar}_{dt.count}" + ("u" if unaligned else "")
+        """The type name of vector dtype `dt` (`unaligned`: a copy aligned like one element, where the
+        dialect needs one for loads and stores at any offset)."""
+        raise RenderError(f"{type(self).__name__} names no vector types: a dialect overrides `vector_name`")
 
     def ctype(self, dt: DType) -> str:
-        """A vector dtype is its typedef; a scalar one as in CStyleRenderer."""
+        """A vector dtype is its vector type; a scalar one as in CStyleRenderer."""
         return self.vector_name(dt.base) if dt.base.count > 1 else super().ctype(dt)
 
     def int_vector(self, width: int, count: int) -> str:
@@ -105,7 +112,82 @@ class GCCVectorRenderer(CStyleRenderer):
     def render_const(self, value: object, dt: DType) -> str:
         """A vector constant: the literal in every lane."""
         lane = super().render_const(value, dt.scalar())
-        return lane if dt.count == 1 else f"(({self.vector_name(dt)}){{{', '.join([lane] * dt.count)}}})"
+        return lane if dt.count == 1 else self.vec_literal(self.vector_name(dt), [lane] * dt.count)
+
+    # ------------------------------------------------------------------ the dialect's spellings
+    def vec_literal(self, t: str, lanes: Sequence[str]) -> str:
+        """A value of vector type `t` from its lanes' expressions."""
+        raise RenderError(f"{type(self).__name__} has no vector literals: a dialect overrides `vec_literal`")
+
+    def vec_zero(self, dt: DType) -> str:
+        """The zero of vector dtype `dt`, compared with to cast to bool."""
+        return self.render_const(0, dt)
+
+    def vec_lane(self, x: str, k: int) -> str:
+        """Lane `k` of vector `x`."""
+        raise RenderError(f"{type(self).__name__} has no vector lanes: a dialect overrides `vec_lane`")
+
+    def vec_convert(self, x: str, t: str) -> str:
+        """Vector `x` converted lane by lane to vector type `t`, as C converts a scalar."""
+        raise RenderError(
+            f"{type(self).__name__} has no vector conversions: a dialect overrides `vec_convert`"
+        )
+
+    def vec_mask(self, t: str, cmp: str) -> str:
+        """A lane-wise comparison `cmp` as a value of mask type `t` (the signed integers it yields)."""
+        return cmp
+
+    def vec_select(self, t: str, bits: str, m: str, a: str, b: str) -> str:
+        """Lane-wise `m ? a : b` of vectors of type `t`, picking every lane's bits exactly (`bits`: the
+        integer vector of `t`'s size, `m` a mask of its lane width)."""
+        raise RenderError(f"{type(self).__name__} has no vector select: a dialect overrides `vec_select`")
+
+    def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
+        """As CStyleRenderer's, with a mask typed as its integer vector."""
+        if not _is_mask(u.dtype):
+            super()._value(st, u, prefix, expr)
+            return
+        name = st.fresh(prefix)
+        st.emit(f"const {self.int_vector(mask_bytes(st.uops)[u], u.dtype.count)} {name} = {expr};")
+        st.names[u] = name
+
+    extra_handlers: ClassVar[dict[Ops, _Handler]] = {}
+
+
+class GCCVectorRenderer(VectorRenderer):
+    """C with GCC vector extensions for the vector forms of uopgrad.codegen.opt."""
+
+    helpers: ClassVar[dict[str, str]] = {**CStyleRenderer.helpers, "__uopgrad_vsel": _SELECT}
+
+    def vector_name(self, dt: DType, unaligned: bool = False) -> str:
+        """The typedef of vector dtype `dt` (`unaligned`: the copy aligned like one element)."""
+        scalar = re.sub(r"\W", "_", self.type_map[dt.scalar()])
+        return f"__uopgrad_{scalar}_{dt.count}" + ("u" if unaligned else "")
+
+    def vec_literal(self, t: str, lanes: Sequence[str]) -> str:
+        """A compound literal."""
+        return f"(({t}){{{', '.join(lanes)}}})"
+
+    def vec_zero(self, dt: DType) -> str:
+        """A compound literal of one 0 (the other lanes are zero-initialised)."""
+        return f"({self.ctype(dt)}){{0}}"
+
+    def vec_lane(self, x: str, k: int) -> str:
+        """GCC vectors are subscripted like arrays."""
+        return f"{x}[{k}]"
+
+    def vec_convert(self, x: str, t: str) -> str:
+        """`__builtin_convertvector`: C's scalar conversion in every lane."""
+        return f"__builtin_convertvector({x}, {t})"
+
+    def vec_mask(self, t: str, cmp: str) -> str:
+        """A cast: GCC's comparison already yields that type (spelled differently)."""
+        return f"(({t}){cmp})"
+
+    def vec_select(self, t: str, bits: str, m: str, a: str, b: str) -> str:
+        """C has no `?:` on vectors: a bitwise select on the values' bits (a cast between vector types of
+        one size reinterprets them)."""
+        return f"__uopgrad_vsel({t}, {bits}, {m}, {a}, {b})"
 
     def render_load(self, buf: str, offset: str, dt: DType) -> str:
         """A vector load reads `dt.count` elements from `offset` on, at any alignment."""
@@ -140,47 +222,37 @@ class GCCVectorRenderer(CStyleRenderer):
             )
         return "\n".join([*lines, src]) if lines else src
 
-    def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
-        """As CStyleRenderer's, with a mask typed as its integer vector."""
-        if not _is_mask(u.dtype):
-            super()._value(st, u, prefix, expr)
-            return
-        name = st.fresh(prefix)
-        st.emit(f"const {self.int_vector(mask_bytes(st.uops)[u], u.dtype.count)} {name} = {expr};")
-        st.names[u] = name
 
-    extra_handlers: ClassVar[dict[Ops, _Handler]] = {}
-
-
-def _mask_as(r: GCCVectorRenderer, st: _State, m: UOp, width: int) -> str:
+def _mask_as(r: VectorRenderer, st: _State, m: UOp, width: int) -> str:
     """Mask `m` with lanes of `width` bytes (converted where it has another width)."""
     if mask_bytes(st.uops)[m] == width:
         return st.names[m]
-    return f"__builtin_convertvector({st.names[m]}, {r.int_vector(width, m.dtype.count)})"
+    return r.vec_convert(st.names[m], r.int_vector(width, m.dtype.count))
 
 
 def _stack(r: CStyleRenderer, st: _State, u: UOp) -> None:
+    assert isinstance(r, VectorRenderer)
     lanes = [f"-({st.names[s]})" if _is_mask(u.dtype) else st.names[s] for s in u.src]
-    r._value(st, u, "vec", f"(({_type(r, st, u)}){{{', '.join(lanes)}}})")
+    r._value(st, u, "vec", r.vec_literal(_type(r, st, u), lanes))
 
 
-def _type(r: CStyleRenderer, st: _State, u: UOp) -> str:
-    assert isinstance(r, GCCVectorRenderer)
+def _type(r: VectorRenderer, st: _State, u: UOp) -> str:
     return r.int_vector(mask_bytes(st.uops)[u], u.dtype.count) if _is_mask(u.dtype) else r.ctype(u.dtype)
 
 
 def _gep(r: CStyleRenderer, st: _State, u: UOp) -> None:
-    r._value(st, u, "alu", f"{st.names[u.src[0]]}[{int(u.arg[0])}]")
+    assert isinstance(r, VectorRenderer)
+    r._value(st, u, "alu", r.vec_lane(st.names[u.src[0]], int(u.arg[0])))
 
 
-def _select(r: GCCVectorRenderer, st: _State, u: UOp, mask: str, a: str, b: str) -> str:
+def _select(r: VectorRenderer, st: _State, u: UOp, mask: str, a: str, b: str) -> str:
     """Lane-wise `mask ? a : b` on the bits of a and b (values of u's dtype)."""
     t = _type(r, st, u)
     bits = t if _is_mask(u.dtype) else r.int_vector(u.dtype.scalar().itemsize, u.dtype.count)
-    return f"__uopgrad_vsel({t}, {bits}, {mask}, {a}, {b})"
+    return r.vec_select(t, bits, mask, a, b)
 
 
-def _vector_alu(r: GCCVectorRenderer, st: _State, u: UOp) -> str:
+def _vector_alu(r: VectorRenderer, st: _State, u: UOp) -> str:
     """The vector form of ALU op `u` (as the scalar template computes it in each lane)."""
     xs = [st.names[s] for s in u.src]
     if _is_mask(u.dtype) and u.op in _MASK_OPS:  # masks of one width in, a mask out
@@ -194,16 +266,16 @@ def _vector_alu(r: GCCVectorRenderer, st: _State, u: UOp) -> str:
     if u.op is Ops.MAX:  # the scalar template: a if a is NaN or a > b, else b
         m = f"(({xs[0]}!={xs[0]})|({xs[0]}>{xs[1]}))" if dtypes.is_float(u.dtype) else f"({xs[0]}>{xs[1]})"
         bits = r.int_vector(u.dtype.scalar().itemsize, u.dtype.count)
-        return _select(r, st, u, f"(({bits}){m})", xs[0], xs[1])
+        return _select(r, st, u, r.vec_mask(bits, m), xs[0], xs[1])
     expr = f"({xs[0]}{_INFIX[u.op]}{xs[1]})"
-    return f"(({_type(r, st, u)}){expr})" if u.op in GroupOp.Comparison else expr
+    return r.vec_mask(_type(r, st, u), expr) if u.op in GroupOp.Comparison else expr
 
 
 def _alu(r: CStyleRenderer, st: _State, u: UOp) -> None:
     if u.dtype.count == 1:
         CStyleRenderer._alu(r, st, u)
         return
-    assert isinstance(r, GCCVectorRenderer)
+    assert isinstance(r, VectorRenderer)
     r._value(st, u, "alu", _vector_alu(r, st, u))
 
 
@@ -211,17 +283,19 @@ def _cast(r: CStyleRenderer, st: _State, u: UOp) -> None:
     if u.dtype.count == 1:
         CStyleRenderer._cast(r, st, u)
         return
+    assert isinstance(r, VectorRenderer)
     x, src = st.names[u.src[0]], u.src[0].dtype
     if _is_mask(u.dtype):  # x != 0, as the scalar form
-        expr = f"(({_type(r, st, u)})({x}!=({r.ctype(src)}){{0}}))"
+        expr = r.vec_mask(_type(r, st, u), f"({x}!={r.vec_zero(src)})")
     elif _is_mask(src):  # all-ones lanes -> 1: then the C conversion
-        expr = f"__builtin_convertvector(-({x}), {r.ctype(u.dtype)})"
+        expr = r.vec_convert(f"-({x})", r.ctype(u.dtype))
     else:
-        expr = f"__builtin_convertvector({x}, {r.ctype(u.dtype)})"
+        expr = r.vec_convert(x, r.ctype(u.dtype))
     r._value(st, u, "cast", expr)
 
 
-GCCVectorRenderer.extra_handlers = {
+# how each vector form is printed, through the dialect's spellings
+VectorRenderer.extra_handlers = {
     Ops.STACK: _stack,
     Ops.GEP: _gep,
     Ops.CAST: _cast,
