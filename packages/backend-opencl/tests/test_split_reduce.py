@@ -48,6 +48,23 @@ def test_a_big_sum_spreads_over_at_least_256_work_items(shape: tuple[int, ...], 
     assert within_sum_bound(t.sum(axis).numpy(), a, axis)
 
 
+@pytest.mark.parametrize(
+    "shape, axis",
+    [((2048, 2048), 0), ((4096, 1024), 0), ((1024, 4096), 1), ((2048, 2048), 1), ((8, 512, 1024), (0, 2))],
+)
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_every_reduction_of_2_22_elements_launches_at_least_256_work_items(
+    shape: tuple[int, ...], axis: int | tuple[int, ...], op: str
+) -> None:
+    """Column reduces are not split (their outputs fill the grid); the opt pass's lanes and tile rows must
+    not take that back (spec/opt.md §5: a tile gets fewer rows, then fewer lanes, above 256 work-items)."""
+    a = floats(int(np.prod(shape))).reshape(shape)
+    t = getattr(Tensor(a, device="CL").realize(), op)(axis)
+    assert launches(t)[0] >= 256
+    want = a.astype(np.float64).sum(axis) if op == "sum" else a.max(axis)
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
 def test_a_big_max_spreads_and_keeps_the_sequential_bits() -> None:
     a = floats(BIG, seed=2)
     a[BIG // 3], a[BIG // 2] = np.float32(-0.0), np.float32(0.0)

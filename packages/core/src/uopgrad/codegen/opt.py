@@ -57,6 +57,8 @@ __all__ = [
     "ACCS",
     "ACCS_DEFAULT",
     "GRID_LANES",
+    "GRID_BIG",
+    "GRID_MIN_ITEMS",
     "LANEWISE_OPS",
     "LINE",
     "NARROW_ROWS",
@@ -108,6 +110,11 @@ PACK_MIN_SPAN = 512 * 1024
 
 # the most lanes of a vector on a grid target: OpenCL C's widest vector types (float16, char16)
 GRID_LANES = 16
+# the fewest work-items a big kernel on a grid target keeps where its outputs allow: lanes and tile rows
+# take work-items from the launch, so past this floor a tile gets fewer rows, then fewer lanes; a nest of
+# fewer than GRID_BIG iterations in all is left its full tile (its launch is short) (spec/opt.md §5)
+GRID_MIN_ITEMS = 256
+GRID_BIG = 65536
 
 # the outputs of a tile of the unroll path (a dot-product matmul) along each of the last two axes
 DOT_TILE = 2
@@ -309,11 +316,46 @@ def _optimize_nest(
     """The nest transformed by `choice`; where that computes more than LANEWISE_OPS ops lane by lane (every
     tile copy and lane of an op without a vector form is a scalar op in the source, which the C compiler
     pays for), by a tile of one row or output instead; where that still does, left as it is."""
-    for c in (choice, replace(choice, rows=1, cols=1, dot_rows=1, dot_cols=1)):
+    one = replace(choice, rows=1, cols=1, dot_rows=1, dot_cols=1)
+    floor = _floor(effect) if lanes > 0 else 0  # a grid target's work-items
+    for c in (choice, one):
         out = _transform_nest(effect, width, ops, c, scratch, nest, lanes)
-        if lanewise_ops(out) <= LANEWISE_OPS:
+        if lanewise_ops(out) > LANEWISE_OPS:
+            continue
+        # a tile of one row that leaves too few work-items: fewer lanes (an upcast's lanes are copies)
+        while _items(out) < floor and lanes > 2 and c is one:
+            lanes //= 2
+            out = _transform_nest(effect, width, ops, one, scratch, nest, lanes)
+        if _items(out) >= floor:
             return out
     return effect
+
+
+def _floor(effect: UOp) -> int:
+    """The work-items a grid target's nest keeps: GRID_MIN_ITEMS where it has that many outputs and runs
+    GRID_BIG iterations in all, else none."""
+    items = _items(effect)
+    if items < GRID_MIN_ITEMS:
+        return 0
+    longest = 1  # the most iterations one output's reduce runs
+    for red in (u for u in effect.toposort() if u.op is Ops.REDUCE):
+        n = 1
+        for r in red.src[1:]:
+            n *= int(r.src[0].arg) if r.op is Ops.RANGE and r.src[0].op is Ops.CONST else GRID_BIG
+        longest = max(longest, n)
+    return GRID_MIN_ITEMS if items * longest >= GRID_BIG else 0
+
+
+def _items(effect: UOp) -> int:
+    """The iterations of a nest's output loops: a grid target's work-items once `gpudims` has run."""
+    n, node = 1, effect
+    while node.op is Ops.END and node.src[0].op is Ops.RANGE and node.src[0].arg[1] == "loop":
+        bound = node.src[0].src[0]
+        n *= int(bound.arg) if bound.op is Ops.CONST else GRID_MIN_ITEMS  # a symbolic size: plenty
+        if len(node.src) != 2:  # the stores of a tile
+            break
+        node = node.src[1]
+    return n
 
 
 def _transform_nest(
