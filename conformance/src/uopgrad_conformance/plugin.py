@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import socket
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ SUITE_PACKAGE = "uopgrad_conformance.suite"
 _COLLECTOR = "uopgrad-conformance-collector"
 _XDIST_CRASH = "???"  # the `when` of the report pytest-xdist makes for a case its worker died in
 _JOURNAL_KEY = "uopgrad_conformance_journal"  # the journal directory, handed to pytest-xdist's workers
+_REPRO = "repro:\n"  # a Failure's message ends with its repro snippet after this line (repro.py)
 
 
 @dataclass
@@ -166,7 +168,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if _is_worker(config):
         workerinput = getattr(config, "workerinput", {})
-        if _JOURNAL_KEY in workerinput:
+        # a worker on another host (`--tx ssh=...`) does not see the controller's journal directory: it keeps
+        # none (a crash there is xdist's failure report only, not a CRASH row)
+        if _JOURNAL_KEY in workerinput and Path(workerinput[_JOURNAL_KEY]).is_dir():
             state.journal = Journal(Path(workerinput[_JOURNAL_KEY]))
             state.runner = str(workerinput.get("workerid", "worker"))
         return
@@ -313,9 +317,10 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
-    """Attach each case's row, column, check, worst relative error and notes to its report (once: at its
-    call, or at a setup that did not pass), and to the item, whose teardown report carries them to JUnit."""
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> _ReportWrapper:
+    """Attach each case's row, column, check, worst relative error, notes, host and a failure's repro to its
+    report (once: at its call, or at a setup that did not pass), and to the item, whose teardown report
+    carries them to JUnit."""
     report: pytest.TestReport = yield
     if _STATE not in item.config.stash:
         return report
@@ -336,6 +341,9 @@ def pytest_runtest_makereport(item: pytest.Item) -> _ReportWrapper:
             props.append(("worst_rel", rec.worst))
         if rec.notes:
             props.append(("conformance_notes", json.dumps(rec.notes)))
+        props.append(("conformance_host", socket.gethostname()))  # this worker's: xdist may run it elsewhere
+        if call.excinfo is not None and _REPRO in (text := str(call.excinfo.value)):
+            props.append(("conformance_repro", text[text.rindex(_REPRO) + len(_REPRO) :].strip("\n")))
         report.user_properties.extend(props)
         item.user_properties.extend(props)
     return report
@@ -397,6 +405,8 @@ class _Collector:
             None if worst is None else float(str(worst)),
             reason,
             notes,
+            str(props.get("conformance_host", "")),
+            str(props.get("conformance_repro", "")),
         )
         self._add(rec)
 

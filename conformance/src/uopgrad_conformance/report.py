@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -100,6 +101,8 @@ class Record:
     worst_rel: float | None = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    host: str = ""  # the machine that ran the case (under xdist over hosts, not the controller's)
+    repro: str = ""  # a failure's runnable repro snippet (for the scoreboard's links)
 
 
 @dataclass
@@ -179,7 +182,13 @@ class Summary:
             d = asdict(r)
             d["worst_rel"] = _finite(r.worst_rel)
             cases.append(d)
-        return {"backend": self.backend, "counts": self.counts(), "cells": cells, "cases": cases}
+        return {
+            "backend": self.backend,
+            "host": socket.gethostname(),  # the process that wrote the report; each case names its own
+            "counts": self.counts(),
+            "cells": cells,
+            "cases": cases,
+        }
 
     def write(self, path: Path) -> None:
         """Write the JSON report to `path`."""
