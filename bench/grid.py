@@ -38,11 +38,17 @@ def steady(fn: Callable[[], object], repeat: int) -> float:
 CONFIGS = {"CPU": ("CPU", 1), "CL": ("CL", 1), "CL OPT=0": ("CL", 0)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=512, help="the matrices are n x n (default 512)")
+def timing_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a grid benchmark (`doc`: its module docstring) with the timing ones they share."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
     ap.add_argument("--runs", type=int, default=3, help="measurements per configuration (best)")
+    return ap
+
+
+def main() -> None:
+    ap = timing_parser(__doc__)
+    ap.add_argument("--n", type=int, default=512, help="the matrices are n x n (default 512)")
     args = ap.parse_args()
     n = args.n
     cl = Device["CL"]

@@ -13,29 +13,11 @@ against numpy, within the float-sum bound of the conformance suite.
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from collections.abc import Callable
-
 import numpy as np
+from grid import CONFIGS, steady, timing_parser  # the matmul benchmark's (bench/ is on the path)
 
 from uopgrad import Device, Tensor
 from uopgrad.config import Context
-
-
-def steady(fn: Callable[[], object], repeat: int) -> float:
-    """The median seconds of `fn` over `repeat` runs, after one that warms up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-CONFIGS = {"CPU": ("CPU", 1), "CL": ("CL", 1), "CL OPT=0": ("CL", 0)}
 
 
 def check(got: np.ndarray, a: np.ndarray, axis: int | None, name: str) -> None:
@@ -47,10 +29,8 @@ def check(got: np.ndarray, a: np.ndarray, axis: int | None, name: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = timing_parser(__doc__)
     ap.add_argument("--log2", type=int, default=22, help="2^log2 elements (default 22)")
-    ap.add_argument("--repeat", type=int, default=7, help="timed runs per measurement (median)")
-    ap.add_argument("--runs", type=int, default=3, help="measurements per configuration (best)")
     args = ap.parse_args()
     n = 1 << args.log2
     shapes: dict[str, tuple[tuple[int, ...], int | None]] = {

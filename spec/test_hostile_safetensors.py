@@ -43,21 +43,8 @@ FAST = settings(
 )
 PER_MUTATION = settings(FAST, max_examples=max(30, settings.default.max_examples // 10))
 DEV = "REFERENCE"  # loading is a copy: no compiled backend needed
-BITS = {
-    "BOOL": 8,
-    "U8": 8,
-    "I8": 8,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "F64": 64,
-    "I64": 64,
-    "U64": 64,
-}
+# the dtypes uopgrad loads, by their size in bits (the format's widths are uopgrad's itemsizes)
+BITS = {name: 8 * dt.itemsize for name, dt in SAFE_DTYPES.items()}
 # what we refuse and the package loads, by a phrase of our message (nn/safetensors.py's docstring says why)
 DIFFERENCES = (
     "appears twice",

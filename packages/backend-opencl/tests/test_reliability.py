@@ -3,7 +3,6 @@ names (PoCL aborted on 256+ characters: run in a subprocess), threads that first
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,13 @@ import textwrap
 import numpy as np
 
 from uopgrad import Tensor, UOp, dtypes
+
+
+def run_script(src: str) -> subprocess.CompletedProcess[str]:
+    """`src` run by a fresh Python (a process of its own: PoCL may abort it, and its device starts unused)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(src)], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_variable_above_2_31_is_passed_whole():
@@ -41,14 +47,7 @@ LONG_NAME = """
 
 
 def test_a_300_character_kernel_name_runs():
-    res = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(LONG_NAME)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ.copy(),
-        check=False,
-    )
+    res = run_script(LONG_NAME)
     assert res.returncode == 0 and res.stdout.strip() == "True", res.stderr[-2000:]
 
 
@@ -67,12 +66,5 @@ THREADS = """
 
 
 def test_threads_that_first_use_the_device_get_right_results():
-    res = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(THREADS)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=os.environ.copy(),
-        check=False,
-    )
+    res = run_script(THREADS)
     assert res.returncode == 0 and res.stdout.strip() == "0", res.stderr[-2000:]

@@ -56,14 +56,6 @@ def _torch_net(net: Net) -> torch.nn.Sequential:
     return tnet
 
 
-@pytest.fixture
-def training():
-    old = Tensor.training
-    Tensor.training = True
-    yield
-    Tensor.training = old
-
-
 def test_pytorch_order_loop_stays_flat_and_matches_torch(training: None) -> None:
     rng = np.random.default_rng(0)
     net = Net()

@@ -4,7 +4,7 @@ TinyJit step that reads each new rate without being captured again (issue 36).""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -69,14 +69,6 @@ def _pair() -> tuple[SGD, Any]:
     p = Tensor([1.0, 2.0], requires_grad=True)
     tp = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
     return SGD([p], lr=0.1), torch.optim.SGD([tp], lr=0.1)
-
-
-@pytest.fixture
-def training() -> Iterator[None]:
-    old = Tensor.training
-    Tensor.training = True
-    yield
-    Tensor.training = old
 
 
 @pytest.mark.parametrize("name, ours, theirs", CASES, ids=[c[0] for c in CASES])

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CROSS_ENTROPY_OPTIONS
 
 from uopgrad import Device, Tensor, dtypes
 from uopgrad.errors import DeviceError, ShapeError
@@ -435,17 +436,7 @@ def test_sdpa_grouped_query_attention_matches_torch() -> None:
         )
 
 
-@pytest.mark.parametrize(
-    "kw",
-    [
-        dict(),
-        dict(reduction="sum"),
-        dict(reduction="none"),
-        dict(ignore_index=2),
-        dict(label_smoothing=0.3),
-        dict(ignore_index=0, label_smoothing=0.7, reduction="mean"),
-    ],
-)
+@pytest.mark.parametrize("kw", CROSS_ENTROPY_OPTIONS, ids=str)
 def test_sparse_categorical_crossentropy_options_match_torch(kw: dict[str, Any]) -> None:
     logits = Tensor(RNG.standard_normal((3, 8, 5)), requires_grad=True)  # classes on the last axis
     y = Tensor(RNG.integers(0, 5, (3, 8)).astype(np.int32))

@@ -3,8 +3,6 @@ gelu's documented default (issue 36)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
@@ -17,14 +15,6 @@ torch = pytest.importorskip("torch", reason="torch (an optional test dependency)
 
 def _x(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-@pytest.fixture
-def training() -> Iterator[None]:
-    old = Tensor.training
-    Tensor.training = True
-    yield
-    Tensor.training = old
 
 
 # ---------------------------------------------------------------- Dropout

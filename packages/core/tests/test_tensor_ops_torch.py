@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CROSS_ENTROPY_OPTIONS
 
 from uopgrad import Tensor, dtypes
 
@@ -245,18 +246,7 @@ LOGITS = _arr((6, 4), 16)
 TARGETS = np.array([0, 3, 1, 1, 2, 3])
 
 
-@pytest.mark.parametrize(
-    "kw",
-    [
-        dict(),
-        dict(reduction="sum"),
-        dict(reduction="none"),
-        dict(label_smoothing=0.2),
-        dict(ignore_index=1),
-        dict(ignore_index=3, label_smoothing=0.1, reduction="sum"),
-    ],
-    ids=str,
-)
+@pytest.mark.parametrize("kw", CROSS_ENTROPY_OPTIONS, ids=str)
 def test_cross_entropy(kw: dict[str, Any]) -> None:
     check(
         lambda x: x.cross_entropy(Tensor(TARGETS), **kw),

@@ -239,16 +239,12 @@ class OpenCLRenderer(VectorRenderer):
         """`select(b, a, m)` takes a where the top bit of m's lane is set: the lane's bits, exactly."""
         return f"select({b}, {a}, {m})"
 
-    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+    def vec_load(self, buf: str, offset: str, dt: DType) -> str:
         """A vector load is `vloadN`, which reads at any element offset."""
-        if dt.count == 1:
-            return super().render_load(buf, offset, dt)
         return f"vload{dt.count}(0, {buf}+{offset})"
 
-    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+    def vec_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
         """A vector store is `vstoreN`, which writes at any element offset."""
-        if dt.count == 1:
-            return super().render_store(buf, offset, value, dt)
         return f"vstore{dt.count}({value}, 0, {buf}+{offset});"
 
     # ------------------------------------------------------------------ dialect hooks

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -28,7 +28,11 @@ Fn: TypeAlias = Callable[..., Value]
 
 
 # ---------------------------------------------------------------------- integer meanings, scalar or array
-def _cdivmod(a: Value, b: Value) -> tuple[Value, Value]:
+# C's integer meanings return what they are given: an int for ints, an array (wrapping) for arrays
+_IntOrArray = TypeVar("_IntOrArray", int, np.ndarray)
+
+
+def _cdivmod(a: _IntOrArray, b: _IntOrArray) -> tuple[_IntOrArray, _IntOrArray]:
     """C's quotient (rounded toward zero) and remainder (the sign of a): Python's floor divmod moved one step
     toward zero where b does not divide a and the signs differ. a == b*q + r either way."""
     q, r = divmod(a, b)
@@ -36,20 +40,12 @@ def _cdivmod(a: Value, b: Value) -> tuple[Value, Value]:
     return q + step, r - b * step
 
 
-@overload
-def cdiv(a: int, b: int) -> int: ...
-@overload
-def cdiv(a: np.ndarray, b: np.ndarray) -> np.ndarray: ...
-def cdiv(a: Value, b: Value) -> Value:
+def cdiv(a: _IntOrArray, b: _IntOrArray) -> _IntOrArray:
     """C division: the quotient rounded toward zero."""
     return _cdivmod(a, b)[0]
 
 
-@overload
-def cmod(a: int, b: int) -> int: ...
-@overload
-def cmod(a: np.ndarray, b: np.ndarray) -> np.ndarray: ...
-def cmod(a: Value, b: Value) -> Value:
+def cmod(a: _IntOrArray, b: _IntOrArray) -> _IntOrArray:
     """C remainder: the sign of the dividend, a == b*cdiv(a, b) + cmod(a, b)."""
     return _cdivmod(a, b)[1]
 

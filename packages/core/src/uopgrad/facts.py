@@ -366,43 +366,7 @@ MOVEMENT_SHAPE_RULES: dict[Ops, Callable[[UOp, Shape], Shape]] = {
     Ops.MULTI: _multi,
 }
 
-# ops whose shape is their first source's (or none without sources): markers, loads, loops' bodies, ...
-FIRST_SOURCE_SHAPE = (
-    frozenset(Ops)
-    - GroupOp.Shapeless
-    - GroupOp.ALU
-    - GroupOp.Movement
-    - {
-        Ops.CONST,
-        Ops.DEFINE_VAR,
-        Ops.BIND,
-        Ops.RANGE,
-        Ops.SPECIAL,
-        Ops.INDEX,
-        Ops.NOOP,
-        Ops.MULTI,
-        Ops.BUFFER,
-        Ops.PARAM,
-        Ops.DETACH,
-        Ops.CONTIGUOUS,
-        Ops.CONTIGUOUS_BACKWARD,
-        Ops.AFTER,
-        Ops.COPY,
-        Ops.ALLREDUCE,
-        Ops.MSTACK,
-        Ops.MSELECT,
-        Ops.LOAD,
-        Ops.PATCH,
-        Ops.REDUCE,
-        Ops.GETTUPLE,
-        Ops.CAST,
-        Ops.BITCAST,
-        Ops.STORE,
-        Ops.GROUP,
-    }
-)
-
-SHAPE_RULES: dict[Ops, ShapeRule] = {
+_OWN_SHAPE_RULES: dict[Ops, ShapeRule] = {
     **dict.fromkeys(GroupOp.Shapeless, lambda _u: None),
     # scalars (an INDEX of a custom kernel's buffer is one element)
     **dict.fromkeys((Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL, Ops.INDEX), lambda _u: ()),
@@ -430,8 +394,10 @@ SHAPE_RULES: dict[Ops, ShapeRule] = {
     Ops.GETTUPLE: _gettuple,
     **dict.fromkeys(GroupOp.Movement, _movement),
     **dict.fromkeys(GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.STORE, Ops.GROUP}, _elementwise),
-    **dict.fromkeys(FIRST_SOURCE_SHAPE, _first_source),
 }
+# every other op's shape is its first source's (or none without sources): markers, loads, loops' bodies, ...
+FIRST_SOURCE_SHAPE = frozenset(Ops) - _OWN_SHAPE_RULES.keys()
+SHAPE_RULES: dict[Ops, ShapeRule] = {**_OWN_SHAPE_RULES, **dict.fromkeys(FIRST_SOURCE_SHAPE, _first_source)}
 
 
 def infer_shape(u: UOp) -> Shape | None:

@@ -134,18 +134,13 @@ class CastMixin(TensorHooks):
 
     # the dtype shorthands (torch's names), each `cast` to one dtype; last in the class, as their names
     # (`int`, `bool`, `float`) would shadow the builtins in the annotations of the methods above
-    half, double, float, long = (
+    half, double, float, long, int, short, bool, bfloat16 = (
         _shorthand(n, d, sp)
         for n, d, sp in (
             ("half", dtypes.float16, "float16"),
             ("double", dtypes.float64, "float64"),
             ("float", dtypes.float32, "float32"),
             ("long", dtypes.int64, "int64"),
-        )
-    )
-    int, short, bool, bfloat16 = (
-        _shorthand(n, d, sp)
-        for n, d, sp in (
             ("int", dtypes.int32, "int32"),
             ("short", dtypes.int16, "int16"),
             ("bool", dtypes.bool, "bool"),

@@ -17,6 +17,7 @@ from uopgrad.mixin import MathMixin, MovementMixin
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import TypedDict, Unpack
 
     import numpy as np
 
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
     from uopgrad.uop import UOp, sint
 
 __all__ = ["TensorHooks"]
+
+if TYPE_CHECKING:
+    # The keywords the creators take, declared once for their hooks below (the creators spell them out: their
+    # signatures document the API). Explicit keywords of these types override a `**kw` of them.
+    class _Typed(TypedDict, total=False):
+        dtype: DTypeLike | None
+        requires_grad: bool | None
+
+    class _OnDevice(_Typed, total=False):
+        device: str | None
+
+    class _Placed(_Typed, total=False):
+        device: str | tuple[str, ...] | None
 
 
 class TensorHooks(MathMixin, MovementMixin):
@@ -69,13 +83,7 @@ class TensorHooks(MathMixin, MovementMixin):
             """tensor: a result on graph `u`."""
 
         @classmethod
-        def _from_data(
-            cls,
-            data: Any,  # noqa: ANN401
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def _from_data(cls, data: Any, **kw: Unpack[_Placed]) -> Self:  # noqa: ANN401
             """tensor: `Tensor(data, ...)` (a UOp, a scalar, a list, an array)."""
 
         def div(self, x: Self | ConstType, reverse: bool = False, rounding_mode: str | None = None) -> Self:
@@ -143,107 +151,49 @@ class TensorHooks(MathMixin, MovementMixin):
         # tensor_create.py
         @classmethod
         def arange(
-            cls,
-            start: int | float,
-            stop: int | float | None = None,
-            step: int | float = 1,
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
+            cls, start: float, stop: float | None = None, step: float = 1, **kw: Unpack[_Placed]
         ) -> Self:
             """tensor_create."""
 
         @classmethod
-        def empty(
-            cls,
-            *shape: sint | Sequence[sint],
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def empty(cls, *shape: sint | Sequence[sint], **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
         @classmethod
-        def eye(
-            cls,
-            n: int,
-            m: int | None = None,
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def eye(cls, n: int, m: int | None = None, **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
         @classmethod
-        def full(
-            cls,
-            shape: sint | Sequence[sint],
-            fill_value: ConstType,
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def full(cls, shape: sint | Sequence[sint], fill_value: ConstType, **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
-        def full_like(
-            self, fill_value: ConstType, dtype: DTypeLike | None = None, requires_grad: bool | None = None
-        ) -> Self:
+        def full_like(self, fill_value: ConstType, **kw: Unpack[_Typed]) -> Self:
             """tensor_create."""
 
         @classmethod
         def normal(
-            cls,
-            *shape: int | Sequence[int],
-            mean: float = 0.0,
-            std: float = 1.0,
-            device: str | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
+            cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0, **kw: Unpack[_OnDevice]
         ) -> Self:
             """tensor_create."""
 
         @classmethod
-        def ones(
-            cls,
-            *shape: sint | Sequence[sint],
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def ones(cls, *shape: sint | Sequence[sint], **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
-        def ones_like(self, dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> Self:
+        def ones_like(self, **kw: Unpack[_Typed]) -> Self:
             """tensor_create."""
 
         @classmethod
-        def rand(
-            cls,
-            *shape: int | Sequence[int],
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def rand(cls, *shape: int | Sequence[int], **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
         @classmethod
-        def randn(
-            cls,
-            *shape: int | Sequence[int],
-            device: str | tuple[str, ...] | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
-        ) -> Self:
+        def randn(cls, *shape: int | Sequence[int], **kw: Unpack[_Placed]) -> Self:
             """tensor_create."""
 
         @classmethod
         def uniform(
-            cls,
-            *shape: int | Sequence[int],
-            low: float = 0.0,
-            high: float = 1.0,
-            device: str | None = None,
-            dtype: DTypeLike | None = None,
-            requires_grad: bool | None = None,
+            cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0, **kw: Unpack[_OnDevice]
         ) -> Self:
             """tensor_create."""
 
@@ -353,14 +303,6 @@ class TensorHooks(MathMixin, MovementMixin):
         def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Self:
             """tensor_reduce."""
 
-        def prod(
-            self,
-            axis: int | Sequence[int] | None = None,
-            keepdim: bool = False,
-            dtype: DTypeLike | None = None,
-        ) -> Self:
-            """tensor_reduce."""
-
         def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
             """tensor_reduce."""
 
@@ -377,21 +319,15 @@ class TensorHooks(MathMixin, MovementMixin):
         ) -> Self:
             """tensor_reduce."""
 
-        def var(
-            self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1
-        ) -> Self:
-            """tensor_reduce."""
+        prod = sum  # the same arguments (tensor_reduce)
+
+        var = std  # the same arguments (tensor_reduce)
 
         # tensor_shape.py
         def _pad_mode(self, padding: Sequence[object], mode: str, value: ConstType) -> Self:
             """tensor_shape."""
 
-        def rand_like(
-            self,
-            dtype: DType | str | None = None,
-            requires_grad: bool | None = None,
-            device: str | None = None,
-        ) -> Self:
+        def rand_like(self, **kw: Unpack[_OnDevice]) -> Self:
             """tensor_shape."""
 
         def repeat(self, repeats: Sequence[int] | int, *more: int) -> Self:

@@ -237,19 +237,26 @@ def _vector_op(p: Packer, u: UOp) -> bool:
     return _kind(operand.dtype) in _VECTOR_ALU.get(u.op, frozenset())
 
 
+def _same_op(lanes: tuple[UOp, ...]) -> bool:
+    """Every lane is the first's op with its dtype, arg and operand dtypes (so one op can stand for all)."""
+    first = lanes[0]
+    dts = tuple(s.dtype for s in first.src)
+    return all(
+        u.op is first.op
+        and u.dtype == first.dtype
+        and u.arg == first.arg
+        and tuple(s.dtype for s in u.src) == dts
+        for u in lanes
+    )
+
+
 def _alu(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     """The same lane-wise ALU op (or CAST) in every lane: the op on vectors of its operands."""
     first = lanes[0]
     if (
         (first.op not in GroupOp.ALU and first.op is not Ops.CAST)
         or not _vector_op(p, first)
-        or any(
-            u.op is not first.op
-            or u.dtype != first.dtype
-            or u.arg != first.arg
-            or tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src)
-            for u in lanes
-        )
+        or not _same_op(lanes)
     ):
         return None
     srcs = tuple(p.pack(tuple(u.src[j] for u in lanes)) for j in range(len(first.src)))
@@ -285,13 +292,7 @@ def _lanewise(p: Packer, lanes: tuple[UOp, ...]) -> UOp | None:
     if (
         (first.op not in GroupOp.ALU and first.op is not Ops.CAST)
         or any(x.dtype.count != 1 or x.dtype.scalar() not in VECTOR_DTYPES for x in (first, *first.src))
-        or any(
-            u.op is not first.op
-            or u.dtype != first.dtype
-            or u.arg != first.arg
-            or tuple(s.dtype for s in u.src) != tuple(s.dtype for s in first.src)
-            for u in lanes
-        )
+        or not _same_op(lanes)
     ):
         return None
     cols = [tuple(u.src[j] for u in lanes) for j in range(len(first.src))]

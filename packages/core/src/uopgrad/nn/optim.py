@@ -93,27 +93,16 @@ class Optimizer:
             sizes = [concrete(p.numel(), "a fused optimiser") for p in self.params]
             self.pos_params = list(itertools.accumulate(sizes, initial=0))
 
+    def _zeros(self, *shape: int, dtype: DType | None = None) -> Tensor:
+        """A state buffer of zeros on the optimiser's device (in param_dtype unless given), realized now."""
+        dt = dtype or self.param_dtype
+        return Tensor.zeros(*shape, dtype=dt, device=self.device, requires_grad=False).contiguous().realize()
+
     def _new_optim_param(self) -> list[Tensor]:
         """Zero state per parameter (momentum, moments) in param_dtype; one flat buffer when fused."""
         if self.fused:
-            return [
-                Tensor.zeros(
-                    self.pos_params[-1], dtype=self.param_dtype, device=self.device, requires_grad=False
-                )
-                .contiguous()
-                .realize()
-            ]
-        return [
-            Tensor.zeros(
-                *(concrete(s, "an optimiser") for s in p.shape),
-                dtype=self.param_dtype,
-                device=self.device,
-                requires_grad=False,
-            )
-            .contiguous()
-            .realize()
-            for p in self.params
-        ]
+            return [self._zeros(self.pos_params[-1])]
+        return [self._zeros(*(concrete(s, "an optimiser") for s in p.shape)) for p in self.params]
 
     def zero_grad(self) -> None:
         """Forget the gradients (the next backward sets fresh ones)."""
@@ -330,12 +319,7 @@ class LAMB(Optimizer):
         # the bias corrections 1 - b ** t, on the device so that a captured step updates them; kept as
         # c <- (1 - b) + b * c, whose float32 error stays near 1e-7 of c (b ** t itself, close to 1 in
         # float32, would lose 1e-5 of 1 - b ** t: the reference keeps b ** t and tolerates that)
-        self.c1, self.c2 = (
-            Tensor.zeros(1, dtype=dtypes.float32, device=self.device, requires_grad=False)
-            .contiguous()
-            .realize()
-            for _ in range(2)
-        )
+        self.c1, self.c2 = self._zeros(1, dtype=dtypes.float32), self._zeros(1, dtype=dtypes.float32)
         self.m, self.v = self._new_optim_param(), self._new_optim_param()
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:

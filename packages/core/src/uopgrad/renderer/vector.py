@@ -142,6 +142,24 @@ class VectorRenderer(CStyleRenderer):
         integer vector of `t`'s size, `m` a mask of its lane width)."""
         raise RenderError(f"{type(self).__name__} has no vector select: a dialect overrides `vec_select`")
 
+    def vec_load(self, buf: str, offset: str, dt: DType) -> str:
+        """An expression reading `dt.count` elements of buffer `buf` from element `offset` on (any offset)."""
+        raise RenderError(f"{type(self).__name__} has no vector loads: a dialect overrides `vec_load`")
+
+    def vec_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """A statement writing vector `value` to buffer `buf` from element `offset` on (any offset)."""
+        raise RenderError(f"{type(self).__name__} has no vector stores: a dialect overrides `vec_store`")
+
+    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+        """A scalar load as in CStyleRenderer, a vector one the dialect's `vec_load`."""
+        return super().render_load(buf, offset, dt) if dt.count == 1 else self.vec_load(buf, offset, dt)
+
+    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+        """A scalar store as in CStyleRenderer, a vector one the dialect's `vec_store`."""
+        if dt.count == 1:
+            return super().render_store(buf, offset, value, dt)
+        return self.vec_store(buf, offset, value, dt)
+
     def _value(self, st: _State, u: UOp, prefix: str, expr: str) -> None:
         """As CStyleRenderer's, with a mask typed as its integer vector."""
         if not _is_mask(u.dtype):
@@ -189,16 +207,12 @@ class GCCVectorRenderer(VectorRenderer):
         one size reinterprets them)."""
         return f"__uopgrad_vsel({t}, {bits}, {m}, {a}, {b})"
 
-    def render_load(self, buf: str, offset: str, dt: DType) -> str:
+    def vec_load(self, buf: str, offset: str, dt: DType) -> str:
         """A vector load reads `dt.count` elements from `offset` on, at any alignment."""
-        if dt.count == 1:
-            return super().render_load(buf, offset, dt)
         return f"(*(const {self.vector_name(dt, True)}*)({buf}+{offset}))"
 
-    def render_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
+    def vec_store(self, buf: str, offset: str, value: str, dt: DType) -> str:
         """A vector store writes `dt.count` elements from `offset` on, at any alignment."""
-        if dt.count == 1:
-            return super().render_store(buf, offset, value, dt)
         return f"*({self.vector_name(dt, True)}*)({buf}+{offset}) = {value};"
 
     def render(self, program: Program) -> str:
