@@ -346,3 +346,43 @@ def test_an_inference_loop_under_no_grad_holds_one_step_of_buffers() -> None:
     y = (x * w).realize()  # a value realized under no_grad, used in a graph that needs gradients
     (g,) = y.sum().gradient(w)
     close(g, x.numpy().sum(0))
+
+
+@pytest.mark.parametrize("make", ["zeros", "ones", "full"])
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+def test_a_bias_made_by_a_creator_trains_as_in_torch(make: str, opt_name: str) -> None:
+    """`b = Tensor.zeros(n, requires_grad=True)` (no buffer until the first step replaces it with a
+    realized value): the second backward needs no value of the first step, as in torch."""
+    import torch
+
+    from uopgrad.nn import optim
+
+    w0 = np.array([[0.5, -0.2], [0.1, 0.3]], np.float32)
+    xs = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b0 = {
+        "zeros": np.zeros(2, np.float32),
+        "ones": np.ones(2, np.float32),
+        "full": np.full(2, 0.25, np.float32),
+    }
+    w = Tensor(w0, requires_grad=True)
+    b = {
+        "zeros": lambda: Tensor.zeros(2),
+        "ones": lambda: Tensor.ones(2),
+        "full": lambda: Tensor.full((2,), 0.25),
+    }[make]().requires_grad_()
+    tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0[make], requires_grad=True)
+    kw = {"lr": 0.1, "momentum": 0.9} if opt_name == "SGD" else {"lr": 0.05}
+    opt, topt = getattr(optim, opt_name)([w, b], **kw), getattr(torch.optim, opt_name)([tw, tb], **kw)
+    x, tx = Tensor(xs), torch.tensor(xs)
+    with Tensor.train():
+        for _ in range(4):
+            opt.zero_grad()
+            topt.zero_grad()
+            loss, tloss = ((x @ w + b) ** 2).mean(), ((tx @ tw + tb) ** 2).mean()
+            np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5)  # read, then backward
+            loss.backward()
+            tloss.backward()
+            opt.step()
+            topt.step()
+    np.testing.assert_allclose(b.numpy(), tb.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -204,15 +204,18 @@ def overwritten(buffers: Iterable[UOp]) -> None:
         _versions[b] = _versions.get(b, 0) + 1
 
 
-def check_not_overwritten(graph: UOp, needed: Iterable[UOp]) -> None:
+def check_not_overwritten(graph: UOp, needed: Iterable[UOp], targets: Collection[UOp] = ()) -> None:
     """Raise if a graph that reads one of the buffers `needed` (a gradient reading forward values) was
     computed from contents that an in-place write has since replaced: the gradient would silently use the
-    new contents (PyTorch raises here too)."""
+    new contents (PyTorch raises here too). Only the realized values the gradient can pass through count:
+    not those under a DETACH, nor a target's own (a parameter an optimiser replaced with a realized value:
+    its buffer holds the value, and no gradient flows into how it was computed)."""
     # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
     # walk of every gradient graph) is never computed
+    stop = set(targets)
     stale = [
         b
-        for call in graph.toposort(enter_calls=False)
+        for call in graph.toposort(lambda u: u not in stop and u.op is not Ops.DETACH, enter_calls=False)
         for b, version in _reads.get(call, ())
         if _versions.get(b, 0) != version
     ]

@@ -715,7 +715,7 @@ class Tensor(
         seed = gradient if gradient is not None else Tensor._adopt(self.uop.const_like(1.0), False)
         grads = gradients(self.uop, seed.uop, [t.uop for t in targets])
         out = [Tensor(t.uop.const_like(0) if g is None else g) for t, g in zip(targets, grads)]
-        check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)))
+        check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)), [t.uop for t in targets])
         return out
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
