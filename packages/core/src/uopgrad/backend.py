@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from uopgrad.errors import BackendError, CompileError, ConfigError
 from uopgrad.ops import Ops
 from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
 from uopgrad.renderer import Renderer
-from uopgrad.schedule import schedule
+from uopgrad.schedule import Schedule, schedule
 from uopgrad.search import best_choice
 from uopgrad.uop import UOp
 
@@ -566,8 +566,27 @@ class CompiledBackend(Backend):
             # a malformed graph gets VerifyError naming the node; big reduces split as the target says
             sched = schedule(sink, check=True, split=reduce_split)
             debug.schedule_made(sched.items, self.name)
+            run_schedule(sched.items, sched.var_vals, self._device, self._plan(sched))
+
+    def _plan(self, sched: Schedule) -> tuple[Callable[[UOp, dict[str, int]], None] | None, ...]:
+        """The launch of each of the schedule's kernels on this device, by position (None for the rest),
+        its kernels built first. Kept in `sched.memo`, shared by every schedule of the same cache entry,
+        whose items differ only in their buffers: a repeated step's realize goes straight to launching."""
+        width = self.capabilities.vector_width if OPT else -1  # (as `prepare` keys its kernels)
+        if type(self).run_kernel is not CompiledBackend.run_kernel:  # a backend's own launch: always used
             self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
-            run_schedule(sched.items, sched.var_vals, self._device)
+            return ()
+        if (hit := sched.memo.get((self, width))) is None:
+            mine = [it.src[0].op is Ops.SINK and self._mine(it) for it in sched.items]
+            ready = self.prepare([it for it, m in zip(sched.items, mine) if m])
+            plan = tuple(
+                functools.partial(self._launch_planned, weakref.ref(ready[it.src[0]]), width) if m else None
+                for it, m in zip(sched.items, mine)
+            )
+            sched.memo[(self, width)] = (plan, len(ready))
+            return plan
+        with debug.compiling(self.name, 0, hit[1], self.compiler.stats):  # DEBUG's summary: kernels reused
+            return cast("tuple[Callable[[UOp, dict[str, int]], None] | None, ...]", hit[0])
 
     def _handles_of(self, k: _Kernel, bufs: Sequence[UOp]) -> list[object]:
         got = self._handles.get  # the common case: allocated already
@@ -579,7 +598,17 @@ class CompiledBackend(Backend):
     def run_kernel(self, item: UOp, var_vals: dict[str, int]) -> None:
         """Launch one scheduled kernel CALL on this device's buffers."""
         width = self.capabilities.vector_width if OPT else -1
-        k = self._kernels.get((item.src[0], width)) or self.kernel(item)
+        self._launch(self._kernels.get((item.src[0], width)) or self.kernel(item), item, var_vals)
+
+    def _launch_planned(
+        self, kernel: weakref.ref[_Kernel], width: int, item: UOp, var_vals: dict[str, int]
+    ) -> None:
+        """A planned launch. The plan holds its kernel weakly: the kernel cache's bound still unloads the
+        programs it lets go (looked up, and built, again where one is gone)."""
+        k = kernel() or self._kernels.get((item.src[0], width)) or self.kernel(item)
+        self._launch(k, item, var_vals)
+
+    def _launch(self, k: _Kernel, item: UOp, var_vals: dict[str, int]) -> None:
         handles = self._handles_of(k, item.src[1:])
         vals = _checked_values(k.program, var_vals) if k.program.vars else ()
         start = time.perf_counter()

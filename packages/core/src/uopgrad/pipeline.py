@@ -386,13 +386,22 @@ def note_host_fill(buf: UOp, values: Callable[[], np.ndarray], fresh: bool = Fal
         rec.append(HostFill(buf, values, fresh))
 
 
-def run_schedule(items: Sequence[UOp], var_vals: dict[str, int], device: Callable[[str], Runner]) -> None:
+def run_schedule(
+    items: Sequence[UOp],
+    var_vals: dict[str, int],
+    device: Callable[[str], Runner],
+    launches: Sequence[Callable[[UOp, dict[str, int]], None] | None] = (),
+) -> None:
     """Run scheduled CALLs in order: a kernel on the device its buffers live on (`device(name)`), a COPY
-    from its source's device to its destination's. While this thread records (`recording()`), every item
-    is noted too."""
+    from its source's device to its destination's. `launches` (a backend's plan, by position; None or
+    absent: look the item up) runs an item that its device's kernel lookup would run the same way. While
+    this thread records (`recording()`), every item is noted too."""
     if (rec := _recording.items) is not None and CAPTURING:  # Context(CAPTURING=0): one-off work
         rec.extend((it, var_vals, device) for it in items)
-    for item in items:
+    for i, item in enumerate(items):
+        if i < len(launches) and (launch := launches[i]) is not None:
+            launch(item, var_vals)
+            continue
         body, bufs = item.src[0], item.src[1:]
         if body.op is Ops.COPY:
             dst, src = bufs[0], bufs[1]

@@ -18,13 +18,12 @@ into this form too (`realized_effect`). spec/realize.md says why gradients survi
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Collection, Iterable
 from typing import Any, cast
 
 from uopgrad._util import LRU
 from uopgrad.errors import GradientError
-from uopgrad.facts import Fact
+from uopgrad.facts import NOT_COMPUTED, Fact
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.uop import CallInfo, UOp
 
@@ -49,9 +48,15 @@ __all__ = [
 
 REALIZE = "realize"  # the CallInfo name of a realized CALL
 _counter = itertools.count()
-# in-place writes so far, per BUFFER; and what each realized CALL's value read, at which version
-_versions: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
-_reads: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, int], ...]] = weakref.WeakKeyDictionary()
+# in-place writes so far, per BUFFER; and what each realized CALL's value read, at which version: kept on the
+# nodes (they die with them) rather than in weak-key dictionaries, whose lookups cost a weak reference each
+_VERSION: Fact[int] = Fact("in-place writes")
+_READ_AT: Fact[tuple[tuple[UOp, int], ...]] = Fact("buffers read, at their versions")
+
+
+def _version(b: UOp) -> int:
+    v = _VERSION.get(b)
+    return 0 if v is NOT_COMPUTED else cast(int, v)
 
 
 def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
@@ -97,7 +102,7 @@ def realized(view: UOp, value: UOp) -> UOp:
         src=(_store_body(value, view), value, d, unique),
         arg=CallInfo(_realized_gradient, (), REALIZE),
     )
-    _reads[call] = () if value is d else tuple((b, _versions.get(b, 0)) for b in reads(value))
+    _READ_AT.put(call, () if value is d else tuple((b, _version(b)) for b in reads(value)))
     return d.after(call)
 
 
@@ -134,6 +139,10 @@ _SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itsel
 
 def _union(parts: list[frozenset[UOp]]) -> frozenset[UOp]:
     """The union of `parts`, sharing a part's set where one part holds everything."""
+    if len(parts) == 1:  # most nodes: one source, or two of which one adds nothing
+        return parts[0]
+    if len(parts) == 2 and (not parts[1] or parts[0] >= parts[1]):
+        return parts[0] or _EMPTY
     distinct = {p for p in parts if p}
     if not distinct:
         return _EMPTY
@@ -146,17 +155,18 @@ def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
     step's graph, built on the realized weights and data each time, is walked once."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after = GroupOp.Call, Ops.AFTER
+    calls, after, get, none = GroupOp.Call, Ops.AFTER, fact.get, NOT_COMPUTED  # (locals: the hot loop)
+    pop, push = stack.pop, stack.append
     while stack:
-        node, expanded = stack.pop()
-        if node in out or fact.known(node):
+        node, expanded = pop()
+        if node in out or get(node) is not none:
             continue
         if expanded or (node.op is after and is_realized_after(node)):
             out[node] = None
             continue
-        stack.append((node, True))
+        push((node, True))
         srcs = node.src[1:] if node.op in calls else node.src
-        stack.extend([(x, False) for x in srcs if not fact.known(x)])
+        stack.extend([(x, False) for x in srcs if get(x) is none])
     return out
 
 
@@ -201,7 +211,7 @@ def effects(u: UOp) -> frozenset[UOp]:
 def overwritten(buffers: Iterable[UOp]) -> None:
     """Note an in-place write into each of `buffers` (after the values that read them were recorded)."""
     for b in buffers:
-        _versions[b] = _versions.get(b, 0) + 1
+        _VERSION.put(b, _version(b) + 1)
 
 
 def check_not_overwritten(graph: UOp, needed: Iterable[UOp], targets: Collection[UOp] = ()) -> None:
@@ -216,8 +226,10 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp], targets: Collection
     stale = [
         b
         for call in graph.toposort(lambda u: u not in stop and u.op is not Ops.DETACH, enter_calls=False)
-        for b, version in _reads.get(call, ())
-        if _versions.get(b, 0) != version
+        if call.op is Ops.CALL  # only realized CALLs have reads
+        if (at := _READ_AT.get(call)) is not NOT_COMPUTED
+        for b, version in at
+        if _version(b) != version
     ]
     if not stale:
         return

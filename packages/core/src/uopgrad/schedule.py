@@ -43,11 +43,14 @@ class Schedule:
     """The result of `schedule`. `items` are CALLs in execution order: kernels
     `CALL(SINK(STORE, ...), *BUFFERs)`, copies `CALL(COPY(PARAM 1, DEVICE), dst, src)` and custom kernels.
     `outputs` maps every source of the input SINK to the view of the BUFFER holding its value afterwards;
-    `var_vals` are the values of the bound variables, the kernels' scalar arguments (by name)."""
+    `var_vals` are the values of the bound variables, the kernels' scalar arguments (by name). `memo` is
+    shared by every schedule made from one cache entry (the same items but for their buffers): a backend
+    keeps there what it derives from the items' bodies alone (its launch plan), spec/realize.md."""
 
     items: tuple[UOp, ...]
     outputs: dict[UOp, UOp]
     var_vals: dict[str, int] = field(default_factory=dict)
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def kernels(self) -> tuple[UOp, ...]:
@@ -179,18 +182,9 @@ pm_kernelize = PatternMatcher(
     [
         (UPat(name="x"), lambda ctx, x: ctx.realized(x)),  # a realized node -> a read of its buffer's view
         (UPat(Ops.BUFFER, name="x"), lambda ctx, x: ctx.param(x)),  # BUFFER -> PARAM(slot, dtype.ptr(size))
-        (
-            UPat(Ops.AFTER, name="x"),
-            lambda ctx, x: ctx.strip_after(x),
-        ),  # AFTER(x, effects) -> x, after effects
+        (UPat(Ops.AFTER, name="x"), lambda ctx, x: ctx.strip_after(x)),  # AFTER(x, effects) -> x, after them
         (UPat(Ops.CONST, name="x"), lambda x: _plain_const(x) if x.src else None),  # CONST(DEVICE) -> CONST
-        (
-            UPat(
-                Ops.BIND,
-                src=(UPat.var("v"), UPat()),
-            ),
-            lambda v: v,
-        ),  # BIND(var, c) -> var (a kernel argument)
+        (UPat(Ops.BIND, src=(UPat.var("v"), UPat())), lambda v: v),  # BIND(var, c) -> var (a kernel argument)
     ]
 )
 
@@ -659,6 +653,7 @@ class _Structure:
     key: tuple[tuple[Any, ...], ...]
     buffers: list[UOp]
     binds: dict[UOp, UOp]
+    reduces: list[UOp]  # in toposort order: the split policy's questions (`plan_splits`)
 
     @property
     def var_vals(self) -> dict[str, int]:
@@ -673,15 +668,19 @@ def _structure(sink: UOp) -> _Structure:
     parts: list[tuple[Any, ...]] = []
     buffers: list[UOp] = []
     binds: dict[UOp, UOp] = {}
+    reduces: list[UOp] = []
     at, add = index.__getitem__, parts.append
     special = (Ops.BUFFER, Ops.UNIQUE, Ops.BIND)
     for u in sink.toposort():
         op = u.op
         if op not in special:
             arg = u.arg
-            if type(arg) is CallInfo:  # the gradient function and metadata do not change the schedule
+            t = type(arg)
+            if t is CallInfo:  # the gradient function and metadata do not change the schedule
                 arg = (arg.name, arg.precompile, arg.precompile_backward)
-            part: tuple[Any, ...] = (op, u.dtype, type(u.arg), arg, u.tag, tuple(map(at, u.src)))
+            elif op is Ops.REDUCE:
+                reduces.append(u)
+            part: tuple[Any, ...] = (op, u.dtype, t, arg, u.tag, tuple(map(at, u.src)))
         elif op is Ops.BUFFER:
             buffers.append(u)
             part = (op, u.dtype, u.arg, u.src[1].arg)
@@ -692,7 +691,7 @@ def _structure(sink: UOp) -> _Structure:
             part = (op, u.dtype, index[u.src[0]])
         index[u] = len(parts)
         add(part)
-    return _Structure(tuple(parts), buffers, binds)
+    return _Structure(tuple(parts), buffers, binds, reduces)
 
 
 @dataclass(frozen=True, eq=False)
@@ -703,6 +702,7 @@ class _Template:
     outputs: tuple[UOp | None, ...]
     inputs: tuple[UOp, ...]
     fresh: tuple[UOp, ...]
+    memo: dict[Any, Any] = field(default_factory=dict)  # the Schedules' memo
 
     @functools.cached_property
     def _output_nodes(self) -> tuple[tuple[UOp, ...] | None, ...]:
@@ -721,7 +721,7 @@ class _Template:
                     outputs[s] = _rebuilt(nodes, {**mapping, **binds})
                 else:
                     outputs[s] = _rebuilt(nodes, mapping)
-        return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals)
+        return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals, self.memo)
 
 
 # bounded: a run over ever new shapes keeps the recent ones
@@ -789,7 +789,7 @@ def schedule(sink: UOp, check: bool = False, split: SplitPolicy | None = None) -
         raise
     key = (*graph.key, ("KERNEL_OPS", int(KERNEL_OPS)))  # the budget changes the cuts
     if split is not None:
-        key = (*key, ("split", plan_splits(sink, split)))
+        key = (*key, ("split", plan_splits(sink, split, graph.reduces)))
     if (tmpl := _cache.get(key)) is None:
         if check:
             verify_new(sink)

@@ -16,7 +16,7 @@ The second reduce folds the partials in order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from uopgrad._util import all_int, prod
@@ -51,9 +51,12 @@ def _partials(u: UOp, policy: SplitPolicy) -> int:
     return policy(u.device, n, outs, u.arg[0], u.dtype)
 
 
-def plan_splits(sink: UOp, policy: SplitPolicy) -> tuple[int, ...]:
-    """The partials of every REDUCE under `sink`, in toposort order: what the split changes (a cache key)."""
-    return tuple(_partials(u, policy) for u in sink.toposort() if u.op is Ops.REDUCE)
+def plan_splits(sink: UOp, policy: SplitPolicy, reduces: Sequence[UOp] | None = None) -> tuple[int, ...]:
+    """The partials of every REDUCE under `sink`, in toposort order: what the split changes (a cache key).
+    `reduces`: those REDUCEs, where the caller has walked the graph already (the scheduler's key)."""
+    if reduces is None:
+        reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
+    return tuple(_partials(u, policy) for u in reduces)
 
 
 def _split(r: UOp, parts: int) -> UOp:
