@@ -137,6 +137,7 @@ def test_a_target_has_one_canonical_form_that_every_field_changes() -> None:
         "warp_size": 32,
         "tensor_cores": ((16, 8, 16),),
         "unsupported": frozenset({(Ops.MAX, dtypes.float32)}),
+        "cache_sizes": (32 * 1024, 512 * 1024, 0),
     }
     assert set(changed) == {f.name for f in dataclasses.fields(Target)}
     for name, value in changed.items():

@@ -3,44 +3,24 @@ outer loop.
 
 The C dialect is the toolkit's default (C type names, `_Float16` storage with float arithmetic, libm
 math functions) plus core's `GCCVectorRenderer` for the opt pass's vector forms, so this module only names
-the device, states the host's vector width and marks large output loops parallel. The pragma
-is harmless without OpenMP: the compiler adds `-fopenmp` when the system compiler has it, and a C compiler
-without it ignores the line.
+the device, states the host's vector width and cache sizes (read by `hostinfo.py`) and marks large output
+loops parallel. The pragma is harmless without OpenMP: the compiler adds `-fopenmp` when the system
+compiler has it, and a C compiler without it ignores the line.
 """
 
 from __future__ import annotations
 
-import functools
-import platform
-from pathlib import Path
-
 from uopgrad import DType
 from uopgrad.renderer.vector import GCCVectorRenderer
+from uopgrad_cpu.hostinfo import host_facts
 
 __all__ = ["CRenderer", "host_vector_width"]
 
 
-@functools.cache
 def host_vector_width() -> int:
     """Bytes of the widest vector register of this CPU that `-march=native` uses: AVX-512 64, AVX2 32,
-    SSE2 or NEON 16; 0 when unknown (the opt pass is then off)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    flags = set(
-        next(
-            (ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith(("flags", "Features"))),
-            [],
-        )
-    )
-    if "avx512f" in flags:
-        return 64
-    if "avx2" in flags:
-        return 32
-    if flags & {"sse2", "asimd", "neon"} or platform.machine() in ("x86_64", "AMD64", "arm64", "aarch64"):
-        return 16
-    return 0
+    SSE2 or NEON 16; 0 when unknown (the opt pass is then off). Read once (`hostinfo.host_facts`)."""
+    return host_facts().vector_width
 
 
 # libm's functions that kernels call (codegen's ALU templates and core's C helpers), declared instead of
@@ -62,6 +42,9 @@ class CRenderer(GCCVectorRenderer):
     device = "CPU"
     prefix_lines = _MATH_DECLS
     vector_width = host_vector_width()
+    # (L1d, L2, L3) bytes of this host's caches, from sysfs: the opt pass derives its packing threshold
+    # from the L2 (spec/opt.md §3.1); () where unreadable (the pass's measured default)
+    cache_sizes = host_facts().cache_sizes
     parallel_pragma = "#pragma omp parallel for"
     # a kernel's local memory is a stack array of the thread running the loop nest (the pragma makes it
     # private): the opt pass packs a matmul's 16-float panel of 512 reduce steps into 32 KB of it

@@ -152,7 +152,13 @@ CODEGEN_PASSES: tuple[Pass, ...] = (
     Pass(
         "opt",
         lambda sink, ctx: optimize(
-            sink, ctx.target.vector_width, ctx.ops, ctx.choice, ctx.target.scratch, _lanes(ctx)
+            sink,
+            ctx.target.vector_width,
+            ctx.ops,
+            ctx.choice,
+            ctx.target.scratch,
+            _lanes(ctx),
+            ctx.target.cache_sizes,  # the packing threshold (spec/opt.md §3.1)
         ),
         applies=lambda ctx: ctx.target.vector_width > 0,  # loop-style and grid targets (spec/opt.md §5)
     ),

@@ -65,7 +65,8 @@ def best_choice(be: CompiledBackend, call: UOp, target: Target, lower: Lower) ->
     if (hit := diskcache.read(digest)) is not None:
         return Choice(**json.loads(hit))
     found: dict[str, tuple[Choice, Program]] = {}
-    for c in debug.track(choices(target.vector_width), f"BEAM={int(BEAM)} {be.name}"):  # a bar, if tqdm
+    tiles = choices(target.vector_width, target.cache_sizes)
+    for c in debug.track(tiles, f"BEAM={int(BEAM)} {be.name}"):  # a bar, if tqdm
         prg = lower(call, target, c)
         if prg.vars:
             return None

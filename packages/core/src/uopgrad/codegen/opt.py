@@ -85,6 +85,8 @@ OPT = ContextVar("OPT", 1)
 # registers (AVX2, SSE):
 # NARROW_ROWS rows there, as 8 x 2 spills (512^3 float32 with AVX-512 turned off, 16 ymm registers: 3.6 ms
 # with 8 x 2, 2.8 ms with 4 x 2, one core of a Zen 5)
+# Both derive from the register count that the vector width implies (`registers`, `rows`): a quarter of the
+# file, so that the tile's accumulators, the rows' broadcasts and the line's loads fit (17 of 32, 14 of 16)
 ROWS = 8
 NARROW_ROWS = 4
 LINE = 64  # bytes of the right operand's panel per reduce step: one cache line
@@ -92,6 +94,19 @@ LINE = 64  # bytes of the right operand's panel per reduce step: one cache line
 # such op in every lane of an 8-row tile of 16 lanes (the POW of d(x**2) after a matmul). A tanh epilogue
 # (EXP2) in that tile made 741 lines, compiled in 164 ms against 59 ms for the scalar kernel.
 LANEWISE_OPS = 128
+
+
+def registers(width: int) -> int:
+    """The vector registers that vectors of `width` bytes imply: 32 with 64-byte ones (AVX-512's zmm0-31),
+    16 with narrower ones (AVX2's and SSE's ymm/xmm0-15; NEON has 32, counted as 16 to stay safe)."""
+    return 32 if width >= 64 else 16
+
+
+def rows(width: int) -> int:
+    """The rows of the heuristic's register tile: a quarter of the register file (8 with AVX-512, 4 with
+    AVX2), so that rows x `columns` accumulators (8 in both), the rows' broadcasts and the panel's loads
+    fit."""
+    return registers(width) // 4
 
 
 def columns(width: int) -> int:
@@ -105,7 +120,18 @@ PACK_MIN_ROWS = 4
 # ... and a panel of vector loads (not a gather) must span this many bytes of its operand: below it the
 # panel stays in L2 and the copy is a cost (measured on a Zen 3, 512 KB L2: 64x256 @ 256x256, a 256 KB
 # span, 91 us unpacked against 97 packed; 512^3, a 1 MB span, 2.68 ms against 2.13)
+# PACK_MIN_SPAN is the default where the target states no cache sizes; where it does, the threshold is half
+# its own L2 (`pack_min_span`): the operand shares the L2 with the left operand's rows, streamed once per
+# column tile. Not the whole L2: on an AVX-512 Xeon (48 KB L1d, 2 MB L2), 512^3 (a 1 MB span) measured
+# 2.1-3.1 ms packed against 3.1-4.0 unpacked (best of 100, loaded machine)
 PACK_MIN_SPAN = 512 * 1024
+NEVER_PACK = 1 << 62  # a `Choice.pack_span` no operand reaches
+
+
+def pack_min_span(cache_sizes: tuple[int, ...] = ()) -> int:
+    """The span of its operand (bytes) from which a panel of vector loads is packed: half the target's L2
+    (the second of `Target.cache_sizes`), PACK_MIN_SPAN where it states none."""
+    return cache_sizes[1] // 2 if len(cache_sizes) > 1 and cache_sizes[1] > 0 else PACK_MIN_SPAN
 
 
 # the most lanes of a vector on a grid target: OpenCL C's widest vector types (float16, char16)
@@ -131,7 +157,8 @@ ACCS_DEFAULT = 2
 @dataclass(frozen=True)
 class Choice:
     """The shape of the register tiles: `rows` x `cols` (vectors) in the upcast path, the column loop
-    outside the row loop (`swap`), `dot_rows` x `dot_cols` outputs in the unroll path. Every choice gives
+    outside the row loop (`swap`), `dot_rows` x `dot_cols` outputs in the unroll path, the panel packed
+    from an operand span of `pack_span` bytes (half the target's L2). Every choice gives
     the same values: tiles copy the stores, each output's reduce keeps its order (spec/opt.md). The
     default is the heuristic; BEAM searches the others (uopgrad.search)."""
 
@@ -140,20 +167,26 @@ class Choice:
     swap: bool = True
     dot_rows: int = DOT_TILE
     dot_cols: int = DOT_TILE
+    pack_span: int = PACK_MIN_SPAN  # bytes of its operand from which a panel of vector loads is packed
 
 
-def heuristic(width: int) -> Choice:
-    """The heuristic's tile shape for vectors of `width` bytes (the register file it implies)."""
-    return Choice(rows=ROWS if width >= 64 else NARROW_ROWS, cols=columns(width))
+def heuristic(width: int, cache_sizes: tuple[int, ...] = ()) -> Choice:
+    """The heuristic's tile shape for vectors of `width` bytes (the register file it implies: `rows`, one
+    cache line of `columns`) on a target with `cache_sizes` (L1d, L2, L3 bytes; () unknown: the packing
+    threshold's default). Only `pack_span` depends on the caches: it copies, so it never changes a value."""
+    return Choice(rows=rows(width), cols=columns(width), pack_span=pack_min_span(cache_sizes))
 
 
-def choices(width: int = 64) -> list[Choice]:
-    """The tile shapes BEAM times, the heuristic's for `width` first."""
-    out = [heuristic(width)]
-    for rows, cols, swap in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
-        out.append(Choice(rows, cols, swap))
+def choices(width: int = 64, cache_sizes: tuple[int, ...] = ()) -> list[Choice]:
+    """The tile shapes BEAM times, the heuristic's for `width` and `cache_sizes` first, then its tile with
+    the panel always and never packed (a copy: the threshold is a guess from the L2, which BEAM checks); the
+    others pack by the heuristic's threshold."""
+    base = heuristic(width, cache_sizes)
+    out = [base, replace(base, pack_span=0), replace(base, pack_span=NEVER_PACK)]
+    for r, cols, swap in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
+        out.append(Choice(r, cols, swap, pack_span=base.pack_span))
     for dr, dc in itertools.product((1, 2, 4), (1, 2, 4)):
-        out.append(Choice(dot_rows=dr, dot_cols=dc))
+        out.append(Choice(dot_rows=dr, dot_cols=dc, pack_span=base.pack_span))
     return list(dict.fromkeys(out))
 
 
@@ -386,7 +419,7 @@ def _transform_nest(
         # panel gathered into scratch once per column tile, then the upcast tile of the plain matmul. Whether
         # it takes that path (each output's reduce in its own order) or the dot tile below (the reduce
         # reordered) is the heuristic's tile's decision, so that no tile BEAM tries changes a value
-        base = heuristic(width)
+        base = replace(heuristic(width), pack_span=choice.pack_span)  # by the width alone (and the packing)
         out = (
             _upcast_nest(ranges, store, width, ops, base, scratch, nest, True, lanes) if scratch > 0 else None
         )
@@ -432,7 +465,7 @@ def _upcast_nest(
         swapped = _swap_last(tiled)
         stores = tuple(st.substitute(dict(zip(tiled[-2:], swapped[-1:-3:-1])), walk=True) for st in stores)
         tiled = swapped
-        stores = _pack(tiled, stores, scratch, nest)
+        stores = _pack(tiled, stores, scratch, nest, choice.pack_span)
     # the copy into scratch (under an AFTER) may gather; nothing else
     outside_copy = (x for st in stores for x in st.toposort(gate=lambda u: u.op is not Ops.AFTER))
     if gathers and not gather_free(outside_copy):
@@ -440,7 +473,9 @@ def _upcast_nest(
     return _ends(tiled, stores)
 
 
-def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -> tuple[UOp, ...]:
+def _pack(
+    ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int, span: int = PACK_MIN_SPAN
+) -> tuple[UOp, ...]:
     """PACK the right operand's panel: the vector loads of the reduce that do not depend on the row loop
     (`ranges[-1]`, inside the column loop `ranges[-2]`) are copied, once per column tile, into a scratch
     array (DEFINE_LOCAL: thread-private on a loop-style backend) laid out as the reduce reads it, one row
@@ -449,7 +484,10 @@ def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -
     (a 512-float row is 2 KB) the whole panel falls into a few cache sets and thrashes L1 and L2 (measured:
     512^3 float32 on a Zen 3 with AVX2, 2 cores: 2.8-3.9 ms unpacked, 2.14-2.18 ms packed; a 64x256 @
     256x256 matmul, 70-88 us either way). Copying changes no value. Applies where the reduce is one loop
-    of constant size, the panel fits `scratch` bytes and the row loop runs at least PACK_MIN_ROWS times."""
+    of constant size, the panel fits `scratch` bytes and the row loop runs at least PACK_MIN_ROWS times; a
+    panel of vector loads alone, where one of them spans `span` bytes of its operand (half the L2: below
+    it, it stays there). A panel with a gather is always packed, so that the threshold (a cache fact) never
+    decides between the gathered panel and the dot tile, that is, never a reduce's order."""
     rows = ranges[-1]
     if scratch <= 0 or rows.src[0].op is not Ops.CONST or int(rows.src[0].arg) < PACK_MIN_ROWS:
         return stores
@@ -472,7 +510,7 @@ def _pack(ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int) -
     if n * step * dt.itemsize > scratch:
         return stores
     strides = [stride(ld.src[0].src[1], k) for ld in panel if ld.op is Ops.LOAD]
-    if strides and all(s is not None and n * abs(s) * dt.itemsize < PACK_MIN_SPAN for s in strides):
+    if len(strides) == len(panel) and all(s is not None and n * abs(s) * dt.itemsize < span for s in strides):
         return stores  # only vector loads, all of a panel that stays in L2
     tile = UOp(Ops.DEFINE_LOCAL, dt.ptr(n * step, AddrSpace.LOCAL), (), nest)
     # a number above every range's (a sibling of the row loop: it nests by its sources), made 0, 1, ... by
@@ -551,17 +589,19 @@ def optimize(
     choice: Choice | None = None,
     scratch: int = 0,
     lanes: int = 0,
+    cache_sizes: tuple[int, ...] = (),
 ) -> UOp:
     """The optimised kernel graph: each loop nest of `sink` (the index pass's SINK) transformed for
     vectors of `width` bytes; a nest the heuristic does not recognise is kept as it is. `ops` is the
     backend's native ALU op set (None: every op): only those get vector forms. `choice` shapes the register
     tiles (default: the heuristic's). `scratch` is the bytes of thread-private memory a loop nest may
     declare (0: none), where the upcast path packs a matmul's right operand. `lanes` caps a vector's lanes
-    (0: as many as fill `width`; a grid target's OpenCL C has vectors of up to 16, `GRID_LANES`)."""
+    (0: as many as fill `width`; a grid target's OpenCL C has vectors of up to 16, `GRID_LANES`).
+    `cache_sizes` (the target's L1d, L2, L3 bytes; () unknown) set the default choice's packing threshold."""
     if width <= 0:
         return sink
     nests = tuple(
-        _optimize_nest(e, width, ops, choice or heuristic(width), scratch, i, lanes)
+        _optimize_nest(e, width, ops, choice or heuristic(width, cache_sizes), scratch, i, lanes)
         for i, e in enumerate(sink.src)
     )
     return renumber(sink.replace(src=nests))

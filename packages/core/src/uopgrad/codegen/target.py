@@ -38,6 +38,9 @@ class Target:
     # (op, dtype) pairs of `ops` that are NOT rendered natively for that operand dtype (say, MAX on float16):
     # codegen decomposes them as it does an op outside `ops`; the kit skips them (`supports`)
     unsupported: frozenset[tuple[Ops, DType]] = frozenset()
+    # bytes of one core's (L1d, L2, L3) data caches, read from the host (0: a level it lacks); () unknown: the
+    # opt pass derives its packing threshold from the L2 and keeps its measured default without one
+    cache_sizes: tuple[int, ...] = ()
 
     def canonical(self) -> tuple[tuple[str, object], ...]:
         """Every field as (name, value) with its sets sorted: the same text in every process (a frozenset's

@@ -2,9 +2,9 @@
 
 `Renderer` is what the pipeline reads from a backend: its device name, the ALU ops it renders natively
 (`supports`: every other op is decomposed first), its grid limits (None for a loop-style backend), vector
-width, scratch, warp size and tensor-core shapes, gathered by `target(dtypes)` into the one `Target` record
-codegen's `lower` takes; and `render(program) -> str`. `CStyleRenderer` is the table-driven toolkit for
-C-family languages that the CPU, OpenCL and CUDA backends subclass.
+width, scratch, warp size, tensor-core shapes and cache sizes, gathered by `target(dtypes)` into the one
+`Target` record codegen's `lower` takes; and `render(program) -> str`. `CStyleRenderer` is the
+table-driven toolkit for C-family languages that the CPU, OpenCL and CUDA backends subclass.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class Renderer:
     warp_size: int = 1
     # (M, N, K) shapes of the matrix units the source may use (codegen/tc.py: WMMA ops the renderer issues)
     tensor_cores: tuple[TensorCoreShape, ...] = ()
+    # bytes of one core's (L1d, L2, L3) caches the code runs on (a CPU backend reads its host's); () unknown
+    cache_sizes: tuple[int, ...] = ()
 
     @property
     def supports(self) -> frozenset[Ops]:
@@ -51,8 +53,8 @@ class Renderer:
 
     def target(self, dtypes: frozenset[DType]) -> Target:
         """The record codegen lowers for, on a device whose buffers hold `dtypes`: this renderer's ops, grid
-        (whose optional `local_memory` is the target's), vector width, scratch, warp size, tensor cores
-        and the (op, dtype) pairs it does not print natively."""
+        (whose optional `local_memory` is the target's), vector width, scratch, warp size, tensor cores,
+        the (op, dtype) pairs it does not print natively and its cache sizes."""
         return Target(
             dtypes,
             self.supports,
@@ -64,6 +66,7 @@ class Renderer:
             warp_size=self.warp_size,
             tensor_cores=self.tensor_cores,
             unsupported=self.unsupported,
+            cache_sizes=self.cache_sizes,
         )
 
     def function_name(self, name: str) -> str:
