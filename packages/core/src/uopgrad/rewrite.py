@@ -5,8 +5,9 @@ The engine is written against the five UOp fields and `replace` only, so it sits
 
 - `UPat.match` is the model of matching: a plain interpreter, used by no rule table. The spec tests hold
   the production matcher to it (spec/test_pattern_matcher.py, by hypothesis over random patterns).
-- The production matcher compiles each pattern once into Python source (`_compiled`): per way the pattern
-  can fit a node one `if` of inline tests, then the call of the rule's function.
+- The production matcher writes each pattern once as Python source (`_source`): per way the pattern can fit
+  a node a test of inline conditions, then the call of the rule's function. A table compiles the rules of
+  one op into one function (`_op_fn`), on the first node of that op.
 - `graph_rewrite` runs a table over a graph: the fixpoint engine or the one-pass walk, both iterative.
 
 The tricks that only buy speed sit in sections marked HOT PATH, each naming the benchmark that guards it.
@@ -85,7 +86,7 @@ class UPat(MathMixin):
             self._orderings = [tuple(src)]
         else:
             self._orderings = None
-        self._made: dict[bool, _Maker] = {}  # by has_ctx: what builds this pattern's rule function for a fxn
+        self._made: _Source | None = None  # the pattern's compiled tests (`_source`), made on first use
 
     @staticmethod
     @functools.cache
@@ -152,8 +153,8 @@ class UPat(MathMixin):
     def match(self, uop: UOp, store: Bindings) -> list[Bindings]:
         """Every way this pattern matches `uop`, each as a binding dict extending `store` (a copy of it).
 
-        The interpreter that defines matching; rule tables run the compiled form (`_compiled`), which the
-        spec tests compare with this one."""
+        The interpreter that defines matching; rule tables run the compiled form (`_source`, `_op_fn`),
+        which the spec tests compare with this one."""
         if self.any_of is not None:
             out = [b for p in self.any_of for b in p.match(uop, dict(store))]
             return out if self.name is None else [b for b in out if b.setdefault(self.name, uop) is uop]
@@ -201,10 +202,8 @@ class _Stats:
 
 
 _all_stats: dict[int, tuple[PatternMatcher, _Stats]] = {}
-# a rule as one function (uop, ctx): None when no way fits (or every fitting way's result is None), else the
-# first fitting way's result, `uop` itself included (the matcher then tries the next rule)
+# one op's rules as one function (uop, ctx): the first result of a rule that is neither None nor `uop`
 RuleFn = Callable[["UOp", Any], Any]
-_Maker = Callable[[Callable[..., Any]], RuleFn]
 
 
 class PatternMatcher:
@@ -212,20 +211,22 @@ class PatternMatcher:
 
     def __init__(self, patterns: Sequence[RewriteRule]) -> None:
         self.patterns = list(patterns)
-        rules: dict[Ops, list[tuple[RuleFn, int]]] = defaultdict(list)
+        rules: dict[Ops, list[_Rule]] = defaultdict(list)
         # op -> its rules, (pattern, fxn) in order: what the table holds for each op (tinygrad's name)
         self.pdict: dict[Ops, list[RewriteRule]] = defaultdict(list)
         for i, (pat, fxn) in enumerate(self.patterns):
-            rule = _rule_fn(pat, fxn, "ctx" in inspect.signature(fxn).parameters)
+            _source(pat)  # made now: a pattern the compiled matcher refuses fails here, not at its first use
+            rule = (pat, fxn, "ctx" in inspect.signature(fxn).parameters, i)
             for op in _ops_of(pat):
-                rules[op].append((rule, i))
+                rules[op].append(rule)
                 self.pdict[op].append((pat, fxn))
         self.stats = _Stats([0] * len(self.patterns))
-        # HOT PATH (bench/rewrite.py, every task): per op value the op's rules folded into one function, in
-        # a list (an Ops hash is a Python call, so a dict by op would cost one per node)
+        # HOT PATH (bench/rewrite.py, every task): per op value the op's rules compiled into one function
+        # (on the first node of the op: most tables meet few of their ops), in a list (an Ops hash is a
+        # Python call, so a dict by op would cost one per node)
         self._by_value: list[RuleFn | None] = list(_NO_RULES)
         for op, op_rules in rules.items():
-            self._by_value[op.value] = _op_fn(tuple(op_rules), self.stats.hits)
+            self._by_value[op.value] = _lazy_op_fn(self._by_value, op.value, op_rules, self.stats.hits)
         _all_stats[id(self)] = (self, self.stats)
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
@@ -243,22 +244,20 @@ class PatternMatcher:
 # ------------------------------------------------------------------------------------------- compiled rules
 
 
-def _rule_fn(pat: UPat, fxn: Callable[..., Any], has_ctx: bool) -> RuleFn:
-    """The rule as a function; its code is made once per pattern (and has_ctx), then bound to `fxn`."""
-    if (make := pat._made.get(has_ctx)) is None:
-        make = pat._made[has_ctx] = _compiled(pat, has_ctx)
-    return make(fxn)
+_Source = tuple[list[tuple[str, list[str]]], dict[str, Any]]  # per way (test, bound args); constants
+_Rule = tuple[UPat, Callable[..., Any], bool, int]  # a table's row: pattern, fxn, has_ctx, row index
+_const_names = itertools.count()  # constants are named uniquely across patterns: one op's code holds many
 
 
 class _Code:
-    """The constants and fresh local names of one compiled rule."""
+    """The constants and fresh local names of one compiled pattern."""
 
     def __init__(self) -> None:
         self.consts: dict[str, Any] = {}
         self.n = 0
 
     def const(self, v: Any) -> str:
-        name = f"_k{len(self.consts)}"
+        name = f"_k{next(_const_names)}"
         self.consts[name] = v
         return name
 
@@ -270,26 +269,20 @@ class _Code:
 _Way = tuple[list[str], dict[str, str]]  # a way's tests, and the names it binds (name -> expression)
 
 
-def _compiled(pat: UPat, has_ctx: bool) -> _Maker:
-    """The rule as Python source: per way the pattern can fit (in `match`'s order) one `if` of inline
-    tests, then the call of fxn with the bound names as keywords; the first result that is not None wins."""
-    code = _Code()
-    lines = ["def make(f):", "    def rule(uop, ctx):"]
-    for conds, bound in _ways(pat, "uop", code, {}, top=True):
-        args = (["ctx=ctx"] if has_ctx else []) + [
-            f"{n}={e}" if n.isidentifier() and not keyword.iskeyword(n) else f"**{{{n!r}: {e}}}"
-            for n, e in bound.items()
-        ]
-        lines += [
-            f"        if {' and '.join(conds) or 'True'}:",
-            f"            ret = f({', '.join(args)})",
-            "            if ret is not None:",
-            "                return ret",
-        ]
-    lines += ["        return None", "    return rule"]
-    namespace: dict[str, Any] = dict(code.consts)
-    exec(compile("\n".join(lines), f"<rule {pat!r:.200}>", "exec"), namespace)
-    return cast(_Maker, namespace["make"])
+def _source(pat: UPat) -> _Source:
+    """The pattern as Python source, made once per pattern: per way it can fit (in `match`'s order) one
+    test of inline conditions and the keyword arguments that pass the bound names to fxn. Each way's test
+    binds the locals it reads, so the ways of several patterns can share one function (`_op_fn`)."""
+    if pat._made is None:
+        code, ways = _Code(), []
+        for conds, bound in _ways(pat, "uop", code, {}, top=True):
+            args = [
+                f"{n}={e}" if n.isidentifier() and not keyword.iskeyword(n) else f"**{{{n!r}: {e}}}"
+                for n, e in bound.items()
+            ]
+            ways.append((" and ".join(conds) or "True", args))
+        pat._made = (ways, code.consts)
+    return pat._made
 
 
 def _bind(name: str, e: str, conds: list[str], bound: dict[str, str]) -> _Way:
@@ -322,10 +315,10 @@ def _ways(p: UPat, e: str, code: _Code, bound: dict[str, str], top: bool = False
         return [(conds, bound)]
     if isinstance(p._orderings, UPat):
         return [(conds + [_every_source(p._orderings, e, code, bound, top)], bound)]
-    s, n = code.local("s"), len(p._orderings[0])
+    s, length = _sources(e, len(p._orderings[0]), p.allow_any_len, code)
     out = []
     for ordering in p._orderings:
-        ways = [(conds + [f"len({s} := {e}.src) {'>=' if p.allow_any_len else '=='} {n}"], bound)]
+        ways = [(conds + [length], bound)]
         for i, sp in enumerate(ordering):  # the product of the sources' ways, the first source's slowest
             ways = [(c + c2, b2) for c, b in ways for c2, b2 in _ways(sp, f"{s}[{i}]", code, b)]
         out += ways
@@ -345,8 +338,20 @@ def _every_source(rep: UPat, e: str, code: _Code, bound: dict[str, str], top: bo
 
 
 # ---------------------------------------------------------------------------------------------- HOT PATH
-# Two tricks of the compiled matcher, for speed only. Guarded by bench/rewrite.py's sym workload ("match
-# each node"): each was worth 5-8% there when it was written. The model is `UPat.match` and `_ways`.
+# Tricks of the compiled matcher, for speed only. Guarded by bench/rewrite.py's sym workload ("match each
+# node"): `_op_test` was worth 5-8% there, one function per op (`_op_fn`) with the sources read once
+# (`_sources`) 15-20%. The model is `UPat.match` and `_ways`.
+
+
+def _sources(e: str, n: int, any_len: bool, code: _Code) -> tuple[str, str]:
+    """The local that holds the sources of the node `e`, and the test that there are `n` (at least `n`).
+    The matched node's sources and their count are read once per call, into `src` and `nsrc` (see
+    `_op_fn`), for every way of every rule of the op; an inner node's in the way's own test."""
+    cmp = ">=" if any_len else "=="
+    if e == "uop":
+        return "src", f"nsrc {cmp} {n}"
+    s = code.local("s")
+    return s, f"len({s} := {e}.src) {cmp} {n}"
 
 
 def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
@@ -361,30 +366,49 @@ def _op_test(ops: frozenset[Ops], e: str, code: _Code) -> str:
     return "(" + " or ".join([f"({o} := {e}.op) is {ks[0]}"] + [f"{o} is {k}" for k in ks[1:]]) + ")"
 
 
-def _op_fn(rules: tuple[tuple[RuleFn, int], ...], hits: list[int]) -> RuleFn:
-    """One op's rules in order: the first result that is neither None nor the node itself. Generated and
-    unrolled (a loop over (rule, index) pairs costs a tuple unpack and a branch per rule); the code depends
-    only on the number of rules."""
-    if (make := _op_makers.get(len(rules))) is None:
-        lines = [
-            f"def make(hits, track, {', '.join(f'r{i}, i{i}' for i in range(len(rules)))}):",
-            "    def op_rules(uop, ctx):",
+def _op_fn(rules: Sequence[_Rule], hits: list[int]) -> RuleFn:
+    """One op's rules in order, compiled into one function: the first result that is neither None nor the
+    node itself. Per rule, its ways joined by `or` (the first way whose fxn answers ends the rule); a call
+    per rule would cost a Python frame per rule tried, and a big table tries dozens on a node."""
+    body, namespace, reads_src = [], {}, False
+    for i, (pat, _, has_ctx, index) in enumerate(rules):
+        ways, consts = _source(pat)
+        namespace.update(consts)
+        calls = [
+            f"({test} and (ret := f{i}({', '.join((['ctx=ctx'] if has_ctx else []) + args)})) is not None)"
+            for test, args in ways
         ]
-        for i in range(len(rules)):
-            lines += [
-                f"        if (ret := r{i}(uop, ctx)) is not None and ret is not uop:",
-                "            if track():",
-                f"                hits[i{i}] += 1",
-                "            return ret",
+        reads_src = reads_src or any("nsrc" in test for test, _ in ways)
+        if calls:
+            body += [
+                f"        if {' or '.join(calls)}:",
+                "            if ret is not uop:",
+                "                if track():",
+                f"                    hits[{index}] += 1",
+                "                return ret",
             ]
-        lines += ["        return None", "    return op_rules"]
-        namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), f"<{len(rules)} rules>", "exec"), namespace)
-        make = _op_makers[len(rules)] = namespace["make"]
-    return cast(RuleFn, make(hits, _track_stats, *itertools.chain.from_iterable(rules)))
+    lines = [
+        f"def make(hits, track, {', '.join(f'f{i}' for i in range(len(rules)))}):",
+        "    def op_rules(uop, ctx):",
+        *(["        src = uop.src; nsrc = len(src)"] if reads_src else []),  # read once for every way
+        *body,
+        "        return None",
+        "    return op_rules",
+    ]
+    exec(compile("\n".join(lines), f"<rules of {rules[0][0]!r:.200}>", "exec"), namespace)
+    return cast(RuleFn, namespace["make"](hits, _track_stats, *(fxn for _, fxn, _, _ in rules)))
 
 
-_op_makers: dict[int, Callable[..., RuleFn]] = {}
+def _lazy_op_fn(by_value: list[RuleFn | None], v: int, rules: Sequence[_Rule], hits: list[int]) -> RuleFn:
+    """A stand-in that compiles the op's function on its first call and puts it in its place."""
+
+    def first_call(uop: UOp, ctx: Any) -> Any:
+        fn = by_value[v] = _op_fn(rules, hits)
+        return fn(uop, ctx)
+
+    return first_call
+
+
 _track_stats = TRACK_MATCH_STATS.get
 # ---------------------------------------------------------------------------------------------- end HOT PATH
 
@@ -441,6 +465,8 @@ class _RewriteContext:
         on_stack = {root}
         waitlist: dict[UOp, list[_Entry]] = {}
         push, pop, is_call, rget = stack.append, stack.pop, _IS_CALL, replace.get
+        # UOp(...) through its metaclass's __call__ called as a function: a class call costs a lookup more
+        intern: Callable[..., UOp] = type(type(root)).__call__
         closed = True  # every result is also a key, mapped to itself (until a gate keeps a rewritten node)
         # the stack grows without bound only through candidates: its limit is checked where one is pushed
         while stack:
@@ -458,13 +484,16 @@ class _RewriteContext:
                                     test_n = bcache[new_n] = bfn(new_n, ctx)
                                 if test_n is None:
                                     break
-                                if seen is None:
-                                    seen = set()
-                                if test_n in seen:
-                                    raise RewriteError(
-                                        f"infinite loop in a bottom-up fixpoint at {test_n.op}"
-                                    )
-                                seen.add(new_n)
+                                # an answer is never its input, so the first answer can't close a loop: the
+                                # set of the nodes answered is made at the second
+                                if new_n is not n:
+                                    if seen is None:
+                                        seen = {n}
+                                    if test_n in seen:
+                                        raise RewriteError(
+                                            f"infinite loop in a bottom-up fixpoint at {test_n.op}"
+                                        )
+                                    seen.add(new_n)
                                 new_n = test_n
                         except BottomUpGate:
                             replace[n] = new_n
@@ -500,17 +529,13 @@ class _RewriteContext:
                     src = new_n.src
                     new_src = tuple(map(rget, src))  # results are UOps: None marks a source without one
                     if None in new_src:  # wait for the first source without a result
-                        missing = src[new_src.index(None)]
-                        waitlist.setdefault(missing, []).append((n, 1, new_n))
+                        if (waiters := waitlist.get(missing := src[new_src.index(None)])) is None:
+                            waitlist[missing] = [(n, 1, new_n)]
+                        else:
+                            waiters.append((n, 1, new_n))
                         break
                     if new_src != src:  # element-wise identity: UOps compare by identity
-                        cand = new_n.__class__(
-                            new_n.op,
-                            new_n.dtype,
-                            new_src,  # type: ignore[arg-type]
-                            new_n.arg,
-                            new_n.tag,
-                        )
+                        cand = intern(new_n.__class__, new_n.op, new_n.dtype, new_src, new_n.arg, new_n.tag)
                         if closed and cand not in replace and not is_call[cv := cand.op._value_]:
                             # every result is a key that maps to itself (kept so where results are
                             # stored), so the candidate's sources need no visit: rewriting it from scratch
@@ -539,9 +564,14 @@ class _RewriteContext:
                                     replace[cand] = replace[n] = linked
                                     if cand in waitlist:
                                         stack.extend(waitlist.pop(cand))
-                                    if n in waitlist:
-                                        stack.extend(waitlist.pop(n))
-                                    break
+                                    if n not in waitlist:
+                                        break
+                                    # the last waiter would be pushed and popped at once: resumed here
+                                    waiters = waitlist.pop(n)
+                                    n, stage, new_n = waiters.pop()
+                                    if waiters:
+                                        stack.extend(waiters)
+                                    continue
                     elif (fn := pm_fns[new_n.op._value_]) is None or (cand := fn(new_n, ctx)) is None:
                         replace[n] = new_n
                         if n in waitlist:
