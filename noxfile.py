@@ -241,8 +241,16 @@ def conformance_meta(session: nox.Session) -> None:
     must pass. Ends with the mutation score."""
     # pytest-xdist: test_scale_out.py checks that `-n 2` reports every case a serial run does; each meta test
     # runs the suite in a subprocess, so the tests themselves spread over the cores
+    # CUDA too: BROKEN_CUDA_GROUPTAIL plants a grouped-reduce bug where local memory is (CUDA, emulated)
     session.install(
-        *TEST_DEPS, XDIST, CORE, CONFORMANCE, EXAMPLE_BACKEND, BACKEND_PACKAGES["CPU"], BROKEN_BACKENDS
+        *TEST_DEPS,
+        XDIST,
+        CORE,
+        CONFORMANCE,
+        EXAMPLE_BACKEND,
+        BACKEND_PACKAGES["CPU"],
+        BACKEND_PACKAGES["CUDA"],
+        BROKEN_BACKENDS,
     )
     session.run("pytest", "conformance/meta_tests", *_spread(session.posargs))
 

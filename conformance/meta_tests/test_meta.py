@@ -41,6 +41,11 @@ C_MUTANTS = [
     "BROKEN_C_SIGMOID",
     "BROKEN_C_EMPTY",
     "BROKEN_C_LEAVES",
+    "BROKEN_C_JITSTALE",
+    "BROKEN_C_ALLREDUCE",
+    "BROKEN_C_GRADKEY",
+    "BROKEN_C_DIVULP",
+    "BROKEN_C_NOGRAD",
 ]
 NEEDED = [
     "BROKEN_FLIP",
@@ -219,6 +224,37 @@ C_PLANTED = [
         ["test_equal_leaves[equal_leaves-float32-random]", "test_equal_leaves[equal_leaves-float64-random]"],
         "differs from the closed form of its own term",
     ),
+    # the paths of a user's training program (broken_backend/src/uopgrad_broken/userpaths.py)
+    (
+        "BROKEN_C_JITSTALE",
+        "path_jit_step",
+        ["test_path[path_jit_step-float32-program]"],
+        "out[0] differs from REFERENCE",
+    ),
+    (
+        "BROKEN_C_ALLREDUCE",
+        "path_sharded_shrink",
+        ["test_path[path_sharded_shrink-float32-program]"],
+        "differs from REFERENCE",
+    ),
+    (
+        "BROKEN_C_GRADKEY",
+        "path_gradient_template",
+        ["test_path[path_gradient_template-float32-program]"],
+        "differs from REFERENCE",
+    ),
+    (
+        "BROKEN_C_DIVULP",
+        "test_alu and FDIV-float32",
+        ["test_alu[FDIV-float32-forward]"],
+        "differs",
+    ),
+    (
+        "BROKEN_C_NOGRAD",
+        "path_memory",
+        ["test_path[path_memory-float32-program]"],
+        "the device memory in use grows during the training loop",
+    ),
 ]
 
 
@@ -241,6 +277,35 @@ def test_planted_c_bug_is_caught(
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     # the repro runs (a trapping one dies of the same signal: that is the bug, shown)
     assert res.returncode == 0 or (backend == "BROKEN_C_INTDIV" and res.returncode < 0), res.stderr[-2000:]
+
+
+def _cuda_emulated() -> str | None:
+    """Why BROKEN_CUDA_GROUPTAIL (CUDA emulated on the host) cannot run here, or None."""
+    if "BROKEN_CUDA_GROUPTAIL" not in Device:
+        return "BROKEN_CUDA_GROUPTAIL is not installed"
+    env = {**os.environ, "UOPGRAD_CUDA_EMULATE": "1"}
+    probe = "from uopgrad import Device; Device['BROKEN_CUDA_GROUPTAIL']"
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    return None if res.returncode == 0 else "CUDA emulation unavailable: " + res.stderr.strip()[-300:]
+
+
+def test_planted_c_bug_is_caught_grouped_reduce_drops_its_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grouped reduce (a target with local memory: CUDA, emulated) that drops the last n % L elements:
+    the grouped-reduce path catches it, with a repro."""
+    if (why := _cuda_emulated()) is not None:
+        pytest.skip(why)
+    monkeypatch.setenv("UOPGRAD_CUDA_EMULATE", "1")
+    run = run_suite(tmp_path, "BROKEN_CUDA_GROUPTAIL", "-k", "path_grouped_reduce")
+    assert run.rc == 1, run.out[-3000:]
+    assert run.outcome("test_path[path_grouped_reduce-float32-program]") == "failed"
+    found = snippets(run.out)
+    assert found and "differs from REFERENCE" in run.out, run.out[-3000:]
+    script = tmp_path / "repro.py"
+    script.write_text(found[0])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
 
 
 def test_planted_c_bug_is_caught_realize_drops_the_graph(tmp_path: Path) -> None:
@@ -330,10 +395,20 @@ def test_reference_passes_and_the_report_lists_every_row(tmp_path: Path) -> None
         "jit variable offset",
         "empty reductions",
         "equal leaves",
+        "path jit step",
+        "path optimiser",
+        "path matmul panels",
+        "path grouped reduce",
+        "path sharded shrink",
+        "path gradient template",
+        "path memory",
     } <= rows
     assert {r for r in rows if r.startswith("unary edges")} >= {"unary edges sigmoids", "unary edges exp log"}
     assert "uopgrad conformance summary for REFERENCE" in run.out
-    assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"])
+    # every case passes, but the OPT=1-against-OPT=0 rows: REFERENCE has no opt pass to compare
+    opt_rows = [c for c in run.report["cases"] if c["row"].startswith("OPT ")]
+    assert opt_rows and all(c["outcome"] == "not claimed" for c in opt_rows)
+    assert all(c["outcome"] in ("passed", "xfailed") for c in run.report["cases"] if c not in opt_rows)
 
 
 def test_out_of_tree_backend_passes(tmp_path: Path) -> None:

@@ -1,0 +1,134 @@
+"""Broken backends on the paths a user's training program takes (the suite's `path` rows, paths.py): the CPU
+backend (and, for the grouped reduce, the CUDA backend emulated on the host, grid.py) with one planted
+bug each, in the newer code that issue 37 found unchecked. Two are bugs of a backend itself (a third,
+BROKEN_C_DIVULP, is in divide.py); three are core bugs planted in one device (a core function replaced for
+that device's graphs only), as `BROKEN_C_REALIZE` is.
+
+| device                | planted bug                                                                     |
+| --------------------- | ------------------------------------------------------------------------------- |
+| BROKEN_C_JITSTALE     | `bind_kernel` binds a launch to the buffers it was captured with, not the ones  |
+|                       | passed: a TinyJit replay reads the capture's input again (stale input)          |
+| BROKEN_C_ALLREDUCE    | the all-reduce of a sharded reduce adds each device's own partial twice         |
+| BROKEN_C_GRADKEY      | the gradient template cache is keyed without the targets: a structure           |
+|                       | differentiated for `w1` serves the same structure differentiated for `w2`       |
+| BROKEN_CUDA_GROUPTAIL | CUDA (emulated): a grouped reduce runs `n // L` steps per thread, ungated: the  |
+|                       | last `n % L` elements of a reduce whose length no workgroup size divides are    |
+|                       | dropped                                                                         |
+| BROKEN_C_DIVULP       | (divide.py) a target without a native divide decomposes `a / b` as              |
+|                       | `a * (1 / b)`: off by an ulp on about a third of the quotients                  |
+| BROKEN_C_NOGRAD       | a value realized under `no_grad` keeps its graph (realize ignores no_grad): a   |
+|                       | running mean updated each step holds every earlier step's buffers               |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from uopgrad import Ops, Tensor, UOp
+from uopgrad.backend import CompiledBackend
+from uopgrad_broken.cbackend import _backend
+from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
+
+__all__ = [
+    "PATH_MUTANTS",
+    "BrokenAllreduce",
+    "BrokenGradKey",
+    "BrokenJitStale",
+    "BrokenNoGrad",
+]
+
+
+def _on(device: object, name: str) -> bool:
+    devices = device if isinstance(device, tuple) else (device,)
+    return any(isinstance(d, str) and d.startswith(name) for d in devices)
+
+
+# ---------------------------------------------------------------------- backend bugs
+class BrokenJitStale(CompiledBackend):
+    """Binds every launch to the kernel CALL's own buffers ("they are the same buffers anyway"): a replay
+    that puts this call's input where the capture's was launches on the capture's input."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__(device, CRenderer(), CCompiler(), CPUAllocator(), CPUProgram, CPU_DTYPES)
+
+    def bind_kernel(
+        self, item: UOp, var_vals: dict[str, int], bufs: Sequence[UOp] | None = None
+    ) -> Callable[[], None]:
+        return super().bind_kernel(item, var_vals, None)
+
+
+# ---------------------------------------------------------------------- core bugs, in one device
+def _allreduce_twice() -> None:
+    """BROKEN_C_ALLREDUCE: each device starts its sum from its own partial, then adds every partial (its
+    own again)."""
+    from uopgrad.multi import Lowering
+
+    original = Lowering.allreduce
+
+    def allreduce(
+        self: Lowering, partials: Sequence[UOp], op: Ops, devices: tuple[str, ...]
+    ) -> tuple[UOp, ...]:
+        if not _on(devices, "BROKEN_C_ALLREDUCE"):
+            return original(self, partials, op, devices)
+        out = []
+        for d, own in zip(devices, partials):
+            acc = own
+            for x in partials:
+                acc = acc.alu(op, x if x.device == d else x.copy_to_device(d))
+            out.append(acc)
+        return tuple(out)
+
+    Lowering.allreduce = allreduce  # type: ignore[method-assign]
+
+
+def _template_without_targets() -> None:
+    """BROKEN_C_GRADKEY: the gradient template's key has the graph's structure but not which of its nodes
+    are the targets."""
+    import uopgrad.gradient_template as gt
+
+    original = gt._structure
+
+    def structure(root: UOp, seed: UOp, targets: Sequence[UOp]) -> tuple[list[UOp], tuple[Any, ...] | None]:
+        nodes, key = original(root, seed, targets)
+        if key is None or not any(_on(t.device, "BROKEN_C_GRADKEY") for t in targets):
+            return nodes, key
+        return nodes, (*key[:-1], ("targets", key[-1][-1]))  # the seed's position, the targets' dropped
+
+    gt._structure = structure
+
+
+def _realize_ignores_no_grad() -> None:
+    """BROKEN_C_NOGRAD: realize keeps the history of every value, also one realized under no_grad (whose
+    graph is needed by no gradient): an inference or running-statistics loop holds a chain of steps."""
+    import uopgrad.tensor_grad as tg
+
+    original = Tensor._realize
+
+    def realize(tensors: Sequence[Tensor]) -> None:
+        if not any(_on(t.device, "BROKEN_C_NOGRAD") for t in tensors):
+            return original(tensors)
+        prev, tg._GradMode.enabled = tg._GradMode.enabled, True
+        try:
+            original(tensors)
+        finally:
+            tg._GradMode.enabled = prev
+
+    Tensor._realize = staticmethod(realize)  # type: ignore[method-assign]
+
+
+_allreduce_twice()
+_template_without_targets()
+_realize_ignores_no_grad()
+BrokenAllreduce = _backend()
+BrokenGradKey = _backend()
+BrokenNoGrad = _backend()
+
+# device name -> backend (the entry points of pyproject.toml; BROKEN_CUDA_GROUPTAIL is in grid.py,
+# BROKEN_C_DIVULP in divide.py: its patch is not scoped to a device, so it lives in a module of its own)
+PATH_MUTANTS: dict[str, type[CompiledBackend]] = {
+    "BROKEN_C_JITSTALE": BrokenJitStale,
+    "BROKEN_C_ALLREDUCE": BrokenAllreduce,
+    "BROKEN_C_GRADKEY": BrokenGradKey,
+    "BROKEN_C_NOGRAD": BrokenNoGrad,
+}
