@@ -113,3 +113,24 @@ def test_conformance_hint_when_the_suite_is_missing(from_checkout, monkeypatch, 
     command = quoted_command(capsys.readouterr().err)
     assert command == f"pip install {ROOT / 'conformance'}"
     assert "Would install uopgrad-conformance" in pip_accepts(command)
+
+
+def test_the_hint_works_in_a_fresh_venv(from_checkout: None, tmp_path: Path) -> None:
+    """The user's case: a new virtual environment with nothing but pip, the hint pasted into it (dry run,
+    without dependencies: the point is that pip finds and builds the distribution the hint names)."""
+    with pytest.raises(BackendError) as e:
+        registry_without("CL")["CL"]
+    words = shlex.split(quoted_command(str(e.value)))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", *words, "--dry-run", "--no-deps"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    if out.returncode != 0 and "setuptools" in out.stdout + out.stderr and "No matching" in out.stderr:
+        pytest.skip("a fresh venv cannot fetch setuptools (no package index here) to build the package")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Would install uopgrad-opencl" in out.stdout
