@@ -8,6 +8,7 @@ import pytest
 
 from uopgrad import Ops, Tensor
 from uopgrad.backend import Device
+from uopgrad.codegen.opt import pack_min_span
 from uopgrad.config import Context
 
 WIDTH = Device["CPU"].capabilities.vector_width
@@ -19,10 +20,19 @@ def _sources(out: Tensor) -> list[str]:
     return [Device["CPU"].kernel(it).src for it in items if it.src[0].op is Ops.SINK]
 
 
+# the right operand's span from which this host's target packs a plain panel (half its L2, spec/opt.md §3.1)
+SPAN = pack_min_span(Device["CPU"].capabilities.cache_sizes)
+
+
+def _cols(k: int, least: int) -> int:
+    """Columns (a multiple of 16) that give a k-row right operand at least SPAN bytes, and `least`."""
+    return max(least, 16 * -(-SPAN // (k * 4 * 16)))
+
+
 CASES = {
-    "square rows 2 KB apart": ((128, 512), (512, 512)),
-    "batched": ((2, 64, 512), (2, 512, 256)),
-    "odd rows": ((36, 1024), (1024, 144)),
+    "square rows 2 KB apart": ((128, 512), (512, _cols(512, 512))),
+    "batched": ((2, 64, 512), (2, 512, _cols(512, 256))),
+    "odd rows": ((36, 1024), (1024, _cols(1024, 144))),
     "transposed (g @ W.T, gathered into the panel)": ((64, 256), (256, 256)),
 }
 

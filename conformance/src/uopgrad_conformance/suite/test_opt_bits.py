@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from uopgrad import DType, Ops, Tensor, dtypes
+from uopgrad.codegen.opt import pack_min_span
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad_conformance.forward import Failure
@@ -28,7 +29,7 @@ from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input, namespace, snippet
 from uopgrad_conformance.target import Target, tensor
 
-Data = Callable[[np.random.Generator, DType], list[Input]]
+Data = Callable[..., list[Input]]  # (rng, dtype), and a packing row's columns
 PERIOD = 61  # large inputs repeat a prime period: the repro writes them as one np.resize line
 
 
@@ -72,15 +73,16 @@ def _mm_data(m: int, k: int, n: int) -> Data:
     return make
 
 
-def _wide_data(rng: np.random.Generator, dt: DType) -> list[Input]:
-    """(64, 256) @ (256, 512): a panel over 256 rows of 2 KB, 8 row tiles of the widest tile per column
-    tile (spec/opt.md §1, Pack), finite values and signed zeros repeating a prime period (a NaN or inf there
-    would reach every output); and a 32 x 32 pair with the specials for the transposed right operand."""
+def _wide_data(rng: np.random.Generator, dt: DType, cols: int = 512) -> list[Input]:
+    """(64, 256) @ (256, cols): a panel over 256 rows of `cols` values (at least the span from which the
+    target packs, `_panel_cols`), 8 row tiles of the widest tile per column tile (spec/opt.md §1, Pack),
+    finite values and signed zeros repeating a prime period (a NaN or inf there would reach every output);
+    and a 32 x 32 pair with the specials for the transposed right operand."""
     hd = host_dtype(dt)
     pa, pb = rng.standard_normal(PERIOD).astype(hd), rng.standard_normal(PERIOD).astype(hd)
     pa[[3, 40]], pb[[7, 22]] = -0.0, -0.0
     small = _mm_data(32, 32, 32)(rng, dt)
-    wide = [Input("a", np.resize(pa, (64, 256)), dt), Input("b", np.resize(pb, (256, 512)), dt)]
+    wide = [Input("a", np.resize(pa, (64, 256)), dt), Input("b", np.resize(pb, (256, cols)), dt)]
     return [*wide, Input("c", small[0].value, dt), Input("d", small[1].value, dt)]
 
 
@@ -152,6 +154,13 @@ ROWS: dict[str, BitsRow] = {
         (dtypes.float32,),
     ),
 }
+
+
+def _panel_cols(target: Target) -> int:
+    """Columns of a 256-row float32 right operand whose span reaches the target's packing threshold (half
+    its L2: spec/opt.md §3.1), a multiple of 16, at least 512."""
+    span = pack_min_span(target.backend.capabilities.cache_sizes)
+    return max(512, 16 * -(-span // (256 * 4 * 16)))
 
 
 def _not_claimed(target: Target, row: BitsRow, dt: DType) -> str | None:
@@ -236,7 +245,7 @@ def test_opt_bits(case: Case, target: Target, record: Recorder) -> None:
     """Each program of the class with OPT=1 and with OPT=0 on the backend: the same bytes."""
     dt, row = case.dtype, case.payload
     assert dt is not None and isinstance(row, BitsRow)
-    inputs = row.data(case_rng(case), dt)
+    inputs = row.data(case_rng(case), dt, _panel_cols(target)) if row.packs else row.data(case_rng(case), dt)
     with Context(OPT=0):
         want = _run(target, dt, inputs, row.exprs)
     with Context(OPT=1):  # whatever the environment says
