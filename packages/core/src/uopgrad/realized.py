@@ -217,16 +217,22 @@ def overwritten(buffers: Iterable[UOp]) -> None:
 def check_not_overwritten(graph: UOp, needed: Iterable[UOp], targets: Collection[UOp] = ()) -> None:
     """Raise if a graph that reads one of the buffers `needed` (a gradient reading forward values) was
     computed from contents that an in-place write has since replaced: the gradient would silently use the
-    new contents (PyTorch raises here too). Only the realized values the gradient can pass through count:
-    not those under a DETACH, nor a target's own (a parameter an optimiser replaced with a realized value:
-    its buffer holds the value, and no gradient flows into how it was computed)."""
+    new contents (PyTorch raises here too). Where `targets` are given, only the realized values the gradient
+    passes through count: those with a target below them other than through a DETACH (a parameter an
+    optimiser replaced with a realized value is a target whose own computation no gradient enters)."""
     # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
     # walk of every gradient graph) is never computed
-    stop = set(targets)
+    nodes = graph.toposort(enter_calls=False)
+    through: dict[UOp, bool] = {}  # node -> a target lies below it, not behind a DETACH
+    if targets:
+        tset = set(targets)
+        for u in nodes:
+            srcs = u.src[1:] if u.op in GroupOp.Call else u.src
+            through[u] = u.op is not Ops.DETACH and any(x in tset or through[x] for x in srcs)
     stale = [
         b
-        for call in graph.toposort(lambda u: u not in stop and u.op is not Ops.DETACH, enter_calls=False)
-        if call.op is Ops.CALL  # only realized CALLs have reads
+        for call in nodes
+        if call.op is Ops.CALL and (not targets or through[call])  # only realized CALLs have reads
         if (at := _READ_AT.get(call)) is not NOT_COMPUTED
         for b, version in at
         if _version(b) != version
