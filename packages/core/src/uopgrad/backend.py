@@ -569,24 +569,22 @@ class CompiledBackend(Backend):
             run_schedule(sched.items, sched.var_vals, self._device, self._plan(sched))
 
     def _plan(self, sched: Schedule) -> tuple[Callable[[UOp, dict[str, int]], None] | None, ...]:
-        """The launch of each of the schedule's kernels on this device, by position (None for the rest),
-        its kernels built first. Kept in `sched.memo`, shared by every schedule of the same cache entry,
-        whose items differ only in their buffers: a repeated step's realize goes straight to launching."""
+        """The launch of each of the schedule's kernels on this device, by position (None for the rest):
+        this backend's `run_kernel`, its kernels built first. Kept in `sched.memo`, shared by every schedule
+        of the same cache entry, whose items differ only in their buffers: a repeated step's realize skips
+        `prepare` and the device lookups. Each launch still finds its kernel in the kernel cache (a cleared or
+        bounded cache builds it again), so a plan never runs a kernel the cache let go."""
         width = self.capabilities.vector_width if OPT else -1  # (as `prepare` keys its kernels)
-        if type(self).run_kernel is not CompiledBackend.run_kernel:  # a backend's own launch: always used
-            self.prepare([it for it in sched.items if it.src[0].op is Ops.SINK and self._mine(it)])
-            return ()
         if (hit := sched.memo.get((self, width))) is None:
-            mine = [it.src[0].op is Ops.SINK and self._mine(it) for it in sched.items]
+            mine = tuple(it.src[0].op is Ops.SINK and self._mine(it) for it in sched.items)
             ready = self.prepare([it for it, m in zip(sched.items, mine) if m])
-            plan = tuple(
-                functools.partial(self._launch_planned, weakref.ref(ready[it.src[0]]), width) if m else None
-                for it, m in zip(sched.items, mine)
-            )
-            sched.memo[(self, width)] = (plan, len(ready))
-            return plan
-        with debug.compiling(self.name, 0, hit[1], self.compiler.stats):  # DEBUG's summary: kernels reused
-            return cast("tuple[Callable[[UOp, dict[str, int]], None] | None, ...]", hit[0])
+            sched.memo[(self, width)] = (mine, len(ready))
+        else:
+            mine, n = cast("tuple[tuple[bool, ...], int]", hit)
+            with debug.compiling(self.name, 0, n, self.compiler.stats):  # DEBUG's summary: kernels reused
+                pass
+        run = self.run_kernel
+        return tuple(run if m else None for m in mine)
 
     def _handles_of(self, k: _Kernel, bufs: Sequence[UOp]) -> list[object]:
         got = self._handles.get  # the common case: allocated already
@@ -599,14 +597,6 @@ class CompiledBackend(Backend):
         """Launch one scheduled kernel CALL on this device's buffers."""
         width = self.capabilities.vector_width if OPT else -1
         self._launch(self._kernels.get((item.src[0], width)) or self.kernel(item), item, var_vals)
-
-    def _launch_planned(
-        self, kernel: weakref.ref[_Kernel], width: int, item: UOp, var_vals: dict[str, int]
-    ) -> None:
-        """A planned launch. The plan holds its kernel weakly: the kernel cache's bound still unloads the
-        programs it lets go (looked up, and built, again where one is gone)."""
-        k = kernel() or self._kernels.get((item.src[0], width)) or self.kernel(item)
-        self._launch(k, item, var_vals)
 
     def _launch(self, k: _Kernel, item: UOp, var_vals: dict[str, int]) -> None:
         handles = self._handles_of(k, item.src[1:])
