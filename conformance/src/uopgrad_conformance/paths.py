@@ -52,8 +52,8 @@ ROWS = (
 )
 _SGD = "SGD(params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)"
 _BIAS = "Tensor(np.zeros(7), device=dev, dtype=dt, requires_grad=True)"
-# payload -> (the optimiser, how the bias is made): `Tensor.zeros(..., requires_grad=True)` is how a user
-# makes a bias, and core fails it (xfails.KNOWN_CORE_ISSUES), so the other cases make it from numpy
+# payload -> (the optimiser, how the bias is made): from numpy (a buffer from the start), and by
+# `Tensor.zeros(..., requires_grad=True)` as a user makes one (no buffer until the first step replaces it)
 OPTIMISERS = {
     "SGD": (_SGD, _BIAS),
     "Adam": ("Adam(params, lr=0.01)", _BIAS),
