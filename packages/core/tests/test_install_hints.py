@@ -63,7 +63,8 @@ def from_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_checkout_is_found_only_for_a_source_install():
     import uopgrad
 
-    editable = Path(uopgrad.__file__).resolve().is_relative_to(ROOT)
+    # (nox's environments live under the checkout too, in .nox/: only the source tree itself counts)
+    editable = Path(uopgrad.__file__).resolve().parent == ROOT / "packages/core/src/uopgrad"
     assert checkout() == (ROOT if editable else None)
 
 
