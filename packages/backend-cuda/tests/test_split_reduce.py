@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from uopgrad import Device, Ops, Tensor
+from uopgrad import Ops, Tensor
 from uopgrad.config import Context
-from uopgrad.pipeline import lower
-from uopgrad_conformance.kit.grouped import floats, sequential_max
+from uopgrad_conformance.kit.grouped import floats, launches, sequential_max
 
 BIG = 1 << 22
-
-
-def launches(t: Tensor) -> list[int]:
-    """The threads each kernel of `t`'s schedule launches, in order."""
-    items, _ = t.linear_with_vars()
-    out = []
-    for it in items.src:
-        if it.src[0].op is Ops.SINK:
-            prg = lower(it, Device[str(it.src[1].device)].capabilities)
-            out.append(int(np.prod(prg.global_size or (1,))) * int(np.prod(prg.local_size or (1,))))
-    return out
 
 
 def test_a_full_sum_of_4m_launches_at_least_4096_threads() -> None:

@@ -9,23 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uopgrad import Device, Ops, Tensor
+from uopgrad import Ops, Tensor
 from uopgrad.config import Context
-from uopgrad.pipeline import lower
-from uopgrad_conformance.kit.grouped import floats, sequential_max, tricky_rows
+from uopgrad_conformance.kit.grouped import floats, launches, sequential_max, tricky_rows
 
 BIG = 1 << 22
-
-
-def launches(t: Tensor) -> list[int]:
-    """The work-items each kernel of `t`'s schedule launches on its device, in order."""
-    items, _ = t.linear_with_vars()
-    out = []
-    for it in items.src:
-        if it.src[0].op is Ops.SINK:
-            prg = lower(it, Device[str(it.src[1].device)].capabilities)
-            out.append(int(np.prod(prg.global_size or (1,))) * int(np.prod(prg.local_size or (1,))))
-    return out
 
 
 def within_sum_bound(got: np.ndarray, a: np.ndarray, axis: int | tuple[int, ...] | None) -> bool:

@@ -9,9 +9,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from uopgrad import Device, Ops, Tensor
+from uopgrad.pipeline import lower
 from uopgrad.renderer import Renderer
 
-__all__ = ["floats", "recorded_sources", "sequential_max", "tricky_rows"]
+__all__ = ["floats", "launches", "recorded_sources", "sequential_max", "tricky_rows"]
 
 
 def floats(n: int, seed: int = 0) -> np.ndarray:
@@ -55,3 +57,15 @@ def recorded_sources(monkeypatch: pytest.MonkeyPatch, renderer: type[Renderer]) 
 
     monkeypatch.setattr(renderer, "render", recording)
     return seen
+
+
+def launches(t: Tensor) -> list[int]:
+    """The threads (work-items) each kernel of `t`'s schedule launches on its device, in order: what a split
+    or grouped reduce spreads over (lowered for the device's target; nothing is compiled or run)."""
+    items, _ = t.linear_with_vars()
+    out = []
+    for it in items.src:
+        if it.src[0].op is Ops.SINK:
+            prg = lower(it, Device[str(it.src[1].device)].capabilities)
+            out.append(int(np.prod(prg.global_size or (1,))) * int(np.prod(prg.local_size or (1,))))
+    return out
