@@ -1,11 +1,17 @@
-"""The first step a user waits for (issue 35): forward and backward of a small transformer block in a fresh
-process with empty compile caches, ours beside tinygrad and torch eager, as ratios.
+"""The first step a user waits for (issue 35), in a fresh process with empty compile caches, ours beside
+tinygrad and torch eager, as ratios. Two workloads:
 
-The block: pre-norm attention (4 heads) and a GELU MLP on a (4, 32, 64) input, a mean loss read with
-`.item()`, then `backward()` and every gradient read back, as a user's first training step does. Each library
-runs in a process of its own with its caches pointed at new empty directories, so every kernel is compiled;
-the time is the step alone (imports and the random weights are outside it). tinygrad needs a C compiler for
-its CPU device (clang): where it has none its row says why. Best of `N` fresh processes (default 3).
+- `block`: forward and backward of a small transformer block, pre-norm attention (4 heads) and a GELU MLP on
+  a (4, 32, 64) input, a mean loss read with `.item()`, then `backward()` and every gradient read back;
+- `digits`: step 1 of `nox -s digits` (examples/digits.py): its CNN (two conv -> batchnorm -> relu -> maxpool
+  blocks and a linear layer) on one batch of 128 8x8 images, cross entropy, backward and an Adam step
+  realized together in training mode, then the loss read, as that example's loop does (random images of
+  the digits' shape: the data set is not needed to time a step).
+
+Each library runs in a process of its own with its caches pointed at new empty directories, so every kernel
+is compiled; the time is the step alone (imports and the random weights are outside it). tinygrad needs a C
+compiler for its CPU device (clang): where it has none its row says why. Best of `N` fresh processes
+(default 3).
 
 `python bench/first_step.py [DEVICE] [N]`; nothing is asserted.
 """
@@ -14,11 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
+
+from machine import machine_line
 
 DEVICE = sys.argv[1] if len(sys.argv) > 1 else "CPU"
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -57,6 +63,69 @@ seconds = time.perf_counter() - start
 print(json.dumps({{"seconds": seconds, "kernels": GlobalCounters.kernel_count, "loss": value}}))
 """
 
+# the digits example's first step (examples/digits.py: Net and one iteration of train()), in either library
+_DIGITS_STEP = """
+import json, sys, time
+import numpy as np
+if sys.argv[1] == "ours":
+    from uopgrad import Tensor, GlobalCounters
+    from uopgrad.nn import BatchNorm, Conv2d, Linear
+    from uopgrad.nn.optim import Adam
+    from uopgrad.nn.state import get_parameters
+    dev = sys.argv[2]
+else:
+    from tinygrad import Tensor, GlobalCounters
+    from tinygrad.nn import BatchNorm, Conv2d, Linear
+    from tinygrad.nn.optim import Adam
+    from tinygrad.nn.state import get_parameters
+    dev = None
+class Net:
+    def __init__(self):
+        self.c1, self.bn1 = Conv2d(1, 16, 3, padding=1), BatchNorm(16)
+        self.c2, self.bn2 = Conv2d(16, 32, 3, padding=1), BatchNorm(32)
+        self.fc = Linear(128, 10)
+    def __call__(self, x):
+        x = self.bn1(self.c1(x)).relu().max_pool2d(2)
+        x = self.bn2(self.c2(x)).relu().max_pool2d(2)
+        return self.fc(x.flatten(1))
+Tensor.manual_seed(0)
+net = Net()
+opt = Adam(get_parameters(net), lr=0.02)
+rng = np.random.default_rng(0)
+xb = Tensor(rng.random((128, 1, 8, 8), dtype=np.float32), device=dev)
+yb = Tensor(rng.integers(0, 10, 128).astype(np.int32), device=dev)
+Tensor.realize(*get_parameters(net), xb, yb)
+start = time.perf_counter()
+opt.zero_grad()
+with Tensor.train():
+    loss = net(xb).cross_entropy(yb)
+    loss.backward()
+    Tensor.realize(loss, *opt.schedule_step())
+value = float(loss.item())
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "kernels": GlobalCounters.kernel_count, "loss": value}))
+"""
+
+_TORCH_DIGITS_STEP = """
+import json, time, numpy as np, torch
+torch.manual_seed(0)
+net = torch.nn.Sequential(
+    torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    torch.nn.Flatten(), torch.nn.Linear(128, 10))
+opt = torch.optim.Adam(net.parameters(), lr=0.02)
+rng = np.random.default_rng(0)
+xb = torch.tensor(rng.random((128, 1, 8, 8), dtype=np.float32))
+yb = torch.tensor(rng.integers(0, 10, 128).astype(np.int64))
+start = time.perf_counter()
+opt.zero_grad()
+loss = torch.nn.functional.cross_entropy(net(xb), yb)
+loss.backward()
+opt.step()
+value = float(loss.item())
+print(json.dumps({"seconds": time.perf_counter() - start, "kernels": 0, "loss": value}))
+"""
+
 _TORCH_STEP = f"""
 import json, time, numpy as np, torch
 B, T, C, H = {B}, {T}, {C}, {HEADS}
@@ -81,20 +150,14 @@ print(json.dumps({{"seconds": time.perf_counter() - start, "kernels": 0, "loss":
 """
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one) and the core count."""
-    try:
-        name = next(
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        name = platform.processor() or platform.machine()
-    return f"{name}, {os.cpu_count()} cores"
+# workload -> (the script ours and tinygrad run, torch's script, its title)
+WORKLOADS = {
+    "block": (_TENSOR_STEP, _TORCH_STEP, f"first step of a transformer block ({B}x{T}x{C}, {HEADS} heads)"),
+    "digits": (_DIGITS_STEP, _TORCH_DIGITS_STEP, "step 1 of the digits CNN (nox -s digits, batch 128)"),
+}
 
 
-def fresh(lib: str) -> dict[str, float] | str:
+def fresh(lib: str, workload: str) -> dict[str, float] | str:
     """One cold step of `lib` in a new process with empty caches: its figures, or why it did not run."""
     caches = tempfile.mkdtemp(prefix="uopgrad-first-step-")
     env = dict(
@@ -105,7 +168,8 @@ def fresh(lib: str) -> dict[str, float] | str:
         CACHELEVEL="0",
         DEV=os.environ.get("DEV", "CPU"),
     )
-    src, args = (_TORCH_STEP, []) if lib == "torch" else (_TENSOR_STEP, [lib, DEVICE])
+    tensor_src, torch_src, _ = WORKLOADS[workload]
+    src, args = (torch_src, []) if lib == "torch" else (tensor_src, [lib, DEVICE])
     res = subprocess.run([sys.executable, "-c", src, *args], capture_output=True, text=True, env=env)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or ["no output"])[-1]
@@ -113,18 +177,21 @@ def fresh(lib: str) -> dict[str, float] | str:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def best(lib: str) -> dict[str, float] | str:
-    runs = [fresh(lib) for _ in range(N)]
+def best(lib: str, workload: str) -> dict[str, float] | str:
+    runs = [fresh(lib, workload) for _ in range(N)]
     ok = [r for r in runs if isinstance(r, dict)]
     return min(ok, key=lambda r: r["seconds"]) if ok else runs[0]
 
 
 def main() -> None:
-    print(
-        f"first step of a transformer block ({B}x{T}x{C}, {HEADS} heads), cold, best of {N} fresh processes"
-    )
-    print(f"machine: {cpu_model()}; ours on {DEVICE}")
-    rows = {lib: best(lib) for lib in ("ours", "tinygrad", "torch")}
+    print(f"{machine_line()}; ours on {DEVICE}")
+    for workload in WORKLOADS:
+        report(workload)
+
+
+def report(workload: str) -> None:
+    print(f"{WORKLOADS[workload][2]}, cold, best of {N} fresh processes")
+    rows = {lib: best(lib, workload) for lib in ("ours", "tinygrad", "torch")}
     ours = rows["ours"]
     for lib, r in rows.items():
         if isinstance(r, str):

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from machine import machine_line
 
 # cold numbers need empty caches: set before any library is imported
 os.environ["UOPGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="uopgrad-bench-cache-")
@@ -481,10 +482,7 @@ def main() -> None:
         print(getattr(runner, method)())
         return
     only = [s.strip() for s in args.only.split(",") if s.strip()]
-    print(
-        f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-        f"python {platform.python_version()}, numpy {np.__version__}"
-    )
+    print(f"{machine_line()}, python {platform.python_version()}, numpy {np.__version__}")
     data = host_data()
     cols = [measure(cls, data, args.repeat, only) for cls in RUNNERS]
     for _ in range(args.runs - 1):  # steady timings: the best of the runs; cold ones were measured once

@@ -32,7 +32,7 @@ SCRIPTS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("kernels.py", "--only", "chain8", "--runs", "1", "--repeat", "1"): ("chain8", "numpy"),
     ("split.py", "CPU", "50"): ("budget", "none"),
     ("soak.py", "20", "5"): ("step     20", "rss"),
-    ("first_step.py", "CPU", "1"): ("first step of a transformer block", "machine:", "kernels", "torch"),
+    ("first_step.py", "CPU", "1"): ("transformer block", "digits CNN", "machine:", "kernels", "torch"),
     ("grid.py", "--n", "64", "--repeat", "1", "--runs", "1"): ("CL OPT=0", "ratio CL / CPU"),
     ("gpu.py", "--smoke"): ("smoke run on the CUDA emulator", "matmul f16   ok", "chain8       ok"),
     ("grid_reduce.py", "--log2", "17", "--repeat", "1", "--runs", "1"): ("CL OPT=0", "ratio CL / CPU"),
