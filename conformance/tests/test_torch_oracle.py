@@ -168,25 +168,25 @@ def _check(prog: Any) -> None:
 _KINDS = ("unary", "binary", "movement", "reduce", "matmul", "function", "realize")
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+def _repeatable(examples: int) -> settings:
+    """Hypothesis settings for an oracle run: derandomised and without a database, so every run checks the
+    same programs; no deadline, as a program's time grows with its size."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+@_repeatable(40)
 @given(prog=programs(dtypes.float64, kinds=_KINDS[:-1]))
 def test_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@_repeatable(20)
 @given(prog=programs(dtypes.float64, kinds=_KINDS, read_first=True))
 def test_realized_program_gradients_match_torch(prog: Any) -> None:
     _check(prog)

@@ -29,21 +29,30 @@ import subprocess
 import sys
 import tempfile
 import zlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
+    from uopgrad import DType
     from uopgrad_conformance.report import Case, Journal, Record, Recorder, Summary
     from uopgrad_conformance.target import Target
     from uopgrad_conformance.xfails import XfailEntry
 
-__all__ = ["case_rng", "get_target", "record", "target"]
+__all__ = [
+    "case_rng",
+    "claimed_cases",
+    "get_target",
+    "parametrize_cases",
+    "parametrize_suite",
+    "record",
+    "target",
+]
 
 # the two hypothesis profiles (docs/conformance.md): `ci` is repeatable and quick, `thorough` searches long
 # (`record` is a function-scoped fixture shared by a test's examples on purpose: it keeps their worst error)
@@ -244,6 +253,26 @@ def parametrize_cases(metafunc: pytest.Metafunc, cases: list[Case]) -> None:
         "case",
         [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases],
     )
+
+
+def parametrize_suite(metafunc: pytest.Metafunc, cases: Callable[[Target, str], list[Case]]) -> None:
+    """A suite module's `pytest_generate_tests`: each test that takes a `case` runs over the cases that
+    `cases(backend under test, test name)` builds."""
+    if "case" in metafunc.fixturenames:
+        parametrize_cases(metafunc, cases(get_target(metafunc.config), metafunc.function.__name__))
+
+
+def claimed_cases(
+    target: Target, rows: Mapping[str, Any], dts: Iterable[DType], check: str, group: str
+) -> list[Case]:
+    """A case per row (name -> payload) and dtype, skipped where the target does not claim the dtype."""
+    from uopgrad_conformance.report import Case
+
+    return [
+        Case(row, dt, check, target.not_claimed(dt), payload, group)
+        for row, payload in rows.items()
+        for dt in dts
+    ]
 
 
 def case_rng(case: Case, salt: str = "") -> np.random.Generator:

@@ -25,7 +25,7 @@ from typing import Any
 from uopgrad import DType
 from uopgrad_conformance.numerics import ALL_DTYPES, SHORT, name
 
-__all__ = ["DONE", "Case", "Journal", "Record", "Recorder", "Summary", "crash_record"]
+__all__ = ["DONE", "OUTCOMES", "Case", "Journal", "Record", "Recorder", "Summary", "crash_record"]
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class Recorder:
         self.notes.append(text)
 
 
-# outcome -> (rank, symbol): a cell shows its worst outcome
-_OUTCOMES: dict[str, tuple[int, str]] = {
+# outcome -> (rank, symbol): a cell shows its worst outcome (the scoreboard ranks merged reports by it too)
+OUTCOMES: dict[str, tuple[int, str]] = {
     "crashed": (7, "CRASH"),
     "failed": (6, "FAIL"),
     "xpassed": (5, "XPASS"),
@@ -122,7 +122,7 @@ class Summary:
         for r in self.records:
             key = (r.row, r.column)
             old, err = out.get(key, (r.outcome, None))
-            outcome = r.outcome if _OUTCOMES[r.outcome][0] > _OUTCOMES[old][0] else old
+            outcome = r.outcome if OUTCOMES[r.outcome][0] > OUTCOMES[old][0] else old
             if r.worst_rel is not None:
                 err = r.worst_rel if err is None else max(err, r.worst_rel)
             out[key] = (outcome, err)
@@ -158,7 +158,7 @@ class Summary:
             marks, worst = [], None
             for c in used:
                 cell = cells.get((row, c))
-                marks.append(f"{_OUTCOMES[cell[0]][1] if cell else '-':>5}")
+                marks.append(f"{OUTCOMES[cell[0]][1] if cell else '-':>5}")
                 if cell and cell[1] is not None:
                     worst = cell[1] if worst is None else max(worst, cell[1])
             lines.append(f"{row:{width}} " + " ".join(marks) + ("" if worst is None else f"  {worst:.2e}"))
@@ -204,7 +204,7 @@ def _finite(x: float | None) -> float | str | None:
 
 def outcome_names() -> Iterable[str]:
     """Every outcome a record can have."""
-    return _OUTCOMES.keys()
+    return OUTCOMES.keys()
 
 
 # ---------------------------------------------------------------------- the journal (crashes)

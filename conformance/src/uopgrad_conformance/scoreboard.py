@@ -24,20 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from uopgrad_conformance.numerics import ALL_DTYPES, SHORT
+from uopgrad_conformance.report import OUTCOMES
 
 __all__ = ["Board", "Cell", "Entry", "load", "main", "merge", "to_html", "to_markdown"]
 
-# outcome -> (rank, symbol), as in report.py's table: a cell shows its worst outcome
-_OUTCOMES: dict[str, tuple[int, str]] = {
-    "crashed": (7, "CRASH"),
-    "failed": (6, "FAIL"),
-    "error": (6, "ERR"),
-    "xpassed": (5, "XPASS"),
-    "xfailed": (4, "xf"),
-    "skipped": (3, "skip"),
-    "passed": (2, "ok"),
-    "not claimed": (1, "nc"),
-}
 _BAD = frozenset({"crashed", "failed", "error", "xpassed"})  # outcomes whose case gets a repro entry
 _COLUMN_ORDER = {c: i for i, c in enumerate([*(SHORT[d] for d in ALL_DTYPES), "any"])}
 
@@ -110,7 +100,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]]) -> Board:
             board.backends.append(backend)
         for c in rep["cases"]:
             outcome = str(c.get("outcome", "error"))
-            outcome = outcome if outcome in _OUTCOMES else "error"
+            outcome = outcome if outcome in OUTCOMES else "error"
             key = (str(c.get("row", "?")), str(c.get("column", "any")))
             seen_rows.setdefault(key, None)
             host = str(c.get("host") or rep.get("host") or "?")
@@ -119,7 +109,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]]) -> Board:
             cell.hosts.add(host)
             if (err := _float(c.get("worst_rel"))) is not None and not math.isnan(err):
                 cell.worst_rel = err if cell.worst_rel is None else max(cell.worst_rel, err)
-            worse = _OUTCOMES[outcome][0] > _OUTCOMES[cell.outcome][0]
+            worse = OUTCOMES[outcome][0] > OUTCOMES[cell.outcome][0]
             if worse:
                 cell.outcome, cell.entry = outcome, None
             if outcome == cell.outcome and outcome in _BAD and cell.entry is None:
@@ -151,13 +141,13 @@ def _cell_text(cell: Cell | None) -> tuple[str, str]:
     """(outcome symbol, worst error) of a cell; '-' where the backend has no case of it."""
     if cell is None:
         return "-", ""
-    return _OUTCOMES[cell.outcome][1], "" if cell.worst_rel is None else f"{cell.worst_rel:.2e}"
+    return OUTCOMES[cell.outcome][1], "" if cell.worst_rel is None else f"{cell.worst_rel:.2e}"
 
 
 def _counts(board: Board) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {b: {} for b in board.backends}
     for (_, _, backend), cell in board.cells.items():
-        sym = _OUTCOMES[cell.outcome][1]
+        sym = OUTCOMES[cell.outcome][1]
         out[backend][sym] = out[backend].get(sym, 0) + 1
     return out
 
@@ -201,7 +191,7 @@ def to_markdown(board: Board) -> str:
     for e in board.entries:
         lines += ["", f'<a id="{e.anchor}"></a>', f"### {e.anchor}: {md_escape(e.nodeid)}", ""]
         lines.append(
-            f"{_OUTCOMES[e.outcome][1]} on {md_escape(e.backend)}, host {md_escape(e.host)} "
+            f"{OUTCOMES[e.outcome][1]} on {md_escape(e.backend)}, host {md_escape(e.host)} "
             f"(report {md_escape(e.source)})"
         )
         if e.reason:
@@ -278,7 +268,7 @@ def to_html(board: Board) -> str:
         out.append(f'<section id="{_esc(e.anchor)}">')
         out.append(f"<h3>{_esc(e.anchor)}: <code>{_esc(e.nodeid)}</code></h3>")
         out.append(
-            f"<p>{_esc(_OUTCOMES[e.outcome][1])} on {_esc(e.backend)}, host {_esc(e.host)} "
+            f"<p>{_esc(OUTCOMES[e.outcome][1])} on {_esc(e.backend)}, host {_esc(e.host)} "
             f"(report <code>{_esc(e.source)}</code>)</p>"
         )
         if e.reason:

@@ -28,50 +28,51 @@ __all__ = ["BINARY", "Program", "Step", "UNARY", "fixed_programs", "programs", "
 
 MAX_ELEMENTS = 48
 
-# name -> (source template over `{a}`, smooth: finite differences apply away from kinks). Simplest first:
-# hypothesis shrinks a choice towards the first entry.
-UNARY: dict[str, tuple[str, bool]] = {
-    "neg": ("-{a}", True),
-    "scale": ("{a} * 1.5", True),
-    "square": ("{a} * {a}", True),
-    "sin": ("{a}.sin()", True),
-    "tanh": ("{a}.tanh()", True),
-    "sigmoid": ("{a}.sigmoid()", True),
-    "recip_1p": ("({a} * {a} + 1).reciprocal()", True),
-    "sqrt_1p": ("({a} * {a} + 1).sqrt()", True),
-    "log2_1p": ("({a} * {a} + 1).log2()", True),
-    "exp2_half": ("({a} * 0.5).exp2()", True),
-    "relu": ("{a}.relu()", True),
-    "abs": ("{a}.abs()", True),
-    "contiguous": ("{a}.contiguous()", True),
+# name -> source template over `{a}` (and `{b}`). Simplest first: hypothesis shrinks a choice towards the
+# first entry. The float ops are smooth away from their kinks, so finite differences check them; the integer
+# ops are not.
+UNARY: dict[str, str] = {
+    "neg": "-{a}",
+    "scale": "{a} * 1.5",
+    "square": "{a} * {a}",
+    "sin": "{a}.sin()",
+    "tanh": "{a}.tanh()",
+    "sigmoid": "{a}.sigmoid()",
+    "recip_1p": "({a} * {a} + 1).reciprocal()",
+    "sqrt_1p": "({a} * {a} + 1).sqrt()",
+    "log2_1p": "({a} * {a} + 1).log2()",
+    "exp2_half": "({a} * 0.5).exp2()",
+    "relu": "{a}.relu()",
+    "abs": "{a}.abs()",
+    "contiguous": "{a}.contiguous()",
 }
-BINARY: dict[str, tuple[str, bool]] = {
-    "add": ("{a} + {b}", True),
-    "sub": ("{a} - {b}", True),
-    "mul": ("{a} * {b}", True),
-    "maximum": ("{a}.maximum({b})", True),
-    "div_1p": ("{a} / ({b} * {b} + 1)", True),
-    "where": ("({a} < {b}).where({a}, {b} * 2)", True),
+BINARY: dict[str, str] = {
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "maximum": "{a}.maximum({b})",
+    "div_1p": "{a} / ({b} * {b} + 1)",
+    "where": "({a} < {b}).where({a}, {b} * 2)",
 }
-INT_UNARY: dict[str, tuple[str, bool]] = {
-    "neg": ("-{a}", False),
-    "double": ("{a} * 2", False),
-    "shl": ("{a} << 2", False),
-    "shr": ("{a} >> 1", False),
-    "not": ("~{a}", False),
-    "abs": ("{a}.abs()", False),
+INT_UNARY: dict[str, str] = {
+    "neg": "-{a}",
+    "double": "{a} * 2",
+    "shl": "{a} << 2",
+    "shr": "{a} >> 1",
+    "not": "~{a}",
+    "abs": "{a}.abs()",
 }
-INT_BINARY: dict[str, tuple[str, bool]] = {
-    "add": ("{a} + {b}", False),
-    "sub": ("{a} - {b}", False),
-    "mul": ("{a} * {b}", False),
-    "maximum": ("{a}.maximum({b})", False),
-    "floordiv": ("{a} // {b}.maximum(1)", False),
-    "mod": ("{a} % {b}.maximum(1)", False),
-    "and": ("{a} & {b}", False),
-    "or": ("{a} | {b}", False),
-    "xor": ("{a} ^ {b}", False),
-    "where": ("({a} < {b}).where({a}, {b})", False),
+INT_BINARY: dict[str, str] = {
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "maximum": "{a}.maximum({b})",
+    "floordiv": "{a} // {b}.maximum(1)",
+    "mod": "{a} % {b}.maximum(1)",
+    "and": "{a} & {b}",
+    "or": "{a} | {b}",
+    "xor": "{a} ^ {b}",
+    "where": "({a} < {b}).where({a}, {b})",
 }
 REDUCE = ("sum", "max", "mean", "prod")
 
@@ -203,32 +204,29 @@ class _Builder:
         return f"t{i}"
 
 
-def _op_and_operand(
-    b: _Builder, floats: dict[str, tuple[str, bool]], ints: dict[str, tuple[str, bool]]
-) -> tuple[str, bool, int]:
-    """An op drawn from the table of the builder's kind (its source template and smoothness) and its first
-    operand, an existing value."""
+def _op_and_operand(b: _Builder, floats: dict[str, str], ints: dict[str, str]) -> tuple[str, int]:
+    """An op drawn from the table of the builder's kind (its source template) and its first operand, an
+    existing value."""
     table = floats if b.is_float else ints
     key = b.draw(st.sampled_from(sorted(table, key=list(table).index)))
-    src, smooth = table[key]
     a = b.pick()
     assert a is not None
-    return src, smooth, a
+    return table[key], a
 
 
 def _unary(b: _Builder) -> None:
-    src, smooth, a = _op_and_operand(b, UNARY, INT_UNARY)
-    b.add(Step(src.format(a=b.ref(a)), b.steps[a].shape, b.dt, smooth=smooth), [a])
+    src, a = _op_and_operand(b, UNARY, INT_UNARY)
+    b.add(Step(src.format(a=b.ref(a)), b.steps[a].shape, b.dt, smooth=b.is_float), [a])
 
 
 def _binary(b: _Builder) -> None:
-    src, smooth, a = _op_and_operand(b, BINARY, INT_BINARY)
+    src, a = _op_and_operand(b, BINARY, INT_BINARY)
     sa = b.steps[a].shape
     other = b.pick(lambda s: _compatible(sa, s) and _numel(_broadcast(sa, s)) <= MAX_ELEMENTS)
     if other is None or b.draw(st.booleans()):
         other = b.new_input(_broadcast_shape(b.draw, sa))
     shape = _broadcast(sa, b.steps[other].shape)
-    b.add(Step(src.format(a=b.ref(a), b=b.ref(other)), shape, b.dt, smooth=smooth), [a, other])
+    b.add(Step(src.format(a=b.ref(a), b=b.ref(other)), shape, b.dt, smooth=b.is_float), [a, other])
 
 
 def _movement(b: _Builder) -> None:
@@ -316,20 +314,18 @@ def _function(b: _Builder) -> None:
     two = other is not None and other != a and b.draw(st.booleans())
     table = UNARY if b.is_float else INT_UNARY
     first = b.draw(st.sampled_from(list(table)))
-    expr = table[first][0].format(a="p")
-    smooth = table[first][1]
+    expr = table[first].format(a="p")
     if two:
         btab = BINARY if b.is_float else INT_BINARY
         op = b.draw(st.sampled_from(list(btab)))
-        expr = btab[op][0].format(a=f"({expr})", b="q")
-        smooth = smooth and btab[op][1]
+        expr = btab[op].format(a=f"({expr})", b="q")
     flags = b.draw(st.sampled_from(["", "(precompile=True)", "(precompile=True, precompile_backward=True)"]))
     idx = len(b.steps)
     params = "p, q" if two else "p"
     prelude = f"@function{flags}\ndef f{idx}({params}):\n    return {expr}"
     args = f"{b.ref(a)}, {b.ref(other)}" if two and other is not None else b.ref(a)
     b.add(
-        Step(f"f{idx}({args})", sa, b.dt, smooth=smooth, prelude=prelude),
+        Step(f"f{idx}({args})", sa, b.dt, smooth=b.is_float, prelude=prelude),
         [a] + ([other] if two and other is not None else []),
     )
 
@@ -387,8 +383,8 @@ def fixed_programs(dt: DType, realized: bool = False) -> list[Program]:
     for floats one that cancels.
     `realized`: the same programs with an intermediate realized and the outputs read before the gradient."""
     un, bi = ("square", "mul") if dtypes.is_float(dt) else ("double", "mul")
-    sq = (UNARY if dtypes.is_float(dt) else INT_UNARY)[un][0]
-    mul = (BINARY if dtypes.is_float(dt) else INT_BINARY)[bi][0]
+    sq = (UNARY if dtypes.is_float(dt) else INT_UNARY)[un]
+    mul = (BINARY if dtypes.is_float(dt) else INT_BINARY)[bi]
     smooth = dtypes.is_float(dt)
     one = (
         Step("", (1,), dt, seed=1),
@@ -417,8 +413,8 @@ def fixed_programs(dt: DType, realized: bool = False) -> list[Program]:
         # must come from the rounding error the program is prone to, not from one run's
         cancel = (
             Step("", (1,), dt, seed=11506),
-            Step(UNARY["log2_1p"][0].format(a="t0"), (1,), dt),
-            Step(UNARY["tanh"][0].format(a="t1"), (1,), dt),
+            Step(UNARY["log2_1p"].format(a="t0"), (1,), dt),
+            Step(UNARY["tanh"].format(a="t1"), (1,), dt),
         )
         progs.append(Program(dt, cancel, (2,), realized))
     return progs

@@ -1,5 +1,6 @@
-"""The C-family renderer on hand-built linear programs (spec/kernels.md §2): golden C for a few kernels,
-constants, casts, guards of what C leaves undefined, and SSA temporaries for very long kernels."""
+"""The C-family renderer on hand-built linear programs (spec/kernels.md §2, built with the conformance kit's
+helpers as a backend's renderer tests build them): golden C for a few kernels, constants, casts, guards of
+what C leaves undefined, and SSA temporaries for very long kernels."""
 
 from __future__ import annotations
 
@@ -15,64 +16,22 @@ from uopgrad.ops import GroupOp, Ops
 from uopgrad.renderer import CStyleRenderer, Renderer
 from uopgrad.renderer.cstyle import RenderError
 from uopgrad.uop import UOp
+from uopgrad_conformance.kit.linear import alu, const, linear, load, param, prog, store
+from uopgrad_conformance.kit.linear import render as kit_render
 
 i32, f32, f16 = dtypes.int32, dtypes.float32, dtypes.float16
-
-
-def prog(name: str, uops: tuple[UOp, ...]) -> Program:
-    """codegen's Program for hand-built uops: every PARAM slot and every variable, in order."""
-    slots = tuple(sorted(u.arg for u in uops if u.op is Ops.PARAM))
-    return Program(name, uops, slots, tuple(u for u in uops if u.op is Ops.DEFINE_VAR), (), ())
-
-
-def param(slot: int, dt: DType, n: int) -> UOp:
-    return UOp(Ops.PARAM, dt.ptr(n), (), slot)
-
-
-def const(dt: DType, v: float | int | bool) -> UOp:
-    return UOp(Ops.CONST, dt, (), dtypes.as_const(v, dt))
 
 
 def rng(i: int, n: int | UOp, kind: str = "loop") -> UOp:
     return UOp(Ops.RANGE, i32, (n if isinstance(n, UOp) else const(i32, n),), (i, kind))
 
 
-def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(
-        Ops.LOAD,
-        buf.dtype.base,
-        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), *(() if gate is None else (gate,))),
-    )
-
-
-def store(buf: UOp, idx: UOp, val: UOp, gate: UOp | None = None) -> UOp:
-    return UOp(
-        Ops.STORE,
-        dtypes.void,
-        (UOp(Ops.INDEX, buf.dtype.base.ptr(), (buf, idx)), val, *(() if gate is None else (gate,))),
-    )
-
-
-def alu(op: Ops, *srcs: UOp) -> UOp:
-    """A kernel-level ALU uop (no broadcasting: the mixin's operators would add movement ops)."""
-    return UOp(op, dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype, srcs)
-
-
 def end(r: UOp) -> UOp:
     return UOp(Ops.END, dtypes.void, (r,))
 
 
-def linear(*roots: UOp) -> tuple[UOp, ...]:
-    """Sources before users, for hand-built programs: each root in turn adds what is not listed yet (so the
-    roots give the order of loops, register updates and ENDs)."""
-    out: dict[UOp, None] = {}
-    for root in roots:
-        out.update((u, None) for u in root.toposort() if u not in out)
-    return tuple(out)
-
-
 def render(name: str, *roots: UOp) -> str:
-    return CStyleRenderer().render(prog(name, linear(*roots)))
+    return kit_render(CStyleRenderer(), name, *roots)
 
 
 def elementwise(op: Ops, dt: DType, n: int = 16, out_dt: DType | None = None) -> str:

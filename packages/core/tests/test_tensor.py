@@ -684,12 +684,8 @@ def _composed_dot(a: Tensor, b: Tensor, dtype=None) -> Tensor:
 )
 @pytest.mark.parametrize(
     "da,db",
-    [
-        (dtypes.float32, dtypes.float32),
-        (dtypes.half, dtypes.half),
-        (dtypes.int32, dtypes.float32),
-        (dtypes.int8, dtypes.int8),
-    ],
+    # operands of one dtype, and an int32 one promoted to float32
+    [*((dt, dt) for dt in (dtypes.float32, dtypes.half, dtypes.int8)), (dtypes.int32, dtypes.float32)],
 )
 def test_matmul_builds_the_graph_of_its_tensor_ops(sa, sb, da, db):
     # dot builds its nodes directly; they must be the very nodes of the Tensor ops it stands for, so

@@ -1,6 +1,7 @@
 """Data and probes for a grid backend's tests of grouped reductions (uopgrad.codegen.group, spec/opt.md §4):
-the reference bits of an unoptimised float MAX, rows that stress them (ties of ±0, NaN payloads), and the
-sources a renderer printed during a test. Shared by the OpenCL and CUDA backends' `test_group_reduce.py`."""
+the reference bits of an unoptimised float MAX, rows that stress them (ties of ±0, NaN payloads), the
+exactness policy's check of a sum, and the sources a renderer printed during a test. Shared by the OpenCL
+and CUDA backends' `test_group_reduce.py`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from uopgrad import Device, Ops, Tensor
 from uopgrad.pipeline import lower
 from uopgrad.renderer import Renderer
 
-__all__ = ["floats", "launches", "recorded_sources", "sequential_max", "tricky_rows"]
+__all__ = [
+    "assert_sum_policy",
+    "floats",
+    "launches",
+    "recorded_sources",
+    "sequential_max",
+    "tricky_rows",
+]
 
 
 def floats(n: int, seed: int = 0) -> np.ndarray:
@@ -30,6 +38,21 @@ def sequential_max(a: np.ndarray) -> np.ndarray:
         nans = np.flatnonzero(np.isnan(row))
         out[i] = row[nans[0]] if nans.size else row[np.flatnonzero(row == row.max())[-1]]
     return out
+
+
+def assert_sum_policy(device: str, a: np.ndarray, axis: int | None = None) -> None:
+    """The sum of `a` (over `axis`, or all of it) on `device` keeps the exactness policy, whatever order a
+    split reduce adds in: an int32 sum is numpy's, wrapped as a sequential sum wraps; a float32 sum is within
+    2·n·eps·Σ|a| of the exact sum of its n elements."""
+    got = Tensor(a, device=device).sum(axis=axis).numpy()
+    if a.dtype == np.int32:
+        want = a.sum(axis=axis, dtype=np.int32)
+        assert got.dtype == np.int32 and np.array_equal(got, want), (got, want)
+        return
+    exact = a.astype(np.float64).sum(axis=axis)
+    n = a.size if axis is None else a.shape[axis]
+    bound = 2 * n * np.finfo(np.float32).eps * np.abs(a).astype(np.float64).sum(axis=axis)
+    assert np.all(np.abs(got - exact) <= bound), (got, exact, bound)
 
 
 def tricky_rows(n: int) -> np.ndarray:

@@ -11,7 +11,6 @@ dtype the backend does not claim is skipped with the reason.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from uopgrad import Device, DType, GroupOp, Ops, dtypes
 from uopgrad.alu import ALU
 from uopgrad.backend import CompiledBackend
 from uopgrad_conformance.kit.linear import elementwise, out_dtype, reference, run
+from uopgrad_conformance.numerics import special_values
 
 __all__ = ["assert_same", "backend_for", "pool"]
 
@@ -46,52 +46,17 @@ def backend_for(device: str, *dts: DType, ops: tuple[Ops, ...] = ()) -> Compiled
 
 
 def pool(dt: DType) -> np.ndarray:
-    """Edge values of `dt` (as numpy would store them)."""
-    npdt = dtypes.to_numpy(dt)
+    """Edge values of `dt` (as numpy would store them): the suite's special values, and what kernels meet
+    besides: for floats, ordinary values of a few more magnitudes; for integers, shift counts at and past the
+    width."""
+    base = special_values(dt)
     if dt == dtypes.bool:
-        return np.array([False, True])
+        return base
     if dtypes.is_float(dt):
-        info = np.finfo(npdt)
-        vals = [
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            0.5,
-            -2.5,
-            3.0,
-            7.75,
-            -7.75,
-            1e-3,
-            100.0,
-            1e4,
-            float(info.max),
-            float(info.smallest_subnormal),
-            -float(info.smallest_subnormal),
-            float(info.tiny),
-            math.inf,
-            -math.inf,
-            math.nan,
-        ]
-        return np.array(vals, dtype=npdt)
-    info2 = np.iinfo(npdt)
-    bits = 8 * dt.itemsize
-    vals2 = [
-        0,
-        1,
-        2,
-        3,
-        7,
-        100,
-        bits - 1,
-        bits,
-        int(info2.max),
-        int(info2.max) - 1,
-        int(info2.min),
-        int(info2.min) + 1,
-    ]
-    vals2 += [2 ** (bits - 1)] if dtypes.is_unsigned(dt) else [-1, -2, -3, -7, -100, -bits]
-    return np.array([v for v in vals2 if info2.min <= v <= info2.max], dtype=npdt)
+        return np.concatenate([base, np.array([7.75, -7.75, 1e-3, 100.0, 1e4], dtype=base.dtype)])
+    bits, info = 8 * dt.itemsize, np.iinfo(base.dtype)
+    shifts = {v for v in (bits - 1, bits, -bits) if info.min <= v <= info.max}
+    return np.array(sorted(set(base.tolist()) | shifts), dtype=base.dtype)
 
 
 def _pairs(dt: DType) -> tuple[np.ndarray, np.ndarray]:

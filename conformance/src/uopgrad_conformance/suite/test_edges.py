@@ -9,22 +9,22 @@ import pytest
 
 from uopgrad_conformance.edges import EDGE_ROWS, EdgeCase
 from uopgrad_conformance.forward import ForwardCheck, check_equal, run_forward
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per row and dtype."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = [
-        Case(row, dt, "forward", target.not_claimed(dt), spec, "edge")
-        for row, spec in EDGE_ROWS.items()
-        for dt in spec.dtypes
-    ]
-    parametrize_cases(metafunc, cases)
+
+    def cases(target: Target, _: str) -> list[Case]:
+        return [
+            Case(row, dt, "forward", target.not_claimed(dt), spec, "edge")
+            for row, spec in EDGE_ROWS.items()
+            for dt in spec.dtypes
+        ]
+
+    parametrize_suite(metafunc, cases)
 
 
 def test_edge(case: Case, target: Target, record: Recorder) -> None:

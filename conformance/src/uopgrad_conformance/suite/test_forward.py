@@ -30,7 +30,7 @@ from uopgrad_conformance.numerics import (
     representable,
     special_values,
 )
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input
 from uopgrad_conformance.target import REFERENCE, Target, no_second_device
@@ -101,9 +101,6 @@ def bitcast_cases(target: Target) -> list[Case]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise each test over its cases for the backend under test."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
     builders: dict[str, Callable[[Target], list[Case]]] = {
         "test_alu": alu_cases,
         "test_cast": cast_cases,
@@ -117,8 +114,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             for c in _dt_cases("COPY", "copy", t, ALL_DTYPES)
         ],
     }
-    cases = builders[metafunc.function.__name__](target)
-    parametrize_cases(metafunc, cases)
+    parametrize_suite(metafunc, lambda target, test: builders[test](target))
 
 
 # ---------------------------------------------------------------------- ALU ops

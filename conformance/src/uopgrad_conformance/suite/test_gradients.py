@@ -9,7 +9,7 @@ import pytest
 from uopgrad_conformance.gradcases import FUNCTION_CASES, GRAD_CASES
 from uopgrad_conformance.gradcheck import GradProgram, check_gradients, second_order
 from uopgrad_conformance.numerics import FLOATS
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target, no_second_device
 
@@ -27,14 +27,8 @@ def _cases(table: dict[str, GradProgram], group: str, target: Target) -> list[Ca
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise over the rows of the gradient and function tables, for every float dtype."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    table, group = {"test_gradient": (GRAD_CASES, "gradient"), "test_function": (FUNCTION_CASES, "function")}[
-        metafunc.function.__name__
-    ]
-    cases = _cases(table, group, target)
-    parametrize_cases(metafunc, cases)
+    tables = {"test_gradient": (GRAD_CASES, "gradient"), "test_function": (FUNCTION_CASES, "function")}
+    parametrize_suite(metafunc, lambda target, test: _cases(*tables[test], target))
 
 
 def _run(case: Case, target: Target, record: Recorder) -> None:

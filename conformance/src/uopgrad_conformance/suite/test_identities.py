@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from uopgrad import dtypes
 from uopgrad_conformance.identities import check_empty, check_leaves, empty_reductions, equal_leaves
-from uopgrad_conformance.plugin import get_target, parametrize_cases
+from uopgrad_conformance.plugin import claimed_cases, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
@@ -21,19 +21,13 @@ LEAF_DTYPES = (dtypes.float32, dtypes.float64)
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Empty reductions in int32 and float32; equal leaves in float32 and float64."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    if metafunc.function.__name__ == "test_empty_reductions":
-        cases = [
-            Case("empty reductions", dt, "random", target.not_claimed(dt), None, "reduce")
-            for dt in EMPTY_DTYPES
-        ]
-    else:
-        cases = [
-            Case("equal leaves", dt, "random", target.not_claimed(dt), None, "grad") for dt in LEAF_DTYPES
-        ]
-    parametrize_cases(metafunc, cases)
+
+    def cases(target: Target, test: str) -> list[Case]:
+        if test == "test_empty_reductions":
+            return claimed_cases(target, {"empty reductions": None}, EMPTY_DTYPES, "random", "reduce")
+        return claimed_cases(target, {"equal leaves": None}, LEAF_DTYPES, "random", "grad")
+
+    parametrize_suite(metafunc, cases)
 
 
 @settings(max_examples=max(2, settings().max_examples // 5))

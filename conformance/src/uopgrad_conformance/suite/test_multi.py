@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from uopgrad import Tensor, dtypes
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, decisions_differ
 from uopgrad_conformance.numerics import fd_step, host_dtype
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input, execute, namespace
 from uopgrad_conformance.strategies import programs
@@ -47,15 +47,14 @@ RTOL = 2e-5  # sharded vs unsharded float32: only the order of the all-reduce's 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per fixed program, and one for the random ones."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    skip = target.not_claimed(F32) or no_second_device(target)
-    if metafunc.function.__name__ == "test_multi_fixed":
-        cases = [Case(ROW, F32, name, skip, FIXED[name], "multi") for name in FIXED]
-    else:
-        cases = [Case(ROW, F32, "random", skip, None, "multi")]
-    parametrize_cases(metafunc, cases)
+
+    def cases(target: Target, test: str) -> list[Case]:
+        skip = target.not_claimed(F32) or no_second_device(target)
+        if test == "test_multi_fixed":
+            return [Case(ROW, F32, name, skip, FIXED[name], "multi") for name in FIXED]
+        return [Case(ROW, F32, "random", skip, None, "multi")]
+
+    parametrize_suite(metafunc, cases)
 
 
 def _axes(shapes: Sequence[tuple[int, ...]], how: str) -> list[int | None]:

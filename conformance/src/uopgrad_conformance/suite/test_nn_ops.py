@@ -15,7 +15,7 @@ import pytest
 
 from uopgrad import dtypes
 from uopgrad_conformance.gradcheck import GradInput, GradProgram, check_gradients
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, claimed_cases, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 
@@ -93,14 +93,9 @@ NN_CASES: dict[str, GradProgram] = {
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per row, in float32."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = [
-        Case(row, dtypes.float32, "grad", target.not_claimed(dtypes.float32), prog, "nn ops")
-        for row, prog in NN_CASES.items()
-    ]
-    parametrize_cases(metafunc, cases)
+    parametrize_suite(
+        metafunc, lambda target, _: claimed_cases(target, NN_CASES, [dtypes.float32], "grad", "nn ops")
+    )
 
 
 def test_nn_op(case: Case, target: Target, record: Recorder) -> None:

@@ -24,7 +24,7 @@ from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad_conformance.forward import Failure
 from uopgrad_conformance.numerics import host_dtype
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.repro import Input, namespace, snippet
 from uopgrad_conformance.target import Target, tensor
@@ -177,15 +177,15 @@ def _not_claimed(target: Target, row: BitsRow, dt: DType) -> str | None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per kernel class and dtype."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = [
-        Case(row, dt, "opt bits", _not_claimed(target, spec, dt), spec, "opt")
-        for row, spec in ROWS.items()
-        for dt in spec.dtypes
-    ]
-    parametrize_cases(metafunc, cases)
+
+    def cases(target: Target, _: str) -> list[Case]:
+        return [
+            Case(row, dt, "opt bits", _not_claimed(target, spec, dt), spec, "opt")
+            for row, spec in ROWS.items()
+            for dt in spec.dtypes
+        ]
+
+    parametrize_suite(metafunc, cases)
 
 
 def _build(target: Target, dt: DType, inputs: list[Input], exprs: tuple[str, ...]) -> list[Tensor]:

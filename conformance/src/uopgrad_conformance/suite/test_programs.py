@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from uopgrad import DType, dtypes
 from uopgrad_conformance.numerics import FLOATS
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, claimed_cases, parametrize_suite
 from uopgrad_conformance.programcheck import check_program
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.strategies import DEFAULT_KINDS, fixed_programs, programs
@@ -27,22 +27,18 @@ ROWS = {
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per row and dtype (float rows check backward too)."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = []
-    for row, kinds in ROWS.items():
-        for dt in FLOATS:
-            cases.append(Case(row, dt, "random", target.not_claimed(dt), kinds, "program"))
-    for dt in INTS:
-        cases.append(Case("programs", dt, "random", target.not_claimed(dt), ROWS["programs"], "program"))
-    if metafunc.function.__name__ == "test_program_examples":
-        cases = [
-            Case(row, dt, "fixed", target.not_claimed(dt), row.endswith("realized"), "program")
-            for row in ("programs one element", "programs one element realized")
-            for dt in (*FLOATS, dtypes.int32)
-        ]
-    parametrize_cases(metafunc, cases)
+
+    def cases(target: Target, test: str) -> list[Case]:
+        if test == "test_program_examples":
+            fixed = {
+                row: row.endswith("realized")
+                for row in ("programs one element", "programs one element realized")
+            }
+            return claimed_cases(target, fixed, (*FLOATS, dtypes.int32), "fixed", "program")
+        ints = claimed_cases(target, {"programs": ROWS["programs"]}, INTS, "random", "program")
+        return claimed_cases(target, ROWS, FLOATS, "random", "program") + ints
+
+    parametrize_suite(metafunc, cases)
 
 
 def _cast_targets(target: Target, dt: DType) -> list[DType]:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uopgrad_conformance import jit_programs, setitem_programs
-from uopgrad_conformance.plugin import get_target, parametrize_cases
+from uopgrad_conformance.plugin import parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target, no_second_device
 
@@ -24,23 +24,21 @@ FEWER = settings(max_examples=max(2, settings().max_examples // 5))  # each exam
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per row of each generator (float32)."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target, name = get_target(metafunc.config), metafunc.function.__name__
-    rows: tuple[str, ...]
-    if name == "test_setitem":
-        rows, dt = setitem_programs.ROWS, setitem_programs.DT
-        skips = {row: no_second_device(target) if row == "sharded" else None for row in rows}
-    else:
-        rows, dt, skips = jit_programs.ROWS, jit_programs.DT, {}
-    kind = name.removeprefix("test_")
-    parametrize_cases(
-        metafunc,
-        [
+
+    def cases(target: Target, name: str) -> list[Case]:
+        rows: tuple[str, ...]
+        if name == "test_setitem":
+            rows, dt = setitem_programs.ROWS, setitem_programs.DT
+            skips = {row: no_second_device(target) if row == "sharded" else None for row in rows}
+        else:
+            rows, dt, skips = jit_programs.ROWS, jit_programs.DT, {}
+        kind = name.removeprefix("test_")
+        return [
             Case(f"{kind} {row}", dt, "random", target.not_claimed(dt) or skips.get(row), row, kind)
             for row in rows
-        ],
-    )
+        ]
+
+    parametrize_suite(metafunc, cases)
 
 
 @FEWER

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from uopgrad_conformance.plugin import get_target, parametrize_cases
+from uopgrad_conformance.plugin import claimed_cases, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import Target
 from uopgrad_conformance.unary_edges import DTYPES, FAMILIES, check_family
@@ -13,15 +13,8 @@ from uopgrad_conformance.unary_edges import DTYPES, FAMILIES, check_family
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per family of ops and float dtype (float32, float64)."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = [
-        Case(f"unary edges {fam}", dt, "edges", target.not_claimed(dt), fam, "edge")
-        for fam in FAMILIES
-        for dt in DTYPES
-    ]
-    parametrize_cases(metafunc, cases)
+    rows = {f"unary edges {fam}": fam for fam in FAMILIES}
+    parametrize_suite(metafunc, lambda target, _: claimed_cases(target, rows, DTYPES, "edges", "edge"))
 
 
 def test_unary_edges(case: Case, target: Target, record: Recorder) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from uopgrad import DType, Tensor, dtypes
-from uopgrad_conformance.plugin import case_rng, get_target, parametrize_cases
+from uopgrad_conformance.plugin import case_rng, claimed_cases, parametrize_suite
 from uopgrad_conformance.report import Case, Recorder
 from uopgrad_conformance.target import REFERENCE, Target
 
@@ -26,19 +26,23 @@ READS: dict[str, Callable[[Tensor], object]] = {
     "realize twice": lambda t: (t.realize(), t.numpy()),
 }
 STEPS = 3
+# the inputs of each program: name -> (shape, scale of its standard-normal values)
+SNIPPET_INPUTS = {"x": ((4, 3), 1.0), "w": ((3, 2), 1.0), "y": ((4, 2), 1.0)}
+MLP_INPUTS = {
+    "x": ((8, 4), 1.0),
+    "y": ((8, 1), 1.0),
+    "w1": ((4, 5), 0.5),
+    "b1": ((5,), 0.1),
+    "w2": ((5, 1), 0.5),
+    "b2": ((1,), 0.1),
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per program and float dtype the backend claims (float32 and float64)."""
-    if "case" not in metafunc.fixturenames:
-        return
-    target = get_target(metafunc.config)
-    cases = [
-        Case(f"user order: {kind}", dt, "grad", target.not_claimed(dt), kind, "program")
-        for kind in (*READS, "training loop")
-        for dt in (dtypes.float32, dtypes.float64)
-    ]
-    parametrize_cases(metafunc, cases)
+    rows = {f"user order: {kind}": kind for kind in (*READS, "training loop")}
+    dts = (dtypes.float32, dtypes.float64)
+    parametrize_suite(metafunc, lambda target, _: claimed_cases(target, rows, dts, "grad", "program"))
 
 
 def _tolerance(dt: DType) -> float:
@@ -103,23 +107,12 @@ def test_user_order(case: Case, target: Target, record: Recorder) -> None:
     dt, kind = case.dtype, case.payload
     assert dt is not None
     rng = case_rng(case)
+    inputs = MLP_INPUTS if kind == "training loop" else SNIPPET_INPUTS
+    data = {k: rng.standard_normal(shape) * scale for k, (shape, scale) in inputs.items()}
     if kind == "training loop":
-        data = {
-            "x": rng.standard_normal((8, 4)),
-            "y": rng.standard_normal((8, 1)),
-            "w1": rng.standard_normal((4, 5)) * 0.5,
-            "b1": rng.standard_normal(5) * 0.1,
-            "w2": rng.standard_normal((5, 1)) * 0.5,
-            "b2": rng.standard_normal(1) * 0.1,
-        }
         got, want = _train(target.name, dt, data, True), _train(REFERENCE, dt, data, False)
         names = ["losses", *(k for k in data if k[0] in "wb")]
     else:
-        data = {
-            "x": rng.standard_normal((4, 3)),
-            "w": rng.standard_normal((3, 2)),
-            "y": rng.standard_normal((4, 2)),
-        }
         got, want = _snippet(target.name, dt, data, kind), _snippet(REFERENCE, dt, data, None)
         names = ["loss", "w.grad"]
     for what, g, w in zip(names, got, want):
