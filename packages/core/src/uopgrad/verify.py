@@ -402,66 +402,69 @@ pm_spec_tensor = (
 
 
 # ---------------------------------------------------------------------- what each op should look like
-_EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
-    (GroupOp.Unary, "1 source; output dtype = source dtype; arg None"),
-    (GroupOp.Comparison, "2 sources of one dtype; output dtype bool"),
-    (_INT_ONLY, "2 sources of one integer dtype; output dtype = that dtype"),
-    (_DIVISIONS, "2 sources of one number dtype (not bool); output dtype = that dtype"),
-    (_INT_OR_BOOL, "2 sources of one integer or bool dtype; output dtype = that dtype"),
-    (_PLAIN_BINARY, "2 sources of one dtype; output dtype = that dtype"),
-    ({Ops.WHERE}, "3 sources (bool condition, a, b); a, b and the output share one dtype"),
-    ({Ops.MULACC}, "3 sources; all sources and the output share one dtype"),
-    ({Ops.CAST}, "1 source; arg None; neither dtype void"),
-    ({Ops.BITCAST}, "1 source; arg None; source and output dtypes of equal itemsize"),
-    ({Ops.CONST}, "src (), (DEVICE,), (UNIQUE, DEVICE) or (LUNIQUE, DEVICE); arg a value of the dtype"),
-    ({Ops.VCONST}, "no sources; arg a tuple of dtype.count values of the scalar dtype"),
-    ({Ops.STACK}, "n scalar sources of one dtype; dtype scalar.vec(n) (an index vector takes any integers)"),
-    ({Ops.DEVICE}, "no sources; dtype void; arg a device name or a non-empty tuple of names"),
-    (
-        {Ops.UNIQUE, Ops.LUNIQUE},
+_EXPECT: dict[Ops, str] = {
+    **dict.fromkeys(GroupOp.Unary, "1 source; output dtype = source dtype; arg None"),
+    **dict.fromkeys(GroupOp.Comparison, "2 sources of one dtype; output dtype bool"),
+    **dict.fromkeys(_INT_ONLY, "2 sources of one integer dtype; output dtype = that dtype"),
+    **dict.fromkeys(_DIVISIONS, "2 sources of one number dtype (not bool); output dtype = that dtype"),
+    **dict.fromkeys(_INT_OR_BOOL, "2 sources of one integer or bool dtype; output dtype = that dtype"),
+    **dict.fromkeys(_PLAIN_BINARY, "2 sources of one dtype; output dtype = that dtype"),
+    Ops.WHERE: "3 sources (bool condition, a, b); a, b and the output share one dtype",
+    Ops.MULACC: "3 sources; all sources and the output share one dtype",
+    Ops.CAST: "1 source; arg None; neither dtype void",
+    Ops.BITCAST: "1 source; arg None; source and output dtypes of equal itemsize",
+    Ops.CONST: "src (), (DEVICE,), (UNIQUE, DEVICE) or (LUNIQUE, DEVICE); arg a value of the dtype",
+    Ops.VCONST: "no sources; arg a tuple of dtype.count values of the scalar dtype",
+    Ops.STACK: "n scalar sources of one dtype; dtype scalar.vec(n) (an index vector takes any integers)",
+    Ops.DEVICE: "no sources; dtype void; arg a device name or a non-empty tuple of names",
+    **dict.fromkeys(
+        (Ops.UNIQUE, Ops.LUNIQUE),
         'no sources; dtype void; arg a non-negative int (or a realize\'s ("realize", n))',
     ),
-    ({Ops.BUFFER}, "src (UNIQUE|LUNIQUE, DEVICE); arg the element count; a scalar non-void dtype"),
-    (
-        {Ops.PARAM},
+    Ops.BUFFER: "src (UNIQUE|LUNIQUE, DEVICE); arg the element count; a scalar non-void dtype",
+    Ops.PARAM: (
         "arg the slot (int >= 0); src (shape vector|NOOP, DEVICE|NOOP[, vmin CONST, vmax CONST]"
-        "[, NOOP(name)][, MULTI(axis)])",
+        "[, NOOP(name)][, MULTI(axis)])"
     ),
-    ({Ops.NOOP}, "dtype void and no sources (arg None or a name), or one source with its dtype"),
-    ({Ops.DEFINE_VAR}, "no sources; an int (or float) dtype; arg (name, min, max) with min <= max"),
-    ({Ops.BIND}, "src (DEFINE_VAR, CONST) of one dtype, the CONST within the variable's range"),
-    ({Ops.RESHAPE, Ops.EXPAND}, "src (x, shape vector of the new shape); output dtype = x's dtype; arg None"),
-    ({Ops.PAD, Ops.SHRINK}, "src (x, begins vector, ends vector), an entry per dimension; dtype = x's dtype"),
-    ({Ops.PERMUTE}, "1 source; arg a tuple that is a permutation of range(ndim); dtype = source dtype"),
-    ({Ops.FLIP}, "1 source; arg a tuple of one bool per dimension; dtype = source dtype"),
-    ({Ops.REDUCE}, "1 source; arg (ADD|MUL|MAX, tuple of distinct axes < ndim); dtype = source dtype"),
-    ({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}, "1 source; arg None; dtype = source dtype"),
-    ({Ops.COPY}, "src (x, DEVICE); arg None; dtype = x's dtype"),
-    ({Ops.AFTER}, "src (value, *effects); dtype = value's dtype"),
-    ({Ops.STORE}, "src (target, value) with one element dtype; dtype void"),
-    ({Ops.SINK}, "dtype void; any sources"),
-    ({Ops.TUPLE}, "dtype void; arg None; any sources"),
-    ({Ops.GETTUPLE}, "src (FUNCTION|TUPLE,); arg an index into the TUPLE; dtype = that element's dtype"),
-    (
-        {Ops.FUNCTION},
-        "dtype void; src (TUPLE body, *args); arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype",
+    Ops.NOOP: "dtype void and no sources (arg None or a name), or one source with its dtype",
+    Ops.DEFINE_VAR: "no sources; an int (or float) dtype; arg (name, min, max) with min <= max",
+    Ops.BIND: "src (DEFINE_VAR, CONST) of one dtype, the CONST within the variable's range",
+    **dict.fromkeys(
+        (Ops.RESHAPE, Ops.EXPAND),
+        "src (x, shape vector of the new shape); output dtype = x's dtype; arg None",
     ),
-    (
-        {Ops.CALL},
+    **dict.fromkeys(
+        (Ops.PAD, Ops.SHRINK),
+        "src (x, begins vector, ends vector), an entry per dimension; dtype = x's dtype",
+    ),
+    Ops.PERMUTE: "1 source; arg a tuple that is a permutation of range(ndim); dtype = source dtype",
+    Ops.FLIP: "1 source; arg a tuple of one bool per dimension; dtype = source dtype",
+    Ops.REDUCE: "1 source; arg (ADD|MUL|MAX, tuple of distinct axes < ndim); dtype = source dtype",
+    **dict.fromkeys(
+        (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH), "1 source; arg None; dtype = source dtype"
+    ),
+    Ops.COPY: "src (x, DEVICE); arg None; dtype = x's dtype",
+    Ops.AFTER: "src (value, *effects); dtype = value's dtype",
+    Ops.STORE: "src (target, value) with one element dtype; dtype void",
+    Ops.SINK: "dtype void; any sources",
+    Ops.TUPLE: "dtype void; arg None; any sources",
+    Ops.GETTUPLE: "src (FUNCTION|TUPLE,); arg an index into the TUPLE; dtype = that element's dtype",
+    Ops.FUNCTION: (
+        "dtype void; src (TUPLE body, *args); arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype"
+    ),
+    Ops.CALL: (
         "dtype void; src (SINK|PROGRAM|LINEAR|COPY|BUFFER_VIEW|CUSTOM_FUNCTION body, *args); "
-        "arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype",
+        "arg a CallInfo; body PARAM slot i < #args with args[i]'s dtype"
     ),
-    ({Ops.MULTI}, "src (x,) with x's dtype, or no sources and dtype void (PARAM marker); arg the axis"),
-    ({Ops.RANGE}, "in a custom kernel: src (index bound,); dtype index; arg (axis_id >= 0, 'loop')"),
-    (
-        {Ops.INDEX},
+    Ops.MULTI: "src (x,) with x's dtype, or no sources and dtype void (PARAM marker); arg the axis",
+    Ops.RANGE: "in a custom kernel: src (index bound,); dtype index; arg (axis_id >= 0, 'loop')",
+    Ops.INDEX: (
         "in a custom kernel: src (view of a pointer PARAM, one integer index per dimension); "
-        "dtype the pointer's element dtype",
+        "dtype the pointer's element dtype"
     ),
-    ({Ops.END}, "in a custom kernel: src (effect, RANGE, ...); dtype void"),
-    ({Ops.GROUP}, "in a custom kernel: effects that happen together; dtype void"),
-]
-_EXPECT: dict[Ops, str] = {op: text for ops, text in _EXPECT_ROWS for op in ops}
+    Ops.END: "in a custom kernel: src (effect, RANGE, ...); dtype void",
+    Ops.GROUP: "in a custom kernel: effects that happen together; dtype void",
+}
 
 
 def _shape_text(u: UOp) -> str:
@@ -477,18 +480,19 @@ def _node_text(u: UOp) -> str:
     return f"{u.op} {u.dtype!r} arg={u.arg!r} shape={_shape_text(u)}{tag}"
 
 
-_SHAPE_EXPECT_ROWS: list[tuple[frozenset[Ops] | set[Ops], str]] = [
-    (GroupOp.Elementwise | {Ops.STORE}, "shaped sources, all of one shape (broadcast when building)"),
-    ({Ops.RESHAPE}, "a shaped source; a non-negative new shape with the same number of elements"),
-    ({Ops.EXPAND}, "a shaped source of the same rank; only dimensions of size 1 may grow"),
-    ({Ops.PERMUTE}, "a shaped source; the order permutes exactly its axes"),
-    ({Ops.PAD}, "a shaped source; one non-negative (begin, end) pair per dimension"),
-    ({Ops.SHRINK}, "a shaped source; one (start, end) pair per dimension with 0 <= start <= end <= size"),
-    ({Ops.FLIP}, "a shaped source; one flag per dimension"),
-    ({Ops.REDUCE}, "a shaped source; every axis < its rank"),
-    ({Ops.GETTUPLE}, "the selected TUPLE element has a shape that can be inferred"),
-]
-_SHAPE_EXPECT: dict[Ops, str] = {op: text for ops, text in _SHAPE_EXPECT_ROWS for op in ops}
+_SHAPE_EXPECT: dict[Ops, str] = {
+    **dict.fromkeys(
+        GroupOp.Elementwise | {Ops.STORE}, "shaped sources, all of one shape (broadcast when building)"
+    ),
+    Ops.RESHAPE: "a shaped source; a non-negative new shape with the same number of elements",
+    Ops.EXPAND: "a shaped source of the same rank; only dimensions of size 1 may grow",
+    Ops.PERMUTE: "a shaped source; the order permutes exactly its axes",
+    Ops.PAD: "a shaped source; one non-negative (begin, end) pair per dimension",
+    Ops.SHRINK: "a shaped source; one (start, end) pair per dimension with 0 <= start <= end <= size",
+    Ops.FLIP: "a shaped source; one flag per dimension",
+    Ops.REDUCE: "a shaped source; every axis < its rank",
+    Ops.GETTUPLE: "the selected TUPLE element has a shape that can be inferred",
+}
 
 
 def _message(u: UOp, index: int, total: int, problem: str, expect: str) -> str:

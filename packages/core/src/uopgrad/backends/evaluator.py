@@ -392,9 +392,10 @@ class Evaluator:
         self._write_back(args, inner, frame)  # the kernel wrote into these arguments
 
 
-_Handler = Callable[[Evaluator, UOp, _Frame], Value]
 # How each non-ALU op is evaluated (ALU ops go through `reference_alu`); ops missing here are an error
-_HANDLERS: dict[Ops, _Handler] = {
+_HANDLERS: dict[Ops, Callable[[Evaluator, UOp, _Frame], Value]] = {
+    **dict.fromkeys((Ops.DEVICE, Ops.UNIQUE, Ops.LUNIQUE, Ops.NOOP, Ops.SINK, Ops.GROUP), Evaluator._none),
+    **dict.fromkeys(GroupOp.Movement, Evaluator._movement),
     Ops.CONST: Evaluator._const,
     Ops.VCONST: Evaluator._vconst,
     Ops.STACK: Evaluator._stack,
@@ -402,13 +403,6 @@ _HANDLERS: dict[Ops, _Handler] = {
     Ops.BIND: Evaluator._bind,
     Ops.PARAM: Evaluator._param,
     Ops.BUFFER: Evaluator._buffer,
-    Ops.DEVICE: Evaluator._none,
-    Ops.UNIQUE: Evaluator._none,
-    Ops.LUNIQUE: Evaluator._none,
-    Ops.NOOP: Evaluator._none,
-    Ops.SINK: Evaluator._none,
-    Ops.GROUP: Evaluator._none,
-    **{op: Evaluator._movement for op in GroupOp.Movement},
     Ops.REDUCE: Evaluator._reduce,
     Ops.CAST: Evaluator._cast,
     Ops.BITCAST: Evaluator._bitcast,
