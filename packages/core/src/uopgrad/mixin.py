@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Self, TypeVar
 
 from uopgrad._util import prod
 from uopgrad.dtype import ConstType, DType, dtypes
@@ -17,6 +17,35 @@ from uopgrad.errors import ArgumentError, MovementError, ShapeError
 from uopgrad.ops import Ops, sint
 
 __all__ = ["MathMixin", "MovementMixin", "broadcast_shape", "concrete_size", "resolve_shape_arg"]
+
+
+_M = TypeVar("_M", bound="MathMixin")
+
+
+def _binary(op: Ops) -> tuple[Callable[[_M, _M | ConstType], _M], Callable[[_M, _M | ConstType], _M]]:
+    """The operator that is the ALU op `op` and its reflected form (operands swapped): rows of MathMixin's
+    operator table, each one call to `_binop`, as a hand-written method would make."""
+
+    def forward(self: _M, x: _M | ConstType) -> _M:
+        return self._binop(op, x, False)
+
+    def reflected(self: _M, x: _M | ConstType) -> _M:
+        return self._binop(op, x, True)
+
+    forward.__doc__, reflected.__doc__ = f"{op.name}(self, x)", f"{op.name}(x, self)"  # what help() shows
+    return forward, reflected
+
+
+def _unary(op: Ops, doc: str) -> Callable[[_M], _M]:
+    """The method named after the unary ALU op `op` (exp2, sqrt, ...): `self._unop(op)`."""
+
+    def method(self: _M) -> _M:
+        return self._unop(op)
+
+    method.__name__ = op.name.lower()
+    method.__qualname__ = f"MathMixin.{method.__name__}"
+    method.__doc__ = doc
+    return method
 
 
 class MathMixin:
@@ -65,11 +94,23 @@ class MathMixin:
         """-self: MUL by -1, or logical not for bool."""
         return self.ne(True) if self.dtype == dtypes.bool else self.mul(-1)
 
-    def __add__(self, x: Self | ConstType) -> Self:
-        return self.add(x)
+    def pow(self, x: Self | ConstType, reverse: bool = False) -> Self:
+        """self ** x (POW)."""
+        return self._binop(Ops.POW, x, reverse)
 
-    def __radd__(self, x: Self | ConstType) -> Self:
-        return self.add(x, True)
+    # Operators that are one ALU op call `_binop` themselves (add, mul, pow are their named forms, with
+    # `reverse`); -, / and unary - go through sub, div and neg, which Tensor overrides.
+    __add__, __radd__ = _binary(Ops.ADD)
+    __mul__, __rmul__ = _binary(Ops.MUL)
+    __pow__, __rpow__ = _binary(Ops.POW)
+    __floordiv__, __rfloordiv__ = _binary(Ops.FLOORDIV)
+    __mod__, __rmod__ = _binary(Ops.FLOORMOD)
+    __and__, __rand__ = _binary(Ops.AND)
+    __or__, __ror__ = _binary(Ops.OR)
+    __xor__, __rxor__ = _binary(Ops.XOR)
+    __lshift__, __rshift__ = _binary(Ops.SHL)[0], _binary(Ops.SHR)[0]  # no reflected shifts, as before
+    # comparisons (== and != stay identity on UOps: use eq/ne); a > b is b < a
+    __lt__, __gt__ = _binary(Ops.CMPLT)
 
     def __sub__(self, x: Self | ConstType) -> Self:
         return self.sub(x)
@@ -77,73 +118,14 @@ class MathMixin:
     def __rsub__(self, x: Self | ConstType) -> Self:
         return self.sub(x, True)
 
-    def __mul__(self, x: Self | ConstType) -> Self:
-        return self.mul(x)
-
-    def __rmul__(self, x: Self | ConstType) -> Self:
-        return self.mul(x, True)
-
     def __truediv__(self, x: Self | ConstType) -> Self:
         return self.div(x)
 
     def __rtruediv__(self, x: Self | ConstType) -> Self:
         return self.div(x, True)
 
-    def __floordiv__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.FLOORDIV, x, False)
-
-    def __rfloordiv__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.FLOORDIV, x, True)
-
-    def __mod__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.FLOORMOD, x, False)
-
-    def __rmod__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.FLOORMOD, x, True)
-
     def __neg__(self) -> Self:
         return self.neg()
-
-    def __and__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.AND, x, False)
-
-    def __rand__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.AND, x, True)
-
-    def __or__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.OR, x, False)
-
-    def __ror__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.OR, x, True)
-
-    def __xor__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.XOR, x, False)
-
-    def __rxor__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.XOR, x, True)
-
-    def __lshift__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.SHL, x, False)
-
-    def __rshift__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.SHR, x, False)
-
-    def pow(self, x: Self | ConstType, reverse: bool = False) -> Self:
-        """self ** x (POW)."""
-        return self._binop(Ops.POW, x, reverse)
-
-    def __pow__(self, x: Self | ConstType) -> Self:
-        return self.pow(x)
-
-    def __rpow__(self, x: Self | ConstType) -> Self:
-        return self.pow(x, True)
-
-    # comparisons (== and != stay identity on UOps: use eq/ne)
-    def __lt__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.CMPLT, x, False)
-
-    def __gt__(self, x: Self | ConstType) -> Self:
-        return self._binop(Ops.CMPLT, x, True)
 
     def __ge__(self, x: Self | ConstType) -> Self:
         return (self < x).logical_not()
@@ -184,25 +166,11 @@ class MathMixin:
         raise TypeError("where needs at least one branch that is not a Python scalar")
 
     # unary math
-    def exp2(self) -> Self:
-        """2 ** self."""
-        return self._unop(Ops.EXP2)
-
-    def log2(self) -> Self:
-        """log base 2."""
-        return self._unop(Ops.LOG2)
-
-    def sin(self) -> Self:
-        """sine."""
-        return self._unop(Ops.SIN)
-
-    def sqrt(self) -> Self:
-        """square root."""
-        return self._unop(Ops.SQRT)
-
-    def reciprocal(self) -> Self:
-        """1 / self."""
-        return self._unop(Ops.RECIPROCAL)
+    exp2 = _unary(Ops.EXP2, "2 ** self.")
+    log2 = _unary(Ops.LOG2, "log base 2.")
+    sin = _unary(Ops.SIN, "sine.")
+    sqrt = _unary(Ops.SQRT, "square root.")
+    reciprocal = _unary(Ops.RECIPROCAL, "1 / self.")
 
     def trunc(self) -> Self:
         """Round toward zero."""
