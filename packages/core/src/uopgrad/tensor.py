@@ -214,17 +214,6 @@ class Tensor(
         self.requires_grad: bool | None = requires_grad
         self.grad: Tensor | None = None
 
-    @classmethod
-    def _from_data(
-        cls,
-        data: TensorData | None = None,
-        device: str | tuple[str, ...] | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Tensor:
-        """`Tensor(data, ...)`: the families' hook for a value made from data (tensor_hooks)."""
-        return cls(data, device, dtype, requires_grad)
-
     @property
     def uop(self) -> UOp:
         """The graph of this tensor's value (it changes when the tensor is realized or assigned)."""

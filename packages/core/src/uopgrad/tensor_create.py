@@ -15,7 +15,7 @@ import ctypes
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from uopgrad.tensor_registry import plain_buffer
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
+    from uopgrad.tensor_hooks import _OnDevice, _Placed
     from uopgrad.uop import sint
 
 __all__ = ["CreateMixin", "RandomStream", "Threefry"]
@@ -126,11 +129,24 @@ class Threefry:
         return stream
 
 
+def _float32_unless_given(kw: _Placed) -> _Placed:
+    """zeros' and ones' keywords, float32 where no dtype is given."""
+    return {**kw, "dtype": kw.get("dtype") or dtypes.float32}
+
+
 class CreateMixin(TensorHooks):
-    """Creation classmethods and the `*_like` constructors."""
+    """Creation classmethods and the `*_like` constructors. The creators of a `*shape` (but empty, invalids
+    and randint) take `device`, `dtype` and `requires_grad` as keywords typed by tensor_hooks' `_Placed` (a
+    device tuple allowed) or `_OnDevice`; each absent or None is the default device, the creator's default
+    dtype, and no gradient preference."""
 
     __slots__ = ()
     _rng: ClassVar[Threefry] = Threefry(0)  # rand & co.; Tensor.manual_seed sets it
+
+    @classmethod
+    def _from_data(cls, data: Any, **kw: Unpack[_Placed]) -> Self:  # noqa: ANN401
+        """`Tensor(data, ...)`: the families' hook for a value made from data (tensor_hooks)."""
+        return cls(data, **kw)
 
     @classmethod
     def empty(
@@ -187,26 +203,14 @@ class CreateMixin(TensorHooks):
         )
 
     @classmethod
-    def zeros(
-        cls,
-        *shape: sint | Sequence[sint],
-        device: str | tuple[str, ...] | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def zeros(cls, *shape: sint | Sequence[sint], **kw: Unpack[_Placed]) -> Self:
         """A tensor of zeros (float32 unless `dtype` says otherwise)."""
-        return cls.full(resolve_shape_arg(shape), 0.0, device, dtype or dtypes.float32, requires_grad)
+        return cls.full(resolve_shape_arg(shape), 0.0, **_float32_unless_given(kw))
 
     @classmethod
-    def ones(
-        cls,
-        *shape: sint | Sequence[sint],
-        device: str | tuple[str, ...] | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def ones(cls, *shape: sint | Sequence[sint], **kw: Unpack[_Placed]) -> Self:
         """A tensor of ones (float32 unless `dtype` says otherwise)."""
-        return cls.full(resolve_shape_arg(shape), 1.0, device, dtype or dtypes.float32, requires_grad)
+        return cls.full(resolve_shape_arg(shape), 1.0, **_float32_unless_given(kw))
 
     def full_like(
         self, fill_value: ConstType, dtype: DTypeLike | None = None, requires_grad: bool | None = None
@@ -319,9 +323,9 @@ class CreateMixin(TensorHooks):
     def _random(
         cls,
         draw: Callable[[RandomStream], np.ndarray],
-        device: str | tuple[str, ...] | None,
-        dtype: DTypeLike | None,
-        requires_grad: bool | None,
+        device: str | tuple[str, ...] | None = None,
+        dtype: DTypeLike | None = None,
+        requires_grad: bool | None = None,
         default: DType | None = None,
     ) -> Self:
         """A tensor of `draw(stream)`'s values, from the device's stream. While a TinyJit captures, the draw
@@ -338,57 +342,36 @@ class CreateMixin(TensorHooks):
         return ret
 
     @classmethod
-    def rand(
-        cls,
-        *shape: int | Sequence[int],
-        device: str | tuple[str, ...] | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def rand(cls, *shape: int | Sequence[int], **kw: Unpack[_Placed]) -> Self:
         """Uniform random values in [0, 1) (the reference's, bit for bit, after the same manual_seed)."""
         shp = nonnegative(resolve_shape_arg(shape), "rand")
-        dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        return cls._random(lambda g: g.random(shp, dt), device, dt, requires_grad)
+        dtype = kw.get("dtype")
+        kw["dtype"] = dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        return cls._random(lambda g: g.random(shp, dt), **kw)
 
     @classmethod
-    def randn(
-        cls,
-        *shape: int | Sequence[int],
-        device: str | tuple[str, ...] | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def randn(cls, *shape: int | Sequence[int], **kw: Unpack[_Placed]) -> Self:
         """Standard normal random values."""
         shp = nonnegative(resolve_shape_arg(shape), "randn")
-        return cls._random(lambda g: g.standard_normal(shp), device, dtype, requires_grad)
+        return cls._random(lambda g: g.standard_normal(shp), **kw)
 
     @classmethod
     def uniform(
-        cls,
-        *shape: int | Sequence[int],
-        low: float = 0.0,
-        high: float = 1.0,
-        device: str | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
+        cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0, **kw: Unpack[_OnDevice]
     ) -> Self:
-        """Uniform random values in [low, high)."""
+        """Uniform random values in [low, high), as the reference draws them: low + (high - low) * u for u
+        drawn as `rand` draws default floats, the product rounded once to the default float."""
         shp = nonnegative(resolve_shape_arg(shape), "uniform")
-        return cls._random(lambda g: g.uniform(low, high, shp), device, dtype, requires_grad)
+        return cls._random(lambda g: g.uniform(low, high, shp), **kw)
 
     @classmethod
     def normal(
-        cls,
-        *shape: int | Sequence[int],
-        mean: float = 0.0,
-        std: float = 1.0,
-        device: str | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
+        cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0, **kw: Unpack[_OnDevice]
     ) -> Self:
-        """Normal random values with the given mean and standard deviation."""
+        """Normal random values with the given mean and standard deviation: mean + std * z for z drawn as
+        `randn` draws it (Box-Muller of float32 uniforms), computed in float64 before the cast to `dtype`."""
         shp = nonnegative(resolve_shape_arg(shape), "normal")
-        return cls._random(lambda g: g.normal(mean, std, shp), device, dtype, requires_grad)
+        return cls._random(lambda g: g.normal(mean, std, shp), **kw)
 
     @classmethod
     def randint(
@@ -415,27 +398,15 @@ class CreateMixin(TensorHooks):
         return cls._random(lambda g: g.permutation(n), device, dtype, requires_grad, dtypes.int32)
 
     @classmethod
-    def scaled_uniform(
-        cls,
-        *shape: int | Sequence[int],
-        device: str | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def scaled_uniform(cls, *shape: int | Sequence[int], **kw: Unpack[_OnDevice]) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(numel), a common weight initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "scaled_uniform")
         scale = prod(shp) ** -0.5
-        return cls._random(lambda g: g.uniform(-1.0, 1.0, shp) * scale, device, dtype, requires_grad)
+        return cls._random(lambda g: g.uniform(-1.0, 1.0, shp) * scale, **kw)
 
     @classmethod
-    def glorot_uniform(
-        cls,
-        *shape: int | Sequence[int],
-        device: str | None = None,
-        dtype: DTypeLike | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def glorot_uniform(cls, *shape: int | Sequence[int], **kw: Unpack[_OnDevice]) -> Self:
         """Glorot/Xavier uniform initialisation."""
         shp = nonnegative(resolve_shape_arg(shape), "glorot_uniform")
         bound = math.sqrt(6 / (shp[0] + prod(shp[1:])))
-        return cls._random(lambda g: g.uniform(-bound, bound, shp), device, dtype, requires_grad)
+        return cls._random(lambda g: g.uniform(-bound, bound, shp), **kw)

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["TensorHooks"]
 
 if TYPE_CHECKING:
-    # The keywords the creators take, declared once for their hooks below (the creators spell them out: their
-    # signatures document the API). Explicit keywords of these types override a `**kw` of them.
+    # The keywords the creators take, declared once: the creators of a `*shape` (zeros, rand, uniform, ...)
+    # take them as `**kw` (as tinygrad passes **kwargs on), those with positional parameters (full, arange,
+    # eye, ...) spell them out. Explicit keywords of these types override a `**kw` of them.
     class _Typed(TypedDict, total=False):
         dtype: DTypeLike | None
         requires_grad: bool | None
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 
     class _Placed(_Typed, total=False):
         device: str | tuple[str, ...] | None
+
+    # pad's amounts: (before, after) or None per dimension, or PyTorch's flat form
+    _Padding = Sequence[tuple[sint, sint] | None] | Sequence[sint]
 
 
 class TensorHooks(MathMixin, MovementMixin):
@@ -82,19 +86,17 @@ class TensorHooks(MathMixin, MovementMixin):
         def _adopt(self, u: UOp, rg: bool | None) -> Self:
             """tensor: a result on graph `u`."""
 
+        def __init__(self, data: Any = None, **kw: Unpack[_Placed]) -> None:  # noqa: ANN401
+            """tensor: `Tensor(data, ...)` (a UOp, a scalar, a list, an array)."""
+
         @classmethod
         def _from_data(cls, data: Any, **kw: Unpack[_Placed]) -> Self:  # noqa: ANN401
-            """tensor: `Tensor(data, ...)` (a UOp, a scalar, a list, an array)."""
+            """tensor_create: `cls(data, ...)`, for the families, which may not name Tensor."""
 
         def div(self, x: Self | ConstType, reverse: bool = False, rounding_mode: str | None = None) -> Self:
             """tensor."""
 
-        def pad(
-            self,
-            padding: Sequence[tuple[sint, sint] | None] | Sequence[sint],
-            value: ConstType = 0,
-            mode: str = "constant",
-        ) -> Self:
+        def pad(self, padding: _Padding, value: ConstType = 0, mode: str = "constant") -> Self:
             """tensor."""
 
         def __getitem__(self, indices: object) -> Self:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from contextlib import ContextDecorator
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Any, ClassVar, Self, TypeAlias, TypeVar, cast
 
 import numpy as np
 
@@ -32,9 +32,10 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 _int = concrete_size  # these ops need concrete sizes
 _Ints = tuple[int, ...]
+PerDim: TypeAlias = int | Sequence[int]  # a spatial argument: one value for every spatial dim, or one per dim
 
 
-def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
+def _tuple(x: PerDim, n: int, what: str) -> tuple[int, ...]:
     if isinstance(x, int):
         return (x,) * n
     if len(x) != n:
@@ -42,7 +43,7 @@ def _tuple(x: int | Sequence[int], n: int, what: str) -> tuple[int, ...]:
     return tuple(x)
 
 
-def _pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+def _pairs(padding: PerDim, n: int) -> list[tuple[int, int]]:
     """(before, after) for each of the last n dims: from an int, one int per dim, or PyTorch's flat 2n-tuple
     (last dim first: left, right, top, bottom, ...)."""
     if isinstance(padding, int):
@@ -93,9 +94,7 @@ class NNMixin(TensorHooks):
         return _Train(cls, mode)
 
     # ------------------------------------------------------------------ windows
-    def _pool(
-        self, k_: Sequence[int], stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1
-    ) -> Self:
+    def _pool(self, k_: Sequence[int], stride: PerDim = 1, dilation: PerDim = 1) -> Self:
         """The sliding windows over the last len(k_) dims: shape (..., *out, *k_)."""
         x = self
         n = len(k_)
@@ -132,7 +131,7 @@ class NNMixin(TensorHooks):
         L = len(lead)
         return x.permute(*range(L), *(L + 2 * j + 1 for j in range(n)), *(L + 2 * j for j in range(n)))
 
-    def _pad_spatial(self, padding: int | Sequence[int], n: int, value: float = 0.0) -> Self:
+    def _pad_spatial(self, padding: PerDim, n: int, value: float = 0.0) -> Self:
         """Pad (or, for negative amounts, cut) the last n dims: an int, one per dim, or PyTorch's flat
         2n-tuple (last dim first)."""
         full: list[tuple[int, int] | None] = [None] * (self.ndim - n) + list(_pairs(padding, n))
@@ -146,9 +145,9 @@ class NNMixin(TensorHooks):
         weight: Self,
         bias: Self | None = None,
         groups: int = 1,
-        stride: int | Sequence[int] = 1,
-        dilation: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
+        stride: PerDim = 1,
+        dilation: PerDim = 1,
+        padding: PerDim = 0,
         dtype: Any = None,  # noqa: ANN401
     ) -> Self:
         """Convolution (PyTorch's conv2d, also 1-d and 3-d): self (N, Cin, *spatial), weight
@@ -180,10 +179,10 @@ class NNMixin(TensorHooks):
         weight: Self,
         bias: Self | None = None,
         groups: int = 1,
-        stride: int | Sequence[int] = 1,
-        dilation: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
-        output_padding: int | Sequence[int] = 0,
+        stride: PerDim = 1,
+        dilation: PerDim = 1,
+        padding: PerDim = 0,
+        output_padding: PerDim = 0,
     ) -> Self:
         """Transposed convolution (PyTorch's conv_transpose2d): weight (Cin, Cout/groups, *kernel).
         Built as a convolution of the input with zeros between its elements and the flipped kernel."""
@@ -209,10 +208,10 @@ class NNMixin(TensorHooks):
     # ------------------------------------------------------------------ pooling
     def _pool_setup(
         self,
-        kernel_size: int | Sequence[int],
-        stride: int | Sequence[int] | None,
-        dilation: int | Sequence[int],
-        padding: int | Sequence[int],
+        kernel_size: PerDim,
+        stride: PerDim | None,
+        dilation: PerDim,
+        padding: PerDim,
         ceil_mode: bool,
     ) -> tuple[_Ints, _Ints, _Ints, list[int], list[int]]:
         """(kernel, stride, dilation, flat padding incl. the extra right padding of ceil_mode, the flat
@@ -235,10 +234,10 @@ class NNMixin(TensorHooks):
 
     def max_pool2d(
         self,
-        kernel_size: int | Sequence[int] = (2, 2),
-        stride: int | Sequence[int] | None = None,
-        dilation: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
+        kernel_size: PerDim = (2, 2),
+        stride: PerDim | None = None,
+        dilation: PerDim = 1,
+        padding: PerDim = 0,
         ceil_mode: bool = False,
         return_indices: bool = False,
     ) -> Self | tuple[Self, Self]:
@@ -263,10 +262,10 @@ class NNMixin(TensorHooks):
     def max_unpool2d(
         self,
         indices: Self,
-        kernel_size: int | Sequence[int] = (2, 2),
-        stride: int | Sequence[int] | None = None,
-        dilation: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
+        kernel_size: PerDim = (2, 2),
+        stride: PerDim | None = None,
+        dilation: PerDim = 1,
+        padding: PerDim = 0,
         output_size: Sequence[int] | None = None,
     ) -> Self:
         """The partial inverse of max_pool2d(return_indices=True): each value of self (N, C, *pooled) at its
@@ -299,10 +298,10 @@ class NNMixin(TensorHooks):
 
     def avg_pool2d(
         self,
-        kernel_size: int | Sequence[int] = (2, 2),
-        stride: int | Sequence[int] | None = None,
-        dilation: int | Sequence[int] = 1,
-        padding: int | Sequence[int] = 0,
+        kernel_size: PerDim = (2, 2),
+        stride: PerDim | None = None,
+        dilation: PerDim = 1,
+        padding: PerDim = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
     ) -> Self:

@@ -23,6 +23,9 @@ from uopgrad.tensor_args import dim_alias, nonnegative, pad_pairs, to_dtype
 from uopgrad.tensor_hooks import TensorHooks
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
+    from uopgrad.tensor_hooks import _OnDevice
     from uopgrad.uop import sint
 
 __all__ = ["ShapeMixin"]
@@ -421,34 +424,18 @@ class ShapeMixin(TensorHooks):
         return self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
 
     @classmethod
-    def kaiming_uniform(
-        cls,
-        *shape: int | Sequence[int],
-        a: float = 0.01,
-        device: str | None = None,
-        dtype: DType | str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, **kw: Unpack[_OnDevice]) -> Self:
         """He uniform initialisation for a leaky-relu slope `a`: bound sqrt(6 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_uniform")
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(shp[1:]))
-        return cls.uniform(
-            shp, low=-bound, high=bound, device=device, dtype=dtype, requires_grad=requires_grad
-        )
+        return cls.uniform(shp, low=-bound, high=bound, **kw)
 
     @classmethod
-    def kaiming_normal(
-        cls,
-        *shape: int | Sequence[int],
-        a: float = 0.01,
-        device: str | None = None,
-        dtype: DType | str | None = None,
-        requires_grad: bool | None = None,
-    ) -> Self:
+    def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, **kw: Unpack[_OnDevice]) -> Self:
         """He normal initialisation for a leaky-relu slope `a`: std sqrt(2 / ((1 + a²) fan_in))."""
         shp = nonnegative(resolve_shape_arg(shape), "kaiming_normal")
         std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(prod(shp[1:]))
-        return cls.normal(shp, mean=0.0, std=std, device=device, dtype=dtype, requires_grad=requires_grad)
+        return cls.normal(shp, mean=0.0, std=std, **kw)
 
 
 def _ints(shape: Sequence[sint]) -> tuple[int, ...]:
