@@ -27,6 +27,7 @@ from uopgrad.backend import (
     Compiler,
     Device,
     Program,
+    Size,
     compile_cache_dir,
 )
 from uopgrad.backends.reference import REFERENCE_OPS, np_dtype, run_program
@@ -78,11 +79,7 @@ class PickleProgram(Program):
         self.prg: KernelProgram = pickle.loads(base64.b64decode(lib))
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         PickleProgram.launches += 1
         params = {u.arg: u for u in self.prg.uops if u.op is Ops.PARAM}

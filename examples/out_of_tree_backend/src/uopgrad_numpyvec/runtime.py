@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from uopgrad.backend import CompileError, Compiler, HostAllocator, Program
+from uopgrad.backend import CompileError, Compiler, HostAllocator, Program, Size
 from uopgrad_numpyvec import kernels
 
 __all__ = ["NumpyAllocator", "NumpyProgram", "PyCompiler"]
@@ -47,11 +47,7 @@ class NumpyProgram(Program):
         self._fn = scope[name]
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Run the kernel over every lane of the grid (one lane when it keeps its loops)."""
         with np.errstate(all="ignore"):  # inf, NaN and integer wrap-around are the defined results

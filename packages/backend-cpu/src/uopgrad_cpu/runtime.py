@@ -5,8 +5,9 @@ A buffer handle is a 64-byte aligned `numpy.uint8` array, so copies in and out a
 kernel's shared object is written to a private temporary file, loaded with `ctypes.CDLL` and unlinked;
 ctypes releases the GIL while the kernel runs. The kernels built together (compiler.py `compile_many`)
 share one shared object, each found by its name; it is loaded once while any of them is alive (the loaded
-libraries are keyed by their bytes). Before a parallel kernel runs, team.py sizes its OpenMP
-team by the cores other processes leave free.
+libraries are keyed by their bytes). A kernel renamed in its batch (two kernels of one name) carries the
+name it has there after the shared object's bytes (`with_symbol`). Before a parallel kernel runs, team.py
+sizes its OpenMP team by the cores other processes leave free.
 """
 
 from __future__ import annotations
@@ -20,10 +21,32 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from uopgrad.backend import HostAllocator, Program, load_library
+from uopgrad.backend import HostAllocator, Program, Size, load_library
 from uopgrad_cpu.team import Team
 
-__all__ = ["CPUAllocator", "CPUProgram"]
+__all__ = ["CPUAllocator", "CPUProgram", "split_symbol", "with_symbol"]
+
+
+# a kernel's bytes are a shared object, or one followed by _SYMBOL, the function's name in it and a NUL (the
+# loader reads program headers only, and the runtime strips the tail before loading anyway)
+_SYMBOL = b"\0uopgrad-symbol:"
+
+
+def with_symbol(lib: bytes, symbol: str) -> bytes:
+    """The bytes of a kernel whose function is `symbol` in shared object `lib` (not the kernel's own name:
+    merging a batch renamed it)."""
+    return lib + _SYMBOL + symbol.encode() + b"\0"
+
+
+def split_symbol(lib: bytes, name: str) -> tuple[bytes, str]:
+    """(the shared object, the function's name in it) of kernel `name`'s bytes."""
+    at = lib.rfind(_SYMBOL)
+    if at < 0 or not lib.endswith(b"\0"):
+        return lib, name
+    symbol = lib[at + len(_SYMBOL) : -1]
+    if b"\0" in symbol:  # the marker's bytes inside a plain shared object, not a tail of ours
+        return lib, name
+    return lib[:at], symbol.decode()
 
 
 class CPUAllocator(HostAllocator):
@@ -114,8 +137,9 @@ class CPUProgram(Program):
 
     def __init__(self, name: str, lib: bytes) -> None:
         super().__init__(name, lib)
-        self._library = _library(lib, name)  # held: the function below lives in its mapping
-        self._fn = getattr(self._library.dll, name)
+        so, symbol = split_symbol(lib, name)
+        self._library = _library(so, name)  # held: the function below lives in its mapping
+        self._fn = getattr(self._library.dll, symbol)
         self._fn.restype = None
         self._parallel = self._library.parallel
 
@@ -128,11 +152,7 @@ class CPUProgram(Program):
         return args
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Run the kernel on `bufs` (numpy arrays) with the variable values `vals`."""
         if self._parallel:
@@ -140,11 +160,7 @@ class CPUProgram(Program):
         self._fn(*self._args(bufs, vals))
 
     def bind(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> Callable[[], None]:
         """The ctypes call with its arguments converted once: a replay costs the foreign call only (and, for
         a parallel kernel, the team sizing). The partial holds this program, so its shared object stays

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from uopgrad.backend import Allocator, HostAllocator, Program, install_advice, load_library
+from uopgrad.backend import Allocator, HostAllocator, Program, Size, install_advice, load_library
 from uopgrad.config import getenv_str
 
 __all__ = [
@@ -72,11 +72,7 @@ class EmulatedProgram(Program):
         self._fn.restype = ctypes.c_int
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Run the kernel's grid on `bufs` (numpy byte arrays); a barrier error raises RuntimeError."""
         if not all(isinstance(b, np.ndarray) for b in bufs):
@@ -219,11 +215,7 @@ class CUDAProgram(Program):
         self.last_ms = 0.0  # the last launch's time on the GPU, from events around it
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Launch on `bufs` (cupy MemoryPointers) and wait for the kernel."""
         cp, stream = self.gpu.cupy, self.gpu.stream

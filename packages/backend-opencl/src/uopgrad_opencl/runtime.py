@@ -27,7 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from uopgrad import DType, dtypes
-from uopgrad.backend import Allocator, Program
+from uopgrad.backend import Allocator, Program, Size
 from uopgrad.codegen import GridLimits
 from uopgrad.config import getenv_str
 from uopgrad.errors import BackendError
@@ -290,11 +290,7 @@ class CLProgram(Program):
         self._kernel = self.compiler.take(lib, name)
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Run the kernel on `bufs` (cl.Buffers): `global_size` work-groups of `local_size` work-items."""
         buffers = [b for b in bufs if isinstance(b, cl.Buffer)]

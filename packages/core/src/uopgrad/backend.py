@@ -67,6 +67,7 @@ __all__ = [
     "PREFERENCE",
     "Program",
     "SOURCES",
+    "Size",
     "Target",
     "checkout",
     "compile_cache_dir",
@@ -335,6 +336,11 @@ def load_library(lib: bytes, prefix: str) -> ctypes.CDLL:
         os.unlink(path)
 
 
+# A launch size of Program's: work-groups per dimension (`global_size`) or work-items per group
+# (`local_size`), as tinygrad counts them; None for a kernel with no grid (a loop-style backend's)
+Size = Sequence[int] | None
+
+
 class Program:
     """One compiled kernel, loaded and ready to launch: `prg(*buffer_handles, vals=..., global_size=...,
     local_size=...)`. Buffers come in the kernel's `globals` order, `vals` in the order of its `vars`."""
@@ -343,21 +349,13 @@ class Program:
         self.name, self.lib = name, lib
 
     def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> None:
         """Launch the kernel on `bufs` with the variable values `vals`; returns when it has finished."""
         raise NotImplementedError(f"{type(self).__name__} does not implement launching")
 
     def bind(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
+        self, *bufs: object, vals: Sequence[int] = (), global_size: Size = None, local_size: Size = None
     ) -> Callable[[], None]:
         """This launch with its arguments bound now: calling the result runs it (a captured step replays
         these). Runtimes override it to convert the arguments once (CPU: the ctypes values)."""
@@ -606,10 +604,7 @@ class CompiledBackend(Backend):
         count_kernel(self.name, k.program, var_vals, time.perf_counter() - start)
 
     def bind_kernel(
-        self,
-        item: UOp,
-        var_vals: dict[str, int],
-        bufs: Sequence[UOp] | None = None,
+        self, item: UOp, var_vals: dict[str, int], bufs: Sequence[UOp] | None = None
     ) -> Callable[[], None]:
         """The launch of kernel CALL `item` on `bufs` (default: its own buffers) with every argument bound
         now: calling the result runs the kernel, with no lookups and no checks (a captured step's replay).
