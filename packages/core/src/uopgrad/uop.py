@@ -46,6 +46,24 @@ __all__ = [
 all_metadata: weakref.WeakKeyDictionary[UOp, tuple[Metadata, ...]] = weakref.WeakKeyDictionary()
 
 
+class _Fields(MathMixin, MovementMixin, IndexMixin):
+    """A UOp's layout, mutable: a node is built as one and becomes a UOp (`UOpMetaClass.__call__`)."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts", "__weakref__")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    tag: Any
+    # Derived facts (uopgrad.facts.Fact), NOT_COMPUTED until asked. The shape and the device are asked of
+    # nearly every node (building a node compares its operands' shapes; a tensor op checks devices), so each
+    # has a slot of its own (SHAPE, DEVICE below); the others share the `_facts` dict. The shape in that dict
+    # gave every node a keys table too: ~120 of a node's ~550 bytes.
+    _shape_fact: Any  # tuple | None | Err
+    _device_fact: Any  # str | tuple[str, ...] | None
+    _facts: dict[Fact[Any], Any]
+
+
 class UOpMetaClass(type):
     """Interns UOps: constructing a node with the fields of a live node returns that node."""
 
@@ -63,18 +81,19 @@ class UOpMetaClass(type):
         if type(src) is not tuple:
             src = tuple(src)
         key = (op, dtype, src, arg, tag)
-        cache = UOpMetaClass.ucache
+        cache = _ucache
         if (ref := cache.get(key)) is not None and (live := ref()) is not None:
             return live  # the hit needs no lock: one dict read is atomic
-        created: UOp = _new_node(cls)  # the fields set through their slots: no __init__ frame
-        _set_op(created, op)
-        _set_dtype(created, dtype)
-        _set_src(created, src)
-        _set_arg(created, arg)
-        _set_tag(created, tag)
-        _set_shape_fact(created, NOT_COMPUTED)
-        _set_device_fact(created, NOT_COMPUTED)
-        _set_facts(created, {})
+        # HOT PATH (bench/rewrite.py, every rewrite task: a rebuilt node is a new one; 8% of the chain's
+        # top-down rewrite): the fields are stored while the node is still a mutable `_Fields` (plain slot
+        # stores, no __init__ frame, no setter calls), then it becomes a `cls` (the same layout: UOp adds
+        # no slots). Guarded by test_uop.py's immutability and interning tests.
+        created: UOp = _new_node(_Fields)  # type: ignore[assignment]  # a UOp from its last line on
+        created.op, created.dtype, created.src, created.arg, created.tag = op, dtype, src, arg, tag
+        created._shape_fact = created._device_fact = NOT_COMPUTED
+        created._facts = {}
+        created.__class__ = cls  # type: ignore[assignment]  # (no typing.cast: a call)
+        # end HOT PATH
         new_ref = _KeyRef(created, _drop_keyed)  # the key rides on the ref: one shared callback
         new_ref.key = key
         # Lock-free, safe under threads and GC (see _drop_keyed): an entry is only added where its key is
@@ -93,6 +112,7 @@ class UOpMetaClass(type):
 # Removes `cache[key]` only if it is a dead weak reference: the lookup, the test and the removal in one C call
 # that runs no Python code, so atomic under the GIL (the stdlib's WeakValueDictionary relies on it too).
 _remove_dead: Callable[[dict[Any, Any], Any], None] = _weakref._remove_dead_weakref  # type: ignore[attr-defined]
+_ucache = UOpMetaClass.ucache
 
 
 class _KeyRef(weakref.ref["UOp"]):
@@ -104,7 +124,7 @@ class _KeyRef(weakref.ref["UOp"]):
 
 def _drop_keyed(
     ref: _KeyRef,
-    cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = UOpMetaClass.ucache,
+    cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = _ucache,
     remove_dead: Callable[[dict[Any, Any], Any], None] = _remove_dead,
 ) -> None:
     """Weakref callback of a cached node: forget its key's entry if that entry is dead, atomically, so it
@@ -124,33 +144,18 @@ _CONSTS_MAX = 4096
 _CONST_KINDS = (int, float, bool)
 
 
-class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
-    """An immutable IR node. `==` is identity; equal fields give the same object (see `UOpMetaClass`).
-    `arg` is the one field typed `Any`: a CONST value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
+class UOp(_Fields, metaclass=UOpMetaClass):
+    """An immutable IR node (the five fields of `_Fields`, and facts derived from them). `==` is identity;
+    equal fields give the same object (see `UOpMetaClass`). `arg` is the one field typed `Any`: a CONST
+    value, a REDUCE `(op, axes)`, a PARAM slot, a CallInfo, ..."""
 
-    __slots__ = ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts", "__weakref__")
-    op: Ops
-    dtype: DType
-    src: tuple[UOp, ...]
-    arg: Any
-    tag: Any
-    # Derived facts (uopgrad.facts.Fact), NOT_COMPUTED until asked. The shape and the device are asked of
-    # nearly every node (building a node compares its operands' shapes; a tensor op checks devices), so each
-    # has a slot of its own (SHAPE, DEVICE below); the others share the `_facts` dict. The shape in that dict
-    # gave every node a keys table too: ~120 of a node's ~550 bytes.
-    _shape_fact: Any  # tuple | None | Err
-    _device_fact: Any  # str | tuple[str, ...] | None
-    _facts: dict[Fact[Any], Any]
+    __slots__ = ()
 
-    if TYPE_CHECKING:  # the constructor's signature; nodes are built (and interned) by UOpMetaClass.__call__
+    # the constructor's signature, for the type checker; UOpMetaClass.__call__ builds (and interns) nodes
+    if TYPE_CHECKING:
 
         def __init__(
-            self,
-            op: Ops,
-            dtype: DType = dtypes.void,
-            src: tuple[UOp, ...] = (),
-            arg: Any = None,
-            tag: Any = None,
+            self, op: Ops, dtype: DType = ..., src: tuple[UOp, ...] = ..., arg: Any = ..., tag: Any = ...
         ) -> None: ...
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -251,16 +256,16 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
 
     def topovisit(self, visitor: Callable[[UOp], Any], cache: dict[UOp, Any]) -> Any:
         """Post-order `cache[node] = visitor(node)` over everything (bodies too), skipping cached nodes."""
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        # as in toposort, a node sits under the _DONE marker while its sources are visited (a node reached
+        # twice before it is done is expanded twice, and visited once)
+        stack: list[Any] = [self]
         while stack:
-            node, expanded = stack.pop()
-            if node in cache:
-                continue
-            if expanded:
-                cache[node] = visitor(node)
-            else:
-                stack.append((node, True))
-                stack.extend((s, False) for s in reversed(node.src) if s not in cache)
+            if (node := stack.pop()) is _DONE:
+                if (node := stack.pop()) not in cache:
+                    cache[node] = visitor(node)
+            elif node not in cache:
+                stack += (node, _DONE)
+                stack.extend([s for s in reversed(node.src) if s not in cache])
         return cache[self]
 
     @property
@@ -334,7 +339,7 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
             d = DEVICE.fill(self)
         if type(d) is Err:
             raise d.exc
-        return cast("str | tuple[str, ...] | None", d)
+        return d  # type: ignore[no-any-return]  # the slot's value; no typing.cast: a call, on every node
 
     @property
     def axis(self) -> int | None:
@@ -411,7 +416,7 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         key = None
         if not unique and (kind := type(b)) in _CONST_KINDS and (shape is None or type(shape) is tuple):
             # the sign tells 0.0 from -0.0, which compare equal
-            key = (dtype, kind, b, math.copysign(1.0, cast(float, b)) if kind is float else 0, device, shape)
+            key = (dtype, kind, b, math.copysign(1.0, b) if kind is float else 0, device, shape)  # type: ignore[arg-type]
             if (hit := _consts.get(key)) is not None:
                 return hit
         ret = UOp._const(dtype, b, device, shape, unique)
@@ -765,16 +770,11 @@ class UOp(MathMixin, MovementMixin, IndexMixin, metaclass=UOpMetaClass):
         return UOp(op, self.dtype, (self,), arg)
 
 
-# the slot setters and the allocator UOpMetaClass builds a node with (UOp.__setattr__ forbids assignment)
-_new_node: Callable[[type], Any] = object.__new__
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_shape_fact, _set_device_fact, _set_facts = (
-    cast(Any, UOp.__dict__[f]).__set__
-    for f in ("op", "dtype", "src", "arg", "tag", "_shape_fact", "_device_fact", "_facts")
-)
+_new_node: Callable[[type[_Fields]], _Fields] = object.__new__  # the allocator UOpMetaClass builds nodes with
 # the two facts with a slot of their own (the rules of uopgrad.facts read their sources' slots directly)
-SHAPE: Fact[tuple[sint, ...] | None] = Fact("shape", infer_shape, UOp.__dict__["_shape_fact"])
+SHAPE: Fact[tuple[sint, ...] | None] = Fact("shape", infer_shape, _Fields.__dict__["_shape_fact"])
 DEVICE: Fact[str | tuple[str, ...] | None] = Fact(
-    "device", infer_device, UOp.__dict__["_device_fact"], partial=True
+    "device", infer_device, _Fields.__dict__["_device_fact"], partial=True
 )
 
 
@@ -798,7 +798,8 @@ def _broadcast(srcs: Sequence[UOp]) -> tuple[UOp, ...]:
     except MovementError:
         return tuple(srcs)  # mismatches are reported by shape inference, with the node
     return tuple(
-        s if sh == out else _broadcast_to(s, cast("tuple[sint, ...]", sh), out) for s, sh in zip(srcs, shapes)
+        s if sh == out else _broadcast_to(s, sh, out)  # type: ignore[arg-type]  # (shapes, checked above)
+        for s, sh in zip(srcs, shapes)
     )
 
 
