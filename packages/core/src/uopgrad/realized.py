@@ -56,7 +56,7 @@ _READ_AT: Fact[tuple[tuple[UOp, int], ...]] = Fact("buffers read, at their versi
 
 def _version(b: UOp) -> int:
     v = _VERSION.get(b)
-    return 0 if v is NOT_COMPUTED else cast(int, v)
+    return 0 if v is NOT_COMPUTED else v  # (no typing.cast: a call)
 
 
 def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
@@ -155,18 +155,21 @@ def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
     step's graph, built on the realized weights and data each time, is walked once."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after, get, none = GroupOp.Call, Ops.AFTER, fact.get, NOT_COMPUTED  # (locals: the hot loop)
+    calls, after, none = GroupOp.Call, Ops.AFTER, NOT_COMPUTED  # (locals: the hot loop)
     pop, push = stack.pop, stack.append
+    # HOT PATH (bench/step.py, plain steps: every node of a step's graph passes here three times): a fact
+    # kept in the node's `_facts` dict is read there, not through `fact.get` (a lambda: a frame per node)
     while stack:
         node, expanded = pop()
-        if node in out or get(node) is not none:
+        if node in out or node._facts.get(fact, none) is not none:
             continue
         if expanded or (node.op is after and is_realized_after(node)):
             out[node] = None
             continue
         push((node, True))
         srcs = node.src[1:] if node.op in calls else node.src
-        stack.extend([(x, False) for x in srcs if get(x) is none])
+        stack.extend([(x, False) for x in srcs if x._facts.get(fact, none) is none])
+    # end HOT PATH
     return out
 
 
@@ -174,38 +177,37 @@ def _fill_reads_effects(u: UOp) -> None:
     """The reads and effects of every node under `u` that lacks them, filled in."""
     if _EFFECTS.known(u):
         return
-    calls, after, buffer = GroupOp.Call, Ops.AFTER, Ops.BUFFER
-    get_reads, get_effects, put_reads, put_effects = _READS.get, _EFFECTS.get, _READS.put, _EFFECTS.put
+    calls, after, buffer, reads_, effects_ = GroupOp.Call, Ops.AFTER, Ops.BUFFER, _READS, _EFFECTS
+    # HOT PATH (as in _lacking): both facts read and written in the nodes' `_facts` dicts directly
     for node in _lacking(u, _EFFECTS):
-        op = node.op
+        op, facts = node.op, node._facts
         if op is after and is_realized_after(node):  # it reads its storage, not what computed it
-            put_reads(node, frozenset(b for b in realized_view(node).toposort() if b.op is buffer))
-            put_effects(node, _EMPTY)
+            facts[reads_] = frozenset(b for b in realized_view(node).toposort() if b.op is buffer)
+            facts[effects_] = _EMPTY
             continue
         srcs = node.src[1:] if op in calls else node.src
-        put_reads(
-            node,
-            _SELF
-            if op is buffer
-            else _union([frozenset((x,)) if (r := get_reads(x)) is _SELF else r for x in srcs]),
-        )
-        effects = [get_effects(x) for x in srcs]
+        if op is buffer:
+            facts[reads_] = _SELF
+        else:
+            facts[reads_] = _union([frozenset((x,)) if (r := x._facts[reads_]) is _SELF else r for x in srcs])
+        effects = [e for x in srcs if (e := x._facts[effects_])]  # most nodes: none, and no _union call
         if op is after:
             effects.append(frozenset(node.src[1:]))
-        put_effects(node, _union(effects))
+        facts[effects_] = _union(effects) if effects else _EMPTY
+    # end HOT PATH
 
 
 def reads(u: UOp) -> frozenset[UOp]:
     """`buffers_read(u)` as a set, remembered per node (realize asks it of every live unrealized tensor)."""
     _fill_reads_effects(u)
     r = _READS.get(u)
-    return frozenset((u,)) if r is _SELF else cast("frozenset[UOp]", r)
+    return frozenset((u,)) if r is _SELF else r  # (no typing.cast: a call)
 
 
 def effects(u: UOp) -> frozenset[UOp]:
     """`effects_under([u])`, remembered per node."""
     _fill_reads_effects(u)
-    return cast("frozenset[UOp]", _EFFECTS.get(u))
+    return _EFFECTS.get(u)  # type: ignore[no-any-return]  # (no typing.cast: a call)
 
 
 def overwritten(buffers: Iterable[UOp]) -> None:
@@ -299,22 +301,24 @@ def strip_realized(u: UOp) -> UOp:
     becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
     per node, like `reads` (a walk of the whole graph was a sixth of a small realize)."""
     if not _STRIPPED.known(u):
-        calls, after, get, put = GroupOp.Call, Ops.AFTER, _STRIPPED.get, _STRIPPED.put
+        calls, after, stripped = GroupOp.Call, Ops.AFTER, _STRIPPED
+        # HOT PATH (as in _lacking): the fact read and written in the nodes' `_facts` dicts directly
         for node in _lacking(u, _STRIPPED):
             op = node.op
             if op is after and is_realized_after(node):
                 # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
-                put(node, strip_realized(realized_view(node)))
+                node._facts[stripped] = strip_realized(realized_view(node))
                 continue
             srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
-            new = [x if (r := get(x)) is _SAME else r for x in srcs]
-            if all(a is b for a, b in zip(new, srcs)):
-                put(node, _SAME)
+            new = [x if (r := x._facts[stripped]) is _SAME else r for x in srcs]
+            if new == list(srcs):  # element-wise identity: UOps compare by identity
+                node._facts[stripped] = _SAME
             else:
                 src = (node.src[0], *new) if op in calls else tuple(new)
-                put(node, UOp(op, node.dtype, src, node.arg, node.tag))
+                node._facts[stripped] = UOp(op, node.dtype, src, node.arg, node.tag)
+        # end HOT PATH
     r = _STRIPPED.get(u)
-    return u if r is _SAME else cast("UOp", r)
+    return u if r is _SAME else r  # (no typing.cast: a call)
 
 
 def _not_realized(u: UOp) -> bool:
