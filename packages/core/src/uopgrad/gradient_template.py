@@ -9,7 +9,9 @@ a UNIQUE's count, the identity of a buffer, is left out), and keeps per structur
 each node's fields, with every source either a position in the graph or an earlier built node. A graph of a
 known structure gets its gradients by making those nodes again over its own nodes. UOps are interned, so
 the result is not just equal to what `compute_gradient` returns: it is the same nodes
-(spec/gradients.md §9; `VERIFY=1` checks every hit against `compute_gradient`).
+(spec/gradients.md §9; `VERIFY=1` checks every hit against `compute_gradient`). The structure decides the
+shape and device of every node made too: learnt at the first reuse, they are given to the nodes made at the
+next ones, where `backward` asking a gradient's shape walked the whole gradient graph to infer them again.
 
 Never cached, derived every time: a graph with a user's `grad_fxn` in it (a custom kernel's, a function's:
 Python that may read state of its own, or count its calls, is called on every backward, as before), a graph
@@ -21,36 +23,72 @@ an identity of its own (a UNIQUE or a BUFFER).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from uopgrad._util import LRU
 from uopgrad.config import VERIFY
 from uopgrad.errors import GradientError
+from uopgrad.facts import NOT_COMPUTED
 from uopgrad.gradient import compute_gradient
 from uopgrad.ops import Ops
 from uopgrad.realized import is_realized_call
-from uopgrad.uop import CallInfo, UOp, all_metadata
+from uopgrad.uop import DEVICE, SHAPE, CallInfo, UOp, all_metadata
 
 __all__ = ["gradients", "template_cache_info"]
 
-# a reference to a node of the template: >= 0 a position in the graph's nodes, < 0 (~i) the i-th built node
+# a reference to a node of the template: its position in the graph's nodes followed by the built ones (the
+# structure fixes how many nodes the graph has)
 Ref = int
 Fields = tuple[Ops, Any, tuple[Ref, ...], Any, Any]  # op, dtype, sources, arg, tag
 
 
 @dataclass(frozen=True)
 class _Template:
-    """The nodes `compute_gradient` built for one structure (sources first), and each target's gradient."""
+    """The nodes `compute_gradient` built for one structure (sources first), and each target's gradient;
+    once learnt (`_learn`), each built node's shape and device, which its structure decides."""
 
     built: tuple[Fields, ...]
     outs: tuple[Ref | None, ...]
+    facts: list[tuple[tuple[Any, Any], ...]] = field(default_factory=list, compare=False)
 
     def instantiate(self, nodes: list[UOp]) -> list[UOp | None]:
-        made: list[UOp] = []
+        pool = list(nodes)  # the graph's nodes, then each node made, at the position its Ref gives
+        at = pool.__getitem__
         for op, dtype, srcs, arg, tag in self.built:
-            made.append(UOp(op, dtype, tuple(nodes[r] if r >= 0 else made[~r] for r in srcs), arg, tag))
-        return [None if r is None else nodes[r] if r >= 0 else made[~r] for r in self.outs]
+            pool.append(UOp(op, dtype, tuple(map(at, srcs)), arg, tag))
+        made = pool[len(nodes) :]
+        outs = [None if r is None else pool[r] for r in self.outs]
+        if not self.facts:
+            self._learn(made, outs)
+        else:  # new nodes get their facts without a walk of the gradient graph (backward asks its shapes)
+            for u, (shape, device) in zip(made, self.facts[0]):
+                if u._shape_fact is NOT_COMPUTED:
+                    SHAPE.put(u, shape)
+                if u._device_fact is NOT_COMPUTED:
+                    DEVICE.put(u, device)
+        return outs
+
+    def _learn(self, made: list[UOp], outs: list[UOp | None]) -> None:
+        """Fill in the shapes and devices of `made` (they are asked of every gradient anyway; `fill` keeps a
+        ShapeError on its node, it does not raise) and keep them where they are plain values: int shapes,
+        device names. A symbolic size is a node of its own graph, so such a template learns nothing."""
+        for o in outs:
+            if o is not None and o._shape_fact is NOT_COMPUTED:
+                SHAPE.fill(o)
+            if o is not None and o._device_fact is NOT_COMPUTED:
+                DEVICE.fill(o)
+        facts = tuple((u._shape_fact, u._device_fact) for u in made)
+        if all(_plain_shape(s) and _plain_device(d) for s, d in facts):
+            self.facts.append(facts)
+
+
+def _plain_shape(s: Any) -> bool:  # noqa: ANN401  (a fact: a shape, None, an Err or NOT_COMPUTED)
+    return s is None or (type(s) is tuple and all(type(d) is int for d in s))
+
+
+def _plain_device(d: Any) -> bool:  # noqa: ANN401  (a fact: a device, None, an Err or NOT_COMPUTED)
+    return d is None or type(d) is str or (type(d) is tuple and all(type(x) is str for x in d))
 
 
 _UNCACHEABLE = _Template((), ())  # a structure whose gradient has a node of its own identity
@@ -94,11 +132,11 @@ def _record(nodes: list[UOp], outs: list[UOp | None]) -> _Template:
             if u.op in (Ops.UNIQUE, Ops.BUFFER):
                 return _UNCACHEABLE
             fields.append(
-                (u.op, u.dtype, tuple(index[s] if s in index else ~built[s] for s in u.src), u.arg, u.tag)
+                (u.op, u.dtype, tuple(index[s] if s in index else built[s] for s in u.src), u.arg, u.tag)
             )
-            built[u] = len(fields) - 1
+            built[u] = len(nodes) + len(fields) - 1  # its Ref: after the graph's nodes
     return _Template(
-        tuple(fields), tuple(None if o is None else index[o] if o in index else ~built[o] for o in outs)
+        tuple(fields), tuple(None if o is None else index[o] if o in index else built[o] for o in outs)
     )
 
 
