@@ -160,7 +160,10 @@ def test_opt_is_exact_where_the_policy_says(name: str, m: int, k: int, n: int, d
         np.testing.assert_array_equal(got, want)
         assert np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
         if name in SELECTS:
-            assert got.tobytes() == want.tobytes()
+            # Tensor.max's NaN is a float sum of the row's NaNs (spec/opt.md §2), summed in lanes along a
+            # stride-1 reduce axis (max1): there a row of two NaNs may keep the other payload
+            keep = ~nan if name == "max1" else np.ones(want.shape, bool)
+            assert got[keep].tobytes() == want[keep].tobytes()
     else:  # a float ADD along an axis that is stride-1 in every load may be summed in lanes: a bound
         scale = _abs_sum(name, x.astype(np.float64), y.astype(np.float64))
         # a NaN term: the sum is NaN in any order, and so is what the epilogue makes of it (relu: 0)
