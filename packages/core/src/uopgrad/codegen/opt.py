@@ -42,6 +42,7 @@ from uopgrad.codegen.pack import (
     lane_tree,
     lanes_for,
     lanewise_ops,
+    simplify_index,
     split,
     stride,
 )
@@ -49,8 +50,6 @@ from uopgrad.codegen.reduce import exact_max, renumber
 from uopgrad.config import ContextVar
 from uopgrad.dtype import AddrSpace, dtypes
 from uopgrad.ops import Ops
-from uopgrad.rewrite import graph_rewrite
-from uopgrad.symbolic import sym
 from uopgrad.uop import UOp
 
 __all__ = [
@@ -190,10 +189,6 @@ def choices(width: int = 64, cache_sizes: tuple[int, ...] = ()) -> list[Choice]:
     return list(dict.fromkeys(out))
 
 
-def _simplify(e: UOp) -> UOp:
-    return graph_rewrite(e, sym, name="codegen: opt index")
-
-
 def _reorderable(red: UOp) -> bool:
     """Whether the policy (spec/opt.md) lets a reduce take lanes in any order and combine them: ADD, and
     integer MUL and MAX (exact in any order). A float MAX may too, with `exact_max` after it."""
@@ -275,7 +270,7 @@ def _index_nodes(u: UOp) -> list[UOp]:
 
 def _substitute_index(u: UOp, sub: dict[UOp, UOp]) -> UOp:
     """`u` with `sub` applied (outermost first) to each index expression, simplified."""
-    exprs = {e: _simplify(e.substitute(sub, walk=True)) for e in _index_nodes(u)}
+    exprs = {e: simplify_index(e.substitute(sub, walk=True)) for e in _index_nodes(u)}
     return u.substitute({k: v for k, v in exprs.items() if k is not v}, walk=True)
 
 

@@ -10,6 +10,7 @@ comparison is a lane mask, WHERE and MAX are bitwise selects by such a mask; spe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from uopgrad.dtype import DType, dtypes
@@ -28,6 +29,7 @@ __all__ = [
     "lane_tree",
     "lanes_for",
     "lanewise_ops",
+    "simplify_index",
     "split",
     "stride",
 ]
@@ -78,7 +80,12 @@ def _kind(dt: DType) -> str:
     return _B if dt.scalar() == dtypes.bool else _F if dtypes.is_float(dt) else _I
 
 
-def _simplify(e: UOp) -> UOp:
+# process-wide: the opt pass tries several tiles per nest and many kernels share their index expressions, so
+# most lane copies repeat (a transformer block's first step: 1584 simplifications of 660 distinct expressions,
+# 40% of its lowering time). `sym` is a fixed table and a UOp is its structure, so a hit is the same result
+@functools.lru_cache(maxsize=1 << 14)
+def simplify_index(e: UOp) -> UOp:
+    """`e` simplified by `symbolic.sym` (memoised)."""
     return graph_rewrite(e, sym, name="codegen: opt index")
 
 
@@ -96,7 +103,7 @@ class Lanes:
     every copy simplified, so that stride-1 accesses can be recognised."""
 
     def __init__(self, root: UOp, r: UOp, exprs: list[UOp]) -> None:
-        self.r, self.exprs = r, exprs
+        self.r, self.exprs = r, tuple(exprs)
         self.uses: set[UOp] = set()  # the nodes under root that depend on r
         for u in root.toposort():
             if u is r or any(s in self.uses for s in u.src):
@@ -109,37 +116,45 @@ class Lanes:
             return u
         if (u, k) not in self.memo:
             if u.dtype == dtypes.index:
-                sub = {**self.divmods(u, k), self.r: self.exprs[k]}
-                self.memo[(u, k)] = _simplify(u.substitute(sub, walk=True))
+                self.memo[(u, k)] = _lane_index(u, self.r, self.exprs, k)
             else:
                 self.memo[(u, k)] = u.replace(src=tuple(self.lane(s, k) for s in u.src))
         return self.memo[(u, k)]
 
-    def divmods(self, u: UOp, k: int) -> dict[UOp, UOp]:
-        """r // c and r % c where the lane count divides c, written without the lane where it cancels:
-        with r = o*amt + k (0 <= k < amt), r // c = o // (c/amt) and r % c = (o % (c/amt))*amt + k."""
-        amt, out = len(self.exprs), {}
-        o = self.exprs[0].src[0]
-        for d in u.toposort():
-            if (
-                d.op in (Ops.FLOORDIV, Ops.FLOORMOD)
-                and d.src[0] is self.r
-                and d.src[1].op is Ops.CONST
-                and isinstance(c := d.src[1].arg, int)
-                and c > 0
-                and c % amt == 0
-            ):
-                q = UOp(Ops.CONST, d.dtype, (), c // amt)
-                out[d] = (
-                    o // q
-                    if d.op is Ops.FLOORDIV
-                    else (o % q) * UOp(Ops.CONST, d.dtype, (), amt) + UOp(Ops.CONST, d.dtype, (), k)
-                )
-        return out
-
     def all(self, u: UOp) -> tuple[UOp, ...]:
         """Every lane's copy of `u`, lane 0 first."""
         return tuple(self.lane(u, k) for k in range(len(self.exprs)))
+
+
+# process-wide, as simplify_index: the opt pass's retries and kernels of one shape ask for the same copies
+@functools.lru_cache(maxsize=1 << 14)
+def _lane_index(u: UOp, r: UOp, exprs: tuple[UOp, ...], k: int) -> UOp:
+    """Lane `k`'s copy of index expression `u` (r replaced by exprs[k]), simplified."""
+    sub = {**_divmods(u, r, exprs, k), r: exprs[k]}
+    return simplify_index(u.substitute(sub, walk=True))
+
+
+def _divmods(u: UOp, r: UOp, exprs: tuple[UOp, ...], k: int) -> dict[UOp, UOp]:
+    """r // c and r % c where the lane count divides c, written without the lane where it cancels:
+    with r = o*amt + k (0 <= k < amt), r // c = o // (c/amt) and r % c = (o % (c/amt))*amt + k."""
+    amt, out = len(exprs), {}
+    o = exprs[0].src[0]
+    for d in u.toposort():
+        if (
+            d.op in (Ops.FLOORDIV, Ops.FLOORMOD)
+            and d.src[0] is r
+            and d.src[1].op is Ops.CONST
+            and isinstance(c := d.src[1].arg, int)
+            and c > 0
+            and c % amt == 0
+        ):
+            q = UOp(Ops.CONST, d.dtype, (), c // amt)
+            out[d] = (
+                o // q
+                if d.op is Ops.FLOORDIV
+                else (o % q) * UOp(Ops.CONST, d.dtype, (), amt) + UOp(Ops.CONST, d.dtype, (), k)
+            )
+    return out
 
 
 class Packer:
