@@ -31,7 +31,8 @@ def fresh_source(tag: str) -> str:
 
 def test_flags_keep_ieee_semantics():
     flags = CCompiler().flags
-    assert "-O2" in flags and "-march=native" in flags and "-shared" in flags
+    assert flags[:2] == ["-O1", "-ftree-loop-vectorize"] or flags[0] == "-O2"  # GCC's, or clang's
+    assert "-march=native" in flags and "-shared" in flags
     assert "-ffast-math" not in flags
     assert {"-fwrapv", "-ffp-contract=off"} <= set(flags)
     assert "-fno-tree-slp-vectorize" in flags  # a GCC 12.2 miscompile (test_pipeline: narrowing round trips)
@@ -118,7 +119,7 @@ def test_the_cache_key_holds_compiler_and_flags(tmp_path):
     a.compile_cached(src)
     b.compile_cached(src)
     assert a.stats == b.stats == {"compiled": 1}
-    assert "cc" in a.cache_key and "-O2" in a.cache_key
+    assert "cc" in a.cache_key and a.flags[0] in a.cache_key
 
 
 def test_an_unwritable_cache_only_costs_time(monkeypatch, tmp_path):

@@ -1,13 +1,16 @@
 """The CPU backend's compiler: C source -> shared object bytes, with the system C compiler.
 
-`$CC` (default `cc`) builds with `-O2 -march=native -fPIC -shared`, and never `-ffast-math`: NaN and inf
-must behave. Three flags make C's arithmetic the one REFERENCE defines: `-fwrapv` (signed overflow wraps),
-`-ffp-contract=off` (no fused multiply-add: `a*b+c` rounds twice, as in numpy) and `-fno-math-errno`
-(lets `sqrt` be one instruction; the value is the same). `-fno-trapping-math` changes no value either (it
-says nobody reads the floating-point exception flags), but without it GCC will not evaluate a float
-comparison for lanes a select does not take, so on a machine without AVX-512 masks a loop with a select
-(MAX, relu, WHERE) stays scalar with a branch per element: measured on AVX2, the elementwise chain of
-bench/kernels.py took 20 ms with it off and 1.4 ms with it on.
+`$CC` (default `cc`) builds with `-O1 -ftree-loop-vectorize -march=native -fPIC -shared` (`-O2` where the
+compiler has no `-ftree-loop-vectorize`: clang), and never `-ffast-math`: NaN and inf must behave. `-O1` with
+the loop vectoriser (issue 35) costs the C compiler 24% less than `-O2` on a cold training step and makes
+kernels as fast: the opt pass writes the reduces' and tiles' vector code itself, and the vectoriser keeps
+elementwise loops vector (bench/README.md, the first-step table). Three flags make C's arithmetic the one
+REFERENCE defines: `-fwrapv` (signed overflow wraps), `-ffp-contract=off` (no fused multiply-add: `a*b+c`
+rounds twice, as in numpy) and `-fno-math-errno` (lets `sqrt` be one instruction; the value is the same).
+`-fno-trapping-math` changes no value either (it says nobody reads the floating-point exception flags), but
+without it GCC will not evaluate a float comparison for lanes a select does not take, so on a machine
+without AVX-512 masks a loop with a select (MAX, relu, WHERE) stays scalar with a branch per element:
+measured on AVX2, the elementwise chain of bench/kernels.py took 20 ms with it off and 1.4 ms with it on.
 
 Three are added when the compiler accepts them: `-fopenmp` (the outer loop of large kernels on all cores;
 only for a source that uses OpenMP), `-fvect-cost-model=dynamic` (GCC's -O2 cost model otherwise leaves
@@ -19,11 +22,12 @@ The new kernels of one realize are built together (`compile_many`, issue 35): mo
 ~50 ms is its start, the headers and the link, not the kernel (measured on GCC 12, 2 cores: an empty
 translation unit 25 ms, one kernel 52 ms, ten kernels 524 ms one by one and 131 ms as one source). The
 misses go into about `os.cpu_count()` batches, each one source (core's `renderer.merge`) built as one shared
-object on a thread of its own. A batch holds kernels of distinct names (the runtime finds each by its name),
-all serial or all OpenMP (each kernel keeps the flags it has alone, so its code and results are the same),
-and at most `BATCH_LIMIT` kernels: every member's disk-cache entry is the whole batch's shared object
-(~14 KB of ELF plus ~1 KB a kernel, so a batch of 16 stores ~30 KB per kernel instead of ~15 KB). A batch
-that does not build is built kernel by kernel, so an error names its own source.
+object on a thread of its own. A batch may hold kernels of one name: the merged source renames the repeats,
+and such a kernel's entry carries its function's name after the shared object (runtime.py `with_symbol`);
+a batch is all serial or all OpenMP (each kernel keeps the flags it has alone, so its code and results are
+the same) and holds at most `BATCH_LIMIT` kernels: every member's disk-cache entry is the whole batch's
+shared object (~14 KB of ELF plus ~1 KB a kernel, so a batch of 16 stores ~30 KB per kernel instead of
+~15 KB). A batch that does not build is built kernel by kernel, so an error names its own source.
 """
 
 from __future__ import annotations
@@ -44,11 +48,15 @@ from uopgrad import diskcache
 from uopgrad.backend import CompileError, Compiler, run_compiler
 from uopgrad.config import getenv_float, getenv_str
 from uopgrad.renderer.merge import merge, split
+from uopgrad_cpu.runtime import with_symbol
 
 __all__ = [
     "BASE_FLAGS",
     "BATCH_LIMIT",
     "CCompiler",
+    "ENTRY_FORMAT",
+    "FALLBACK_LEVEL",
+    "LEVEL",
     "OPTIONAL_FLAGS",
     "accepts",
     "batches",
@@ -59,7 +67,6 @@ __all__ = [
 # -Werror=implicit-function-declaration: kernels declare the few libm functions they call instead of
 # including <math.h> (uopgrad_cpu.renderer); a call of anything else must fail to build, not return an int
 BASE_FLAGS = (
-    "-O2",
     "-march=native",
     "-fPIC",
     "-shared",
@@ -77,6 +84,11 @@ _OPENMP_USE = re.compile(r"#\s*pragma\s+omp\b|\bomp_\w+\s*\(|<omp\.h>")
 _KERNEL = re.compile(r"^void (\w+)\(", re.MULTILINE)
 # the most kernels one merged shared object holds (its bytes are stored under every member's digest)
 BATCH_LIMIT = 16
+# the form of a cache entry (runtime.py `split_symbol`), in the cache key
+ENTRY_FORMAT = "so+symbol"
+# the optimisation level, where `$CC` accepts the second flag (GCC); else FALLBACK_LEVEL
+LEVEL = ("-O1", "-ftree-loop-vectorize")
+FALLBACK_LEVEL = ("-O2",)
 # used when `$CC` accepts them (clang, for one, has no -fvect-cost-model and vectorises at -O2 anyway)
 OPTIONAL_FLAGS = ("-fopenmp", "-fvect-cost-model=dynamic", "-fno-tree-slp-vectorize")
 
@@ -149,33 +161,32 @@ def _identity(cc: str) -> str:
 
 
 def batches(srcs: Sequence[str], workers: int) -> list[list[int]]:
-    """Indices of `srcs` in batches to build as one shared object each: serial and OpenMP kernels apart,
-    distinct kernel names in a batch, at most BATCH_LIMIT kernels, about `workers` batches in all with
-    about even amounts of source (a source that is not one generated kernel is a batch of its own)."""
+    """Indices of `srcs` in batches to build as one shared object each: serial and OpenMP kernels apart, at
+    most BATCH_LIMIT kernels, about `workers` batches in all with about even amounts of source (a source that
+    is not one generated kernel is a batch of its own). Kernels of one name may share a batch: `merge`
+    renames the repeats (a realize's kernels often share names, `E_4_32_64` of several bodies, and keeping
+    them apart took 7 compiler processes instead of 2 for 18 kernels)."""
     out: list[list[int]] = []
     for omp in (False, True):
         kind = [k for k, src in enumerate(srcs) if bool(_OPENMP_USE.search(src)) == omp]
         if not kind:
             continue
         share = max(1, round(workers * len(kind) / len(srcs)), math.ceil(len(kind) / BATCH_LIMIT))
-        bins: list[tuple[list[int], set[str]]] = [([], set()) for _ in range(share)]
+        bins: list[list[int]] = [[] for _ in range(share)]
         weight = [0] * share
         for k in kind:
-            if (parts := split(srcs[k], _KERNEL)) is None:
+            if split(srcs[k], _KERNEL) is None:
                 out.append([k])
                 continue
-            free = [
-                b for b, (ks, names) in enumerate(bins) if parts[1] not in names and len(ks) < BATCH_LIMIT
-            ]
+            free = [b for b, ks in enumerate(bins) if len(ks) < BATCH_LIMIT]
             if not free:
-                bins.append(([], set()))
+                bins.append([])
                 weight.append(0)
                 free = [len(bins) - 1]
             b = min(free, key=weight.__getitem__)
-            bins[b][0].append(k)
-            bins[b][1].add(parts[1])
+            bins[b].append(k)
             weight[b] += len(srcs[k])
-        out += [ks for ks, _ in bins if ks]
+        out += [ks for ks in bins if ks]
     return out
 
 
@@ -186,8 +197,17 @@ class CCompiler(Compiler):
     def __init__(self, cc: str | None = None) -> None:
         super().__init__()
         self.cc = cc or getenv_str("CC")
-        self.flags = [*BASE_FLAGS, *(f for f in OPTIONAL_FLAGS if accepts(self.cc, f))]
-        self.cache_key = f"{_identity(self.cc)}|{' '.join(self.flags)}"
+        # the flag probes and the version are compiler processes that every process runs once: side by side
+        # (0.23 - 0.33 s one after another on 2 cores)
+        probes = (LEVEL[-1], *OPTIONAL_FLAGS)
+        with ThreadPoolExecutor(len(probes) + 1) as pool:
+            identity = pool.submit(_identity, self.cc)
+            ok = dict(zip(probes, pool.map(functools.partial(accepts, self.cc), probes), strict=True))
+        level = LEVEL if ok[LEVEL[-1]] else FALLBACK_LEVEL
+        self.flags = [*level, *BASE_FLAGS, *(f for f in OPTIONAL_FLAGS if ok[f])]
+        # `ENTRY_FORMAT`: an entry may name its function after the shared object (a renamed kernel); a build
+        # that reads entries as the bare shared object would look its kernel up by name and find another
+        self.cache_key = f"{identity.result()}|{' '.join(self.flags)}|{ENTRY_FORMAT}"
 
     def compile(self, src: str) -> bytes:
         """Build `src` into a shared object; a compiler error shows its message and the source."""
@@ -227,9 +247,15 @@ class CCompiler(Compiler):
         merged = merge(srcs, _KERNEL) if len(srcs) > 1 else None
         if merged is not None:
             try:
-                return [self.compile(merged[0])] * len(srcs)
+                lib = self.compile(merged[0])
             except CompileError:
                 pass
+            else:  # a renamed kernel's entry names its function in the shared object
+                names = [m[1] for m in map(_KERNEL.search, srcs) if m is not None]
+                return [
+                    lib if symbol == name else with_symbol(lib, symbol)
+                    for name, symbol in zip(names, merged[1], strict=True)
+                ]
         out: list[bytes | CompileError] = []
         for src in srcs:
             try:
