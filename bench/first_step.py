@@ -72,13 +72,14 @@ if sys.argv[1] == "ours":
     from uopgrad.nn import BatchNorm, Conv2d, Linear
     from uopgrad.nn.optim import Adam
     from uopgrad.nn.state import get_parameters
-    dev = sys.argv[2]
+    dev, train = sys.argv[2], Tensor.train
 else:
     from tinygrad import Tensor, GlobalCounters
     from tinygrad.nn import BatchNorm, Conv2d, Linear
     from tinygrad.nn.optim import Adam
     from tinygrad.nn.state import get_parameters
-    dev = None
+    from tinygrad import Context
+    dev, train = None, lambda: Context(TRAINING=1)  # tinygrad 0.14's training mode
 class Net:
     def __init__(self):
         self.c1, self.bn1 = Conv2d(1, 16, 3, padding=1), BatchNorm(16)
@@ -97,7 +98,7 @@ yb = Tensor(rng.integers(0, 10, 128).astype(np.int32), device=dev)
 Tensor.realize(*get_parameters(net), xb, yb)
 start = time.perf_counter()
 opt.zero_grad()
-with Tensor.train():
+with train():
     loss = net(xb).cross_entropy(yb)
     loss.backward()
     Tensor.realize(loss, *opt.schedule_step())
