@@ -306,17 +306,25 @@ def test_two_threads_entering_two_jits_in_opposite_orders_do_not_deadlock() -> N
     """Thread A inside `f` calls `g` while thread B inside `g` calls `f`: waiting would deadlock, so a call
     made from inside a TinyJit to one that is busy raises at once."""
     both_in = threading.Barrier(2)
+    b_called_f = threading.Event()  # A stays inside f until B's call of f has returned or raised: otherwise,
+    # on a loaded machine, A could leave f first and B would enter an idle f (no conflict to test)
 
     @TinyJit
     def f(x: Tensor) -> Tensor:
         both_in.wait(LIMIT)
-        return g(x + 1)
+        try:
+            return g(x + 1)
+        finally:
+            b_called_f.wait(LIMIT)
 
     @TinyJit
     def g(x: Tensor) -> Tensor:
         if not both_in.broken and threading.current_thread().name == "B":
             both_in.wait(LIMIT)
-            return f(x * 2)
+            try:
+                return f(x * 2)
+            finally:
+                b_called_f.set()
         return (x * 2).contiguous()
 
     results: dict[str, Any] = {}
