@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent
 # build the new kernels of a schedule together (one PoCL build, one shared object) and take the `ci-slow`
 # profile (8 random programs per program test; CPU runs ci's 20). Every conformance session and the meta
 # tests spread their cases over the machine's cores with pytest-xdist (`-n auto`); with those two, the
-# default set takes about 30 minutes on 2 cores
+# default set takes about 30 minutes on 2 cores. `conformance_minimal` runs the whole suite on MINIMAL_CPU,
+# the CPU backend rendering only the ALU ops core cannot decompose: every decomposition of codegen/decomp.py
+# under the bounds native ops meet
 nox.options.sessions = [
     "lint",
     "typecheck",
@@ -35,6 +37,7 @@ nox.options.sessions = [
     "conformance(backend='CL')",
     "conformance(backend='CUDA')",
     "conformance_external",
+    "conformance_minimal",
     "conformance_meta",
 ]
 # Reuse a session's environment when it exists: pip rebuilds and reinstalls a local directory on every
@@ -65,6 +68,7 @@ SLOW_COMPILERS = ("CL", "CUDA")
 CONFORMANCE = "./conformance"
 EXAMPLE_BACKEND = "./examples/out_of_tree_backend"  # the out-of-tree backend example (NUMPYVEC)
 BROKEN_BACKENDS = "./conformance/meta_tests/broken_backend"  # planted bugs, for conformance_meta
+PLANTED_BACKENDS = "conformance/tests/planted_backends.py"  # MINIMAL_CPU, for conformance_minimal
 ALL_PACKAGES = [CORE, *BACKEND_PACKAGES.values(), CONFORMANCE]
 SRC_DIRS = [f"{p.removeprefix('./')}/src" for p in ALL_PACKAGES]
 # Core test files `nox -s quick` leaves to `nox -s tests`: over 1 s a test on average or over 20 s in all.
@@ -230,6 +234,23 @@ def conformance_external(session: nox.Session) -> None:
     spec, name, *rest = args
     session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, spec)
     _run_conformance(session, name, rest)
+
+
+@nox.session
+def conformance_minimal(session: nox.Session) -> None:
+    """The conformance suite on MINIMAL_CPU: the CPU backend declaring only the ALU ops that have no core
+    decomposition (conformance/tests/planted_backends.py), so every op case, gradient and program runs
+    core's decompositions (codegen/decomp.py) against the bounds of native ops.
+
+    Reached as a third party's backend is: `planted_backends.py SITE` writes its entry point as a dist-info
+    in build/planted-site, put on PYTHONPATH with the module; the profile and report are CPU's (`ci`,
+    build/conformance/MINIMAL_CPU.json). No xfails: the OPT rows whose vector path needs an op it does not
+    render are not claimed (the opt pass vectorises only ops a target renders)."""
+    session.install(*TEST_DEPS, XDIST, CORE, CONFORMANCE, BACKEND_PACKAGES["CPU"])
+    site = ROOT / "build" / "planted-site"
+    session.run("python", PLANTED_BACKENDS, str(site))
+    session.env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT / Path(PLANTED_BACKENDS).parent)])
+    _run_conformance(session, "MINIMAL_CPU", list(session.posargs))
 
 
 @nox.session

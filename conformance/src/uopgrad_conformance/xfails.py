@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from uopgrad import Ops, dtypes
 from uopgrad.backend import Capabilities
 
 __all__ = ["KNOWN_CORE_ISSUES", "XfailEntry", "parse_xfails"]
@@ -49,19 +48,5 @@ KNOWN_CORE_ISSUES: list[XfailEntry] = [
         "core: the gradient of an implicit input that is not 1-d is silently zero: the FUNCTION "
         "captures its BUFFER, while the Tensor (the gradient target) is a RESHAPE of it, so the "
         "argument is never `needed` in call_gradient",
-    ),
-    # core's POW decomposition (codegen/decomp.py) is exp2(e * log2|b|): log2's rounding, times |e*log2 b|,
-    # reaches the result; float32 is computed in float64 where the target holds it, float64 has no wider type
-    XfailEntry(
-        "test_alu[POW-float64-forward]",
-        "core: POW decomposed for a backend that does not render it is exp2(e*log2|b|) in float64, "
-        "~10 ulp off where |e*log2 b| ~ 40 (bound: 4)",
-        applies=lambda caps: Ops.POW not in caps.ops,
-    ),
-    XfailEntry(
-        "test_alu[POW-float32-forward]",
-        "core: POW decomposed for a backend that does not render it nor hold float64 is exp2(e*log2|b|) "
-        "in float32, ~5 ulp off (bound: 4)",
-        applies=lambda caps: Ops.POW not in caps.ops and dtypes.float64 not in caps.dtypes,
     ),
 ]

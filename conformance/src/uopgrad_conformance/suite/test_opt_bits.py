@@ -42,6 +42,9 @@ class BitsRow:
     data: Data
     dtypes: tuple[DType, ...]
     packs: bool = False
+    # ALU ops the class's vector path is made of: the pass vectorises only ops the target renders (core
+    # decomposes the others after it), so a target without one of them has no such path to check
+    native: frozenset[Ops] = frozenset()
 
 
 def _with_specials(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -144,6 +147,7 @@ ROWS: dict[str, BitsRow] = {
         ("a._reduce(Ops.MAX, 0, False)", "a._reduce(Ops.MAX, 1, False)"),
         _max_data,
         (dtypes.float32, dtypes.float64),
+        native=frozenset({Ops.MAX}),
     ),
     "OPT int sum": BitsRow(("a.sum(1)", "a.sum(0)"), _int_data, (dtypes.int32, dtypes.int64)),
     # vectorised elementwise ops (compare, WHERE, MAX, NEG, *, /, a float -> float cast) in a reduce's nest
@@ -152,6 +156,7 @@ ROWS: dict[str, BitsRow] = {
         ("((a < b).where(-a, a.maximum(b)) * 2 / 3.0).cast(dtypes.float64)._reduce(Ops.MAX, 0, False)",),
         _ew_data,
         (dtypes.float32,),
+        native=frozenset({Ops.CMPLT, Ops.WHERE, Ops.MAX, Ops.NEG, Ops.MUL, Ops.FDIV}),
     ),
 }
 
@@ -172,6 +177,11 @@ def _not_claimed(target: Target, row: BitsRow, dt: DType) -> str | None:
         )
     if row.packs and caps.scratch <= 0:
         return f"not claimed: {target.name} declares no scratch memory: the opt pass packs no panel there"
+    if missing := sorted(op.name for op in row.native - caps.ops):
+        return (
+            f"not claimed: {target.name} does not render {', '.join(missing)} (core decomposes them): "
+            "the opt pass vectorises only ops the target renders"
+        )
     return target.not_claimed(dt)
 
 

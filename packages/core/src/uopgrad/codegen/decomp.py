@@ -3,16 +3,19 @@
 `pm_decomp` runs with the backend's `Target` as its context; each row fires only when its op is missing
 from the target's op set, and builds the replacement from simpler ops (which are decomposed again if they are
 missing too). The float results meet the conformance suite's bounds (its FORWARD_ULPS): FDIV is correctly
-rounded, POW within its transcendental bound where the target holds float64 (float32 POW is computed there),
-and bfloat16 MULACC rounds once.
+rounded, POW within its transcendental bound (e*log2|b| formed in double length, then one EXP2), and
+bfloat16 MULACC rounds once.
 The results follow REFERENCE's numerics (spec/reference.md §3): floor division from C's truncating CDIV/CMOD
 (fmod for floats) with a correction, NaN-propagating MAX, and POW with numpy's sign and special-value rules.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 
 from uopgrad.codegen.target import Target
 from uopgrad.dtype import DType, dtypes
@@ -152,17 +155,67 @@ def _float_pow(b: UOp, e: UOp) -> UOp:
     bits = _SIGNED_OF_WIDTH[dt.itemsize]
     neg = _alu(Ops.CMPLT, UOp(Ops.BITCAST, bits, (b,)), _c(bits, 0))  # the sign bit: -0.0 is negative too
     ax = _where(neg, _neg(b), b)
+    finite_nonzero = _and(_alu(Ops.CMPNE, ax, _c(dt, 0.0)), _alu(Ops.CMPLT, ax, _c(dt, float("inf"))))
     r = _alu(Ops.EXP2, _alu(Ops.MUL, e, _alu(Ops.LOG2, ax)))
+    if dt in _FLOAT_BITS:  # 0, inf, NaN and a huge e keep the plain form: their results are exact or overflow
+        moderate = _alu(Ops.CMPLT, _abs(e), _c(dt, 2.0**100))
+        r = _where(_and(finite_nonzero, moderate), _exact_exp2_log2(ax, e, _FLOAT_BITS[dt]), r)
     integral = _eq(_alu(Ops.TRUNC, e), e)
     twice_half = _alu(Ops.MUL, _alu(Ops.TRUNC, _alu(Ops.MUL, e, _c(dt, 0.5))), _c(dt, 2.0))
     odd = _and(integral, _alu(Ops.CMPNE, twice_half, e))
     res = _where(_and(neg, odd), _neg(r), r)
-    finite_nonzero = _and(_alu(Ops.CMPNE, ax, _c(dt, 0.0)), _alu(Ops.CMPLT, ax, _c(dt, float("inf"))))
     res = _where(_and(_and(neg, finite_nonzero), _not(integral)), _c(dt, float("nan")), res)
     e_inf = _or(_eq(e, _c(dt, float("inf"))), _eq(e, _c(dt, float("-inf"))))
     one = _or(_or(_eq(b, _c(dt, 1.0)), _eq(e, _c(dt, 0.0))), _and(_eq(ax, _c(dt, 1.0)), e_inf))
     # b**1 is b exactly (exp2(log2(max)) can round up past the largest float)
     return _where(one, _c(dt, 1.0), _where(_eq(e, _c(dt, 1.0)), b, res))
+
+
+def _exact_exp2_log2(ax: UOp, e: UOp, fb: _FloatBits) -> UOp:
+    """2**(e*log2(ax)) for a finite ax > 0 and a moderate e, within about an ulp: y = e*log2(ax) is formed
+    in double length (hi + lo), so only EXP2(hi)'s own rounding reaches the result. Rounding log2(ax) to the
+    dtype instead would carry its half ulp, times |y|, into it (10 ulp at |y| ~ 40). log(m) = 2*atanh(s),
+    s = (m-1)/(m+1) for ax = m * 2**k, m in [sqrt(1/2), sqrt(2)]: 2s and the series' first term (2/3)s^3
+    (up to 1% of it) in double length, the rest (under 0.02%) in the dtype."""
+    dt, c = ax.dtype, _c(ax.dtype, fb.split)
+    m, k = _frexp(ax, fb)
+    kf = UOp(Ops.CAST, dt, (k,))
+    big = _alu(Ops.CMPLT, _c(dt, 2.0**0.5), m)
+    m = _where(big, _alu(Ops.MUL, m, _c(dt, 0.5)), m)
+    kf = _where(big, _alu(Ops.ADD, kf, _c(dt, 1.0)), kf)
+    num = _alu(Ops.ADD, m, _c(dt, -1.0))  # exact (Sterbenz)
+    den, den_err = _two_sum(m, _c(dt, 1.0))
+    s = _alu(Ops.FDIV, num, den)
+    s_lo = _alu(Ops.SUB, _residual(num, s, den, c), _alu(Ops.MUL, s, den_err))
+    s_lo = _alu(Ops.FDIV, s_lo, den)  # s + s_lo = num / (den + den_err)
+    (third_hi, third_lo), (log2e_hi, log2e_lo) = _DOUBLE_LENGTH[dt]
+    z, z_err = _two_prod(s, s, c)
+    s3, s3_err = _two_prod(z, s, c)
+    s3_err = _alu(Ops.ADD, s3_err, _alu(Ops.MUL, z_err, s))
+    # the series' first term, (2/3)s^3, is up to 1% of log(m): in double length as well
+    t1, t1_err = _two_prod(s3, _c(dt, third_hi), c)
+    t1_err = _alu(Ops.ADD, t1_err, _alu(Ops.MUL, s3_err, _c(dt, third_hi)))
+    # (2/3)(s + s_lo)^3 - (2/3)s^3 is 2 s^2 s_lo to first order
+    low = _alu(Ops.ADD, _alu(Ops.MUL, s3, _c(dt, third_lo)), _alu(Ops.MUL, _alu(Ops.ADD, z, z), s_lo))
+    t1_err = _alu(Ops.ADD, t1_err, low)
+    terms = (fb.mant + 8) // 5  # z**n / (2n + 5) past them is below the dtype's precision of the sum
+    poly = _c(dt, 1.0 / (2 * terms + 5))
+    for n in reversed(range(terms)):
+        poly = _alu(Ops.ADD, _alu(Ops.MUL, poly, z), _c(dt, 1.0 / (2 * n + 5)))
+    rest = _alu(Ops.MUL, _alu(Ops.MUL, _alu(Ops.ADD, s3, s3), z), poly)  # 2s^5/5 + 2s^7/7 + ...
+    # log(m) = ln_hi + ln_lo, ln_lo within about an ulp of ln_hi (every part above it summed exactly)
+    ln_hi, ln_err = _two_sum(_alu(Ops.ADD, s, s), t1)
+    ln_hi, ln_err2 = _two_sum(ln_hi, rest)
+    ln_lo = _alu(Ops.ADD, _alu(Ops.ADD, ln_err, ln_err2), _alu(Ops.ADD, t1_err, _alu(Ops.ADD, s_lo, s_lo)))
+    p, p_err = _two_prod(ln_hi, _c(dt, log2e_hi), c)
+    lo = _alu(Ops.ADD, _alu(Ops.MUL, ln_hi, _c(dt, log2e_lo)), _alu(Ops.MUL, ln_lo, _c(dt, log2e_hi)))
+    l_hi, l_err = _two_sum(kf, p)  # log2(ax) = l_hi + l_lo, l_lo within about an ulp of l_hi
+    l_lo = _alu(Ops.ADD, l_err, _alu(Ops.ADD, p_err, lo))
+    y, y_err = _two_prod(e, l_hi, c)
+    y_lo = _alu(Ops.ADD, y_err, _alu(Ops.MUL, e, l_lo))
+    r = _alu(Ops.EXP2, y)  # 2**(y + y_lo) = 2**y * (1 + y_lo*ln2), the square of y_lo*ln2 far below an ulp
+    fixed = _alu(Ops.ADD, r, _alu(Ops.MUL, r, _alu(Ops.MUL, y_lo, _c(dt, math.log(2)))))
+    return _where(_alu(Ops.CMPLT, r, _c(dt, float("inf"))), fixed, r)  # inf * 0 would be NaN
 
 
 def _int_pow(b: UOp, e: UOp) -> UOp:
@@ -235,6 +288,20 @@ _FLOAT_BITS = {
 }
 
 
+def _hi_lo(x: Decimal, dt: DType) -> tuple[float, float]:
+    """x as hi + lo in `dt`: hi rounded to dt, lo the rest rounded (twice dt's precision between them)."""
+    hi = float(x)
+    if dt == dtypes.float32:
+        hi = struct.unpack("f", struct.pack("f", hi))[0]
+    return hi, float(x - Decimal(hi))
+
+
+with localcontext() as _ctx:
+    _ctx.prec = 40
+    # 2/3 and log2(e) in double length
+    _DOUBLE_LENGTH = {dt: (_hi_lo(Decimal(2) / 3, dt), _hi_lo(1 / Decimal(2).ln(), dt)) for dt in _FLOAT_BITS}
+
+
 def _split(x: UOp, c: UOp) -> tuple[UOp, UOp]:
     """Veltkamp: x = hi + lo exactly, each with half the significand, so products of halves are exact."""
     t = _alu(Ops.MUL, x, c)
@@ -242,13 +309,25 @@ def _split(x: UOp, c: UOp) -> tuple[UOp, UOp]:
     return hi, _alu(Ops.SUB, x, hi)
 
 
+def _two_prod(x: UOp, y: UOp, c: UOp) -> tuple[UOp, UOp]:
+    """Dekker: x*y = p + err exactly, from the halves (no FMA: a renderer may not have one; the C backend
+    turns contraction off)."""
+    (xh, xl), (yh, yl) = _split(x, c), _split(y, c)
+    p = _alu(Ops.MUL, x, y)
+    err = _alu(Ops.ADD, _alu(Ops.SUB, _alu(Ops.MUL, xh, yh), p), _alu(Ops.MUL, xh, yl))
+    return p, _alu(Ops.ADD, _alu(Ops.ADD, err, _alu(Ops.MUL, xl, yh)), _alu(Ops.MUL, xl, yl))
+
+
+def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """Knuth: a + b = s + err exactly."""
+    s = _alu(Ops.ADD, a, b)
+    bb = _alu(Ops.SUB, s, a)
+    return s, _alu(Ops.ADD, _alu(Ops.SUB, a, _alu(Ops.SUB, s, bb)), _alu(Ops.SUB, b, bb))
+
+
 def _residual(a: UOp, q: UOp, b: UOp, c: UOp) -> UOp:
-    """a - q*b, exactly for q close to a/b (up to its last bits): Dekker's product q*b = p + err from the
-    halves, with no FMA (a renderer may not have one; the C backend turns contraction off)."""
-    (qh, ql), (bh, bl) = _split(q, c), _split(b, c)
-    p = _alu(Ops.MUL, q, b)
-    err = _alu(Ops.ADD, _alu(Ops.SUB, _alu(Ops.MUL, qh, bh), p), _alu(Ops.MUL, qh, bl))
-    err = _alu(Ops.ADD, _alu(Ops.ADD, err, _alu(Ops.MUL, ql, bh)), _alu(Ops.MUL, ql, bl))
+    """a - q*b, exactly for q close to a/b (up to its last bits), by Dekker's product."""
+    p, err = _two_prod(q, b, c)
     return _alu(Ops.SUB, _alu(Ops.SUB, a, p), err)
 
 
