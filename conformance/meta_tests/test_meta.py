@@ -10,15 +10,14 @@ xfails file and the skip reasons must behave as documented (docs/conformance.md)
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from suite_run import run_repro, run_suite
 
 from uopgrad import Device, GroupOp
 
@@ -46,6 +45,8 @@ C_MUTANTS = [
     "BROKEN_C_GRADKEY",
     "BROKEN_C_DIVULP",
     "BROKEN_C_NOGRAD",
+    "BROKEN_C_ADAMSTEP",
+    "BROKEN_C_PANEL",
 ]
 NEEDED = [
     "BROKEN_FLIP",
@@ -62,46 +63,6 @@ pytestmark = pytest.mark.skipif(
     bool(missing),
     reason=f"meta tests need the backends {missing} installed (nox -s conformance_meta installs them)",
 )
-
-
-@dataclass
-class Run:
-    rc: int
-    out: str
-    report: dict
-
-    def outcome(self, test_id: str) -> str:
-        """The outcome of the case whose node id ends with `test_id`."""
-        found = [c["outcome"] for c in self.report["cases"] if c["nodeid"].endswith(test_id)]
-        assert len(found) == 1, f"{test_id}: {found} among {[c['nodeid'] for c in self.report['cases']][:5]}"
-        return found[0]
-
-    def failed(self) -> set[str]:
-        return {c["nodeid"].split("::")[-1] for c in self.report["cases"] if c["outcome"] == "failed"}
-
-
-def run_suite(tmp_path: Path, backend: str, *args: str) -> Run:
-    """The suite in a fresh process, on `backend`, with extra pytest arguments; its JSON report."""
-    report = tmp_path / f"{backend}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--pyargs",
-        "uopgrad_conformance",
-        "--backend",
-        backend,
-        "-p",
-        "no:cacheprovider",
-        "--conformance-report",
-        str(report),
-        "-q",
-        *args,
-    ]
-    env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path / "kernels")}
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1800)
-    data = json.loads(report.read_text()) if report.exists() else {"cases": []}
-    return Run(res.returncode, res.stdout + res.stderr, data)
 
 
 def snippets(out: str) -> list[str]:
@@ -255,6 +216,18 @@ C_PLANTED = [
         ["test_path[path_memory-float32-program]"],
         "the device memory in use grows during the training loop",
     ),
+    (
+        "BROKEN_C_ADAMSTEP",
+        "path_optimiser",
+        ["test_path[path_optimiser-float32-adam]"],
+        "differs from REFERENCE",
+    ),
+    (
+        "BROKEN_C_PANEL",
+        "path_matmul_panels",
+        ["test_path[path_matmul_panels-float32-program]"],
+        "differs from REFERENCE",
+    ),
 ]
 
 
@@ -272,9 +245,7 @@ def test_planted_c_bug_is_caught(
     assert phrase in run.out, run.out[-3000:]
     found = snippets(run.out)
     assert found, run.out[-3000:]
-    script = tmp_path / "repro.py"
-    script.write_text(found[0])
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    res = run_repro(tmp_path, found[0])
     # the repro runs (a trapping one dies of the same signal: that is the bug, shown)
     assert res.returncode == 0 or (backend == "BROKEN_C_INTDIV" and res.returncode < 0), res.stderr[-2000:]
 
@@ -302,9 +273,7 @@ def test_planted_c_bug_is_caught_grouped_reduce_drops_its_tail(
     assert run.outcome("test_path[path_grouped_reduce-float32-program]") == "failed"
     found = snippets(run.out)
     assert found and "differs from REFERENCE" in run.out, run.out[-3000:]
-    script = tmp_path / "repro.py"
-    script.write_text(found[0])
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    res = run_repro(tmp_path, found[0])
     assert res.returncode == 0, res.stderr[-2000:]
 
 
@@ -316,9 +285,7 @@ def test_planted_c_bug_is_caught_realize_drops_the_graph(tmp_path: Path) -> None
     assert run.outcome("test_programs[programs_realized-float64-random]") == "failed"
     found = [s for s in snippets(run.out) if ".gradient(" in s]
     assert found, run.out[-3000:]
-    script = tmp_path / "repro.py"
-    script.write_text(found[0])
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    res = run_repro(tmp_path, found[0])
     assert res.returncode == 0, res.stderr[-2000:]
 
 
@@ -338,9 +305,7 @@ def test_planted_bug_is_caught(
     found = snippets(run.out)
     assert found, run.out[-3000:]
     # the snippet runs on its own (on the broken backend it shows the wrong values)
-    script = tmp_path / "repro.py"
-    script.write_text(found[0])
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    res = run_repro(tmp_path, found[0])
     assert res.returncode == 0 or backend in res.stderr, res.stderr[-2000:]
 
 
@@ -460,12 +425,7 @@ def test_xfails_file_and_strict_mode(tmp_path: Path) -> None:
 
 
 def test_backend_option_is_required_and_checked(tmp_path: Path) -> None:
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "uopgrad_conformance", "-q", "-p", "no:cacheprovider"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert res.returncode != 0 and "needs --backend NAME" in res.stdout + res.stderr
+    res = run_suite(tmp_path, None)
+    assert res.rc != 0 and "needs --backend NAME" in res.out
     unknown = run_suite(tmp_path, "NO_SUCH_DEVICE")
     assert unknown.rc != 0 and "installed backends are" in unknown.out

@@ -6,36 +6,12 @@ REFERENCE only (a `-k` selection keeps each run short)."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
+from suite_run import run_suite
 
 SELECT = "test_alu and (ADD or CMPLT) or test_movement"
-
-
-def suite(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
-    report = tmp_path / f"{name}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "--pyargs",
-        "uopgrad_conformance",
-        "-p",
-        "no:cacheprovider",
-        "--conformance-report",
-        str(report),
-        "-q",
-        *args,
-    ]
-    env = {**os.environ, "UOPGRAD_CACHE_DIR": str(tmp_path / "kernels")}
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
-    return res, (json.loads(report.read_text()) if report.exists() else {"cases": []})
 
 
 def table(out: str) -> str:
@@ -47,9 +23,10 @@ def table(out: str) -> str:
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="needs pytest-xdist installed")
 def test_xdist_reports_every_case_of_a_serial_run(tmp_path):
-    serial, s = suite(tmp_path, "serial", "--backend", "REFERENCE", "-k", SELECT)
-    par, p = suite(tmp_path, "parallel", "--backend", "REFERENCE", "-k", SELECT, "-n", "2")
-    assert serial.returncode == 0 and par.returncode == 0, par.stdout[-3000:]
+    serial = run_suite(tmp_path, "REFERENCE", "-k", SELECT, name="serial")
+    par = run_suite(tmp_path, "REFERENCE", "-k", SELECT, "-n", "2", name="parallel")
+    assert serial.rc == 0 and par.rc == 0, par.stdout[-3000:]
+    s, p = serial.report, par.report
     assert len(s["cases"]) > 100
 
     def cases(rep):
@@ -65,10 +42,9 @@ def test_skips_file_keeps_cases_from_running(tmp_path):
         "# cases that hang on this device\ntest_alu[ADD-float32-forward]  # hangs the driver\n"
         "test_alu[NOSUCHOP-*]  # stale line\n"
     )
-    res, rep = suite(
-        tmp_path, "skips", "--backend", "REFERENCE", "-k", "test_alu and ADD and float", "--skips", str(skips)
-    )
-    assert res.returncode == 0, res.stdout[-3000:]
+    res = run_suite(tmp_path, "REFERENCE", "-k", "test_alu and ADD and float", "--skips", str(skips))
+    rep = res.report
+    assert res.rc == 0, res.stdout[-3000:]
     case = next(c for c in rep["cases"] if c["nodeid"].endswith("test_alu[ADD-float32-forward]"))
     assert case["outcome"] == "skipped" and case["reason"] == "--skips: hangs the driver"
     assert all(c["outcome"] == "passed" for c in rep["cases"] if c is not case)
@@ -76,18 +52,17 @@ def test_skips_file_keeps_cases_from_running(tmp_path):
 
 
 def test_missing_backend_is_a_usage_error_at_start_up(tmp_path):
-    res, rep = suite(tmp_path, "none")
-    assert res.returncode == 4, res.stdout[-2000:]  # pytest's exit code for a usage error
-    assert "needs --backend NAME" in res.stderr and not rep["cases"]
+    res = run_suite(tmp_path, None, name="none")
+    assert res.rc == 4, res.stdout[-2000:]  # pytest's exit code for a usage error
+    assert "needs --backend NAME" in res.stderr and not res.report["cases"]
     assert "passed" not in res.stdout and "collected" not in res.stdout
 
 
 def test_worst_relative_error_is_a_junit_property(tmp_path):
     xml = tmp_path / "junit.xml"
-    res, rep = suite(
-        tmp_path, "junit", "--backend", "REFERENCE", "-k", "test_alu and EXP2", f"--junitxml={xml}"
-    )
-    assert res.returncode == 0, res.stdout[-2000:]
+    res = run_suite(tmp_path, "REFERENCE", "-k", "test_alu and EXP2", f"--junitxml={xml}")
+    rep = res.report
+    assert res.rc == 0, res.stdout[-2000:]
     props = {}
     for tc in ET.parse(xml).getroot().iter("testcase"):
         props[tc.get("name")] = {p.get("name"): p.get("value") for p in tc.iter("property")}

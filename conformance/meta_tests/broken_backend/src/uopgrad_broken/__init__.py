@@ -19,7 +19,7 @@ cases that need a second device, which must be reported as not claimed.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from uopgrad_numpyvec import NumpyRenderer, NumpyVecBackend
 
@@ -53,16 +53,20 @@ class ForgetsToFlip(NumpyVecBackend):
         super().realize(graph_rewrite(sink, pm_fold_flip))
 
 
-class _NoGateRenderer(NumpyRenderer):
-    def _line(
-        self,
-        u: UOp,
-        i: int,
-        names: dict[UOp, str],
-        depth: int,
-        var_pos: dict[UOp, int],
-        slot_pos: dict[int, int],
-    ) -> tuple[str | None, int]:
+class _PeepholeRenderer(NumpyRenderer):
+    """NUMPYVEC's renderer whose `_peephole` may render a uop first: a line, "" for none, None to leave the
+    uop to the renderer."""
+
+    def _line(self, u: UOp, i: int, names: dict[UOp, str], depth: int, *rest: Any) -> tuple[str | None, int]:
+        line = self._peephole(u, i, names)
+        return super()._line(u, i, names, depth, *rest) if line is None else (line or None, depth)
+
+    def _peephole(self, u: UOp, i: int, names: dict[UOp, str]) -> str | None:
+        return None
+
+
+class _NoGateRenderer(_PeepholeRenderer):
+    def _peephole(self, u: UOp, i: int, names: dict[UOp, str]) -> str | None:
         # a peephole that is right on its own: WHERE(g, LOAD(idx, g), 0) is the gated load itself...
         if (
             u.op is Ops.WHERE
@@ -73,8 +77,8 @@ class _NoGateRenderer(NumpyRenderer):
             and u.src[2].arg == 0
         ):
             names[u] = names[u.src[1]]
-            return None, depth
-        return super()._line(u, i, names, depth, var_pos, slot_pos)
+            return ""
+        return None
 
     def _memory(self, u: UOp, name: str, src: list[str]) -> str:
         # ...but the gated load is rendered without its gate: a clamped address, never 0
@@ -100,16 +104,8 @@ class TruncatingFloorDiv(NumpyVecBackend):
     renderer_class = _TruncRenderer
 
 
-class _ZeroIdentityRenderer(NumpyRenderer):
-    def _line(
-        self,
-        u: UOp,
-        i: int,
-        names: dict[UOp, str],
-        depth: int,
-        var_pos: dict[UOp, int],
-        slot_pos: dict[int, int],
-    ) -> tuple[str | None, int]:
+class _ZeroIdentityRenderer(_PeepholeRenderer):
+    def _peephole(self, u: UOp, i: int, names: dict[UOp, str]) -> str | None:
         init = u.src[0] if u.op is Ops.DEFINE_REG and u.src else None
         if (
             init is not None
@@ -118,8 +114,8 @@ class _ZeroIdentityRenderer(NumpyRenderer):
             and init.dtype != dtypes.bool
         ):
             names[u] = f"v{i}"
-            return f"v{i} = np.zeros((1,), dtype=np.{_np(init)})", depth
-        return super()._line(u, i, names, depth, var_pos, slot_pos)
+            return f"v{i} = np.zeros((1,), dtype=np.{_np(init)})"
+        return None
 
 
 def _np(c: UOp) -> str:

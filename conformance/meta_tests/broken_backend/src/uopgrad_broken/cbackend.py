@@ -24,7 +24,7 @@ split without its remainder, a pragma on the wrong loop, a fast path that swaps 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -36,7 +36,6 @@ from uopgrad.renderer import Renderer
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
 __all__ = [
-    "MUTANTS",
     "BrokenF2I",
     "BrokenF16",
     "BrokenIndex16",
@@ -63,6 +62,14 @@ def _backend(
             super().__init__(device, renderer(), CCompiler(), allocator(), program, CPU_DTYPES)
 
     return Mutant
+
+
+def _patched(patch: Callable[[], None], renderer: type[Renderer] = CRenderer) -> type[CompiledBackend]:
+    """The CPU backend of a device whose bug is in core: `patch` (applied now) replaces a core function
+    with one that goes wrong for that device's tensors or target only. (The devices are the entry points of
+    pyproject.toml.)"""
+    patch()
+    return _backend(renderer)
 
 
 class _SourceMutation(CRenderer):
@@ -139,14 +146,8 @@ class _NoZero(CPUAllocator):
 
 
 class _Vars(CPUProgram):
-    def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
-    ) -> None:
-        super().__call__(*bufs, vals=tuple(reversed(vals)), global_size=global_size, local_size=local_size)
+    def _args(self, bufs: Sequence[object], vals: Sequence[int]) -> list[object]:
+        return super()._args(bufs, tuple(reversed(vals)))
 
 
 _TOHALF = """\
@@ -182,17 +183,9 @@ class _Literal(CRenderer):
 
 
 class _ManyBuf(CPUProgram):
-    def __call__(
-        self,
-        *bufs: object,
-        vals: Sequence[int] = (),
-        global_size: Sequence[int] | None = None,
-        local_size: Sequence[int] | None = None,
-    ) -> None:
+    def _args(self, bufs: Sequence[object], vals: Sequence[int]) -> list[object]:
         # eight buffers "in registers", the rest "on the stack" -- pushed in the wrong order
-        super().__call__(
-            *bufs[:8], *reversed(bufs[8:]), vals=vals, global_size=global_size, local_size=local_size
-        )
+        return super()._args([*bufs[:8], *reversed(bufs[8:])], vals)
 
 
 class _Index16(_SourceMutation):
@@ -218,22 +211,6 @@ BrokenManyBuf = _backend(program=_ManyBuf)
 BrokenIndex16 = _backend(_Index16)
 BrokenMath = _backend(_Math)
 
-# device name -> backend (the entry points of pyproject.toml)
-MUTANTS: dict[str, type[CompiledBackend]] = {
-    "BROKEN_C_TAIL": BrokenTail,
-    "BROKEN_C_RACE": BrokenRace,
-    "BROKEN_C_WHERE": BrokenWhere,
-    "BROKEN_C_INTDIV": BrokenIntDiv,
-    "BROKEN_C_F2I": BrokenF2I,
-    "BROKEN_C_NOZERO": BrokenNoZero,
-    "BROKEN_C_VARS": BrokenVars,
-    "BROKEN_C_F16": BrokenF16,
-    "BROKEN_C_LITERAL": BrokenLiteral,
-    "BROKEN_C_MANYBUF": BrokenManyBuf,
-    "BROKEN_C_INDEX16": BrokenIndex16,
-    "BROKEN_C_MATH": BrokenMath,
-}
-
 
 # ---------------------------------------------------------------------- a realize that drops the graph
 def _drops_graph_at_realize() -> None:
@@ -256,6 +233,4 @@ def _drops_graph_at_realize() -> None:
     Tensor._realize = staticmethod(realize)  # type: ignore[method-assign]
 
 
-_drops_graph_at_realize()
-BrokenRealize = _backend()
-MUTANTS["BROKEN_C_REALIZE"] = BrokenRealize
+BrokenRealize = _patched(_drops_graph_at_realize)

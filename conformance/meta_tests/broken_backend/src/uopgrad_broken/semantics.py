@@ -28,11 +28,10 @@ import numpy as np
 
 from uopgrad import Ops, Tensor, UOp
 from uopgrad.backend import CompiledBackend
-from uopgrad_broken.cbackend import _backend
+from uopgrad_broken.cbackend import _backend, _patched
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
 __all__ = [
-    "SEMANTIC_MUTANTS",
     "BrokenEmpty",
     "BrokenLeaves",
     "BrokenReupload",
@@ -84,15 +83,11 @@ class BrokenEmpty(CompiledBackend):
         if not _touches_empty(item, None):
             super().run_kernel(item, var_vals)
 
-    def bind_kernel(
-        self,
-        item: UOp,
-        var_vals: dict[str, int],
-        bufs: Sequence[UOp] | None = None,
-    ) -> Callable[[], None]:
+    def bind_kernel(self, item: UOp, *args: Any, **kwargs: Any) -> Callable[[], None]:
+        bufs = kwargs.get("bufs", args[1] if len(args) > 1 else None)  # (var_vals, bufs) as core passes them
         if _touches_empty(item, bufs):
             return lambda: None
-        return super().bind_kernel(item, var_vals, bufs)
+        return super().bind_kernel(item, *args, **kwargs)
 
 
 # ---------------------------------------------------------------------- front-end bugs, in one device
@@ -150,18 +145,6 @@ def _interned_leaves() -> None:
     Tensor.__init__ = init  # type: ignore[method-assign]
 
 
-_first_write_wins()
-_textbook_sigmoid()
-_interned_leaves()
-BrokenSetitem = _backend()
-BrokenSigmoid = _backend()
-BrokenLeaves = _backend()
-
-# device name -> backend (the entry points of pyproject.toml)
-SEMANTIC_MUTANTS: dict[str, type[CompiledBackend]] = {
-    "BROKEN_C_SETITEM": BrokenSetitem,
-    "BROKEN_C_REUPLOAD": BrokenReupload,
-    "BROKEN_C_SIGMOID": BrokenSigmoid,
-    "BROKEN_C_EMPTY": BrokenEmpty,
-    "BROKEN_C_LEAVES": BrokenLeaves,
-}
+BrokenSetitem = _patched(_first_write_wins)
+BrokenSigmoid = _patched(_textbook_sigmoid)
+BrokenLeaves = _patched(_interned_leaves)

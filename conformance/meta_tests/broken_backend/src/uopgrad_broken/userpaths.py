@@ -1,8 +1,9 @@
 """Broken backends on the paths a user's training program takes (the suite's `path` rows, paths.py): the CPU
 backend (and, for the grouped reduce, the CUDA backend emulated on the host, grid.py) with one planted
-bug each, in the newer code that issue 37 found unchecked. Two are bugs of a backend itself (a third,
-BROKEN_C_DIVULP, is in divide.py); three are core bugs planted in one device (a core function replaced for
-that device's graphs only), as `BROKEN_C_REALIZE` is.
+bug each, in the newer code that issue 37 found unchecked. BROKEN_C_JITSTALE is a bug of a backend itself;
+the others are core bugs planted in one device (a core function replaced by `cbackend._patched` for that
+device's graphs or target only), as `BROKEN_C_REALIZE` is: BROKEN_CUDA_GROUPTAIL's in grid.py,
+BROKEN_C_DIVULP's in divide.py (its patch is not scoped to a device), the rest here.
 
 | device                | planted bug                                                                     |
 | --------------------- | ------------------------------------------------------------------------------- |
@@ -18,6 +19,10 @@ that device's graphs only), as `BROKEN_C_REALIZE` is.
 |                       | `a * (1 / b)`: off by an ulp on about a third of the quotients                  |
 | BROKEN_C_NOGRAD       | a value realized under `no_grad` keeps its graph (realize ignores no_grad): a   |
 |                       | running mean updated each step holds every earlier step's buffers               |
+| BROKEN_C_ADAMSTEP     | Adam's bias corrections start one step ahead: step t divides the moments by     |
+|                       | 1 - b ** (t + 1), not 1 - b ** t (the step counter starts at 1, then counts)    |
+| BROKEN_C_PANEL        | the opt pass's copy of a matmul's packed panel stops one reduce step short: the |
+|                       | panel's last row is never copied, and the tiles read stale scratch there        |
 """
 
 from __future__ import annotations
@@ -25,17 +30,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import uopgrad.codegen.opt as opt
 from uopgrad import Ops, Tensor, UOp
 from uopgrad.backend import CompiledBackend
-from uopgrad_broken.cbackend import _backend
+from uopgrad_broken.cbackend import _patched
 from uopgrad_cpu import CPU_DTYPES, CCompiler, CPUAllocator, CPUProgram, CRenderer
 
 __all__ = [
-    "PATH_MUTANTS",
+    "BrokenAdamStep",
     "BrokenAllreduce",
     "BrokenGradKey",
     "BrokenJitStale",
     "BrokenNoGrad",
+    "BrokenPanel",
 ]
 
 
@@ -117,18 +124,53 @@ def _realize_ignores_no_grad() -> None:
     Tensor._realize = staticmethod(realize)  # type: ignore[method-assign]
 
 
-_allreduce_twice()
-_template_without_targets()
-_realize_ignores_no_grad()
-BrokenAllreduce = _backend()
-BrokenGradKey = _backend()
-BrokenNoGrad = _backend()
+def _bias_correction_a_step_ahead() -> None:
+    """BROKEN_C_ADAMSTEP: LAMB (Adam, AdamW) starts its bias-correction state at step 1's values instead
+    of 0, so each step has advanced it once more than it has run: m / (1 - b1 ** (t + 1)) at step t."""
+    from uopgrad.nn.optim import LAMB
 
-# device name -> backend (the entry points of pyproject.toml; BROKEN_CUDA_GROUPTAIL is in grid.py,
-# BROKEN_C_DIVULP in divide.py: its patch is not scoped to a device, so it lives in a module of its own)
-PATH_MUTANTS: dict[str, type[CompiledBackend]] = {
-    "BROKEN_C_JITSTALE": BrokenJitStale,
-    "BROKEN_C_ALLREDUCE": BrokenAllreduce,
-    "BROKEN_C_GRADKEY": BrokenGradKey,
-    "BROKEN_C_NOGRAD": BrokenNoGrad,
-}
+    original = LAMB.__init__
+
+    def init(self: LAMB, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _on(self.device, "BROKEN_C_ADAMSTEP"):
+            for c, b in ((self.c1, self.b1), (self.c2, self.b2)):
+                c.assign(c + (1.0 - b)).realize()
+
+    LAMB.__init__ = init  # type: ignore[method-assign]
+
+
+# the scratch this device's renderer declares: a little more than the CPU's (which changes no packing
+# decision), and it selects the broken pass, as grid.py's local memory does
+PANEL_MARK = CRenderer.scratch + 64
+
+
+def _panel_copy_one_step_short() -> None:
+    """BROKEN_C_PANEL: the panel's copy loop (the RANGE closed under the scratch array's AFTER) runs to
+    n - 1, an off-by-one in the copy, where the reduce still reads all n rows."""
+    original = opt._pack
+
+    def pack(
+        ranges: list[UOp], stores: tuple[UOp, ...], scratch: int, nest: int, span: int = opt.PACK_MIN_SPAN
+    ) -> tuple[UOp, ...]:
+        out = original(ranges, stores, scratch, nest, span)
+        if scratch != PANEL_MARK:
+            return out
+        nodes = [u for st in out for u in st.toposort()]
+        # AFTER(scratch, END(copy loop, copies...))
+        loops = {u.src[1].src[0] for u in nodes if u.op is Ops.AFTER and u.src[0].op is Ops.DEFINE_LOCAL}
+        short = {p: p.replace(src=(p.src[0].replace(arg=p.src[0].arg - 1),)) for p in loops}
+        return tuple(st.substitute(short, walk=True) for st in out)
+
+    opt._pack = pack
+
+
+class _PanelRenderer(CRenderer):
+    scratch = PANEL_MARK
+
+
+BrokenAllreduce = _patched(_allreduce_twice)
+BrokenGradKey = _patched(_template_without_targets)
+BrokenNoGrad = _patched(_realize_ignores_no_grad)
+BrokenAdamStep = _patched(_bias_correction_a_step_ahead)
+BrokenPanel = _patched(_panel_copy_one_step_short, _PanelRenderer)
