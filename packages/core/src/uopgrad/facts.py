@@ -120,7 +120,8 @@ class Fact(Generic[T]):
             ret = self.fill(u)
         if type(ret) is Err:
             raise ret.exc
-        return cast(T, ret)
+        fact: T = ret  # (annotated, not typing.cast: a cast is a call, and facts are asked of every node)
+        return fact
 
     def fill(self, u: UOp) -> T | Err:
         """Compute the fact for `u` and for every node under it that lacks it, sources first; the fact of
@@ -134,19 +135,38 @@ class Fact(Generic[T]):
         nodes: Iterable[UOp] = (u,)  # a node built on known sources (the common case) needs no walk
         for s in u.src:
             if get(s) is NOT_COMPUTED:
-                # new sources on known ones (a fresh constant, a shape vector): they first, still no walk
-                fresh = [x for x in dict.fromkeys(u.src) if get(x) is NOT_COMPUTED]
-                if all(get(y) is not NOT_COMPUTED for x in fresh for y in x.src):
-                    nodes = (*fresh, u)
-                else:
-                    nodes = u.toposort(gate=lambda x: get(x) is NOT_COMPUTED)
+                nodes = _lacking(u, get)
                 break
         for n in nodes:
             try:
                 put(n, rule(n))
             except ShapeError as e:
                 put(n, Err(e))
-        return cast("T | Err", get(u))  # (not the last node computed: another thread may have filled `u`)
+        fact: T | Err = get(u)  # (not the last node computed: another thread may have filled `u`)
+        return fact
+
+
+_DONE: Any = object()  # _lacking's stack marker: the node below it has all its sources walked
+
+
+def _lacking(u: UOp, get: Callable[[UOp], Any]) -> dict[UOp, None]:
+    """The nodes under `u` (and `u`) whose fact `get` gives NOT_COMPUTED, sources first, left to right."""
+    out: dict[UOp, None] = {}
+    stack: list[Any] = [u]
+    pop, push, extend, none, done = stack.pop, stack.append, stack.extend, NOT_COMPUTED, _DONE
+    # HOT PATH (bench/step.py, plain steps: new nodes on new sources, a fresh constant or buffer): as in
+    # UOp.toposort, a node waits under the _DONE marker while its sources are walked; no gate callback, a
+    # frame per node, as toposort(gate=...) would call
+    while stack:
+        node = pop()
+        if node is done:
+            out[pop()] = None
+        elif node not in out and get(node) is none:
+            push(node)
+            push(done)
+            extend(node.src[::-1])
+    # end HOT PATH
+    return out
 
 
 def vec_values(v: UOp) -> tuple[sint, ...]:
@@ -172,10 +192,10 @@ def _is(a: sint, b: sint) -> bool:
 
 
 def _shape_of(u: UOp) -> Shape | None:
-    s = u._shape_fact
+    s: Shape | None | Err = u._shape_fact  # (annotated, not typing.cast: a call per rule)
     if isinstance(s, Err):
         raise s.exc
-    return cast("Shape | None", s)
+    return s
 
 
 def _need_shape(u: UOp, consumer: UOp) -> Shape:
@@ -409,16 +429,22 @@ def infer_shape(u: UOp) -> Shape | None:
 def infer_device(u: UOp) -> str | tuple[str, ...] | None:
     """The device a value lives on: a DEVICE's arg, a COPY's/BUFFER's target, else its first source's
     (a partial rule: NOT_COMPUTED where the source that decides it has no device fact yet)."""
-    if u.op is Ops.DEVICE:
-        return cast("str | tuple[str, ...]", u.arg)
-    if u.op in (Ops.COPY, Ops.BUFFER, Ops.ALLREDUCE):
-        return cast("str | tuple[str, ...] | None", u.src[1]._device_fact)
-    if u.op is Ops.AFTER:
-        return cast("str | tuple[str, ...] | None", u.src[0]._device_fact)
-    for s in u.src:
-        if (d := s._device_fact) is not None:
-            return cast("str | tuple[str, ...]", d)
-    return None
+    # the slots and the arg are Any: annotated, not typing.cast (a call, on nearly every new node)
+    d: str | tuple[str, ...] | None
+    op = u.op
+    if op is Ops.DEVICE:
+        d = u.arg
+    elif op is Ops.COPY or op is Ops.BUFFER or op is Ops.ALLREDUCE:
+        d = u.src[1]._device_fact
+    elif op is Ops.AFTER:
+        d = u.src[0]._device_fact
+    else:  # the first source with a device (NOT_COMPUTED, not None, where that source lacks the fact)
+        d = None
+        for s in u.src:
+            if s._device_fact is not None:
+                d = s._device_fact
+                break
+    return d
 
 
 def _axis_of(u: UOp) -> int | None:

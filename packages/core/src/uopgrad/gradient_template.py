@@ -98,10 +98,13 @@ _cache: LRU[tuple[Any, ...], _Template] = LRU(64)
 _stats = {"hits": 0, "misses": 0}
 
 
-def _structure(root: UOp, seed: UOp, targets: Sequence[UOp]) -> tuple[list[UOp], tuple[Any, ...] | None]:
+def _structure(
+    root: UOp, seed: UOp, targets: Sequence[UOp], order: dict[UOp, None] | None
+) -> tuple[list[UOp], tuple[Any, ...] | None]:
     """The nodes under `root` and `seed` (call bodies too, as `compute_gradient` walks them) and the key of
-    their structure with the targets' positions (None: a user's grad_fxn is in the graph)."""
-    order = root.toposort()
+    their structure with the targets' positions (None: a user's grad_fxn is in the graph). `order`: root's
+    toposort, where the caller has it (backward walked the graph for its targets)."""
+    order = root.toposort() if order is None else order.copy()
     order.update(seed.toposort())
     index: dict[UOp, int] = {}
     parts: list[tuple[Any, ...]] = []
@@ -140,12 +143,15 @@ def _record(nodes: list[UOp], outs: list[UOp | None]) -> _Template:
     )
 
 
-def gradients(root: UOp, seed: UOp, targets: Sequence[UOp]) -> list[UOp | None]:
+def gradients(
+    root: UOp, seed: UOp, targets: Sequence[UOp], order: dict[UOp, None] | None = None
+) -> list[UOp | None]:
     """`compute_gradient(root, seed, set(targets))[t]` for each target (None where it has none), from the
-    template of the graph's structure when there is one."""
+    template of the graph's structure when there is one. `order`: `root.toposort()`, where the caller has
+    it."""
     if len(all_metadata):
         return _derived(root, seed, targets)
-    nodes, key = _structure(root, seed, targets)
+    nodes, key = _structure(root, seed, targets, order)
     if key is None:
         return _derived(root, seed, targets)
     try:

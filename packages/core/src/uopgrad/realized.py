@@ -55,8 +55,8 @@ _READ_AT: Fact[tuple[tuple[UOp, int], ...]] = Fact("buffers read, at their versi
 
 
 def _version(b: UOp) -> int:
-    v = _VERSION.get(b)
-    return 0 if v is NOT_COMPUTED else v  # (no typing.cast: a call)
+    v: int = b._facts.get(_VERSION, 0)  # (the fact's dict read directly: Fact.get is a lambda, a frame)
+    return v
 
 
 def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
@@ -128,25 +128,15 @@ _EMPTY: frozenset[UOp] = frozenset()
 # node -> the effects of the AFTERs under it (filled in together), and node -> the node with every realized
 # value read from its buffer (_SAME where nothing under it is realized: a node whose fact held the node
 # itself could only be freed by the cycle collector, and with it its buffer; a BUFFER's reads are _SELF for
-# the same reason). No node's answer refers back to the node. The strip has its own walk: it builds nodes,
-# and reads are asked of graphs that are never run.
+# the same reason). No node's answer refers back to the node. All three are filled in by one walk: a realize
+# asks the effects of its graph, then strips it, and a second walk of every new node cost as much as the
+# first; the strip builds nodes only above a realized value, which a graph that is never run seldom holds.
 _READS: Fact[frozenset[UOp]] = Fact("reads")
 _EFFECTS: Fact[frozenset[UOp]] = Fact("effects")
 _STRIPPED: Fact[UOp] = Fact("stripped")
 _SAME: UOp = cast("UOp", object())
 _SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itself (not kept: a cycle)
-
-
-def _union(parts: list[frozenset[UOp]]) -> frozenset[UOp]:
-    """The union of `parts`, sharing a part's set where one part holds everything."""
-    if len(parts) == 1:  # most nodes: one source, or two of which one adds nothing
-        return parts[0]
-    if len(parts) == 2 and (not parts[1] or parts[0] >= parts[1]):
-        return parts[0] or _EMPTY
-    distinct = {p for p in parts if p}
-    if not distinct:
-        return _EMPTY
-    return distinct.pop() if len(distinct) == 1 else frozenset().union(*distinct)
+_DONE: Any = object()  # _lacking's stack marker: the node below it has all its sources walked
 
 
 def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
@@ -154,46 +144,71 @@ def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
     Asking again, or about a graph grown from one asked about before, walks only the new nodes: a training
     step's graph, built on the realized weights and data each time, is walked once."""
     out: dict[UOp, None] = {}
-    stack: list[tuple[UOp, bool]] = [(u, False)]
-    calls, after, none = GroupOp.Call, Ops.AFTER, NOT_COMPUTED  # (locals: the hot loop)
-    pop, push = stack.pop, stack.append
-    # HOT PATH (bench/step.py, plain steps: every node of a step's graph passes here three times): a fact
-    # kept in the node's `_facts` dict is read there, not through `fact.get` (a lambda: a frame per node)
+    stack: list[Any] = [u]
+    calls, after, none, done = GroupOp.Call, Ops.AFTER, NOT_COMPUTED, _DONE  # (locals: the hot loop)
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    # HOT PATH (bench/step.py, plain steps: every new node of a step's graph passes here once): a fact
+    # kept in the node's `_facts` dict is read there, not through `fact.get` (a lambda: a frame per node);
+    # as in UOp.toposort, a node waits under the _DONE marker while its sources are walked, and sources are
+    # pushed untested (one C-level extend, no list of pairs built per node)
     while stack:
-        node, expanded = pop()
-        if node in out or node._facts.get(fact, none) is not none:
+        node = pop()
+        if node is done:
+            out[pop()] = None
+        elif node in out or node._facts.get(fact, none) is not none:
             continue
-        if expanded or (node.op is after and is_realized_after(node)):
+        elif node.op is after and is_realized_after(node):
             out[node] = None
-            continue
-        push((node, True))
-        srcs = node.src[1:] if node.op in calls else node.src
-        stack.extend([(x, False) for x in srcs if x._facts.get(fact, none) is none])
+        else:
+            push(node)
+            push(done)
+            extend(node.src[1:] if node.op in calls else node.src)
     # end HOT PATH
     return out
 
 
 def _fill_reads_effects(u: UOp) -> None:
-    """The reads and effects of every node under `u` that lacks them, filled in."""
+    """The reads, effects and stripped form of every node under `u` that lacks them, filled in."""
     if _EFFECTS.known(u):
         return
     calls, after, buffer, reads_, effects_ = GroupOp.Call, Ops.AFTER, Ops.BUFFER, _READS, _EFFECTS
-    # HOT PATH (as in _lacking): both facts read and written in the nodes' `_facts` dicts directly
+    stripped = _STRIPPED
+    # HOT PATH (as in _lacking): the facts read and written in the nodes' `_facts` dicts directly
     for node in _lacking(u, _EFFECTS):
         op, facts = node.op, node._facts
         if op is after and is_realized_after(node):  # it reads its storage, not what computed it
-            facts[reads_] = frozenset(b for b in realized_view(node).toposort() if b.op is buffer)
+            view = realized_view(node)
+            facts[reads_] = frozenset(b for b in view.toposort() if b.op is buffer)
             facts[effects_] = _EMPTY
+            # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
+            facts[stripped] = strip_realized(view)
             continue
-        srcs = node.src[1:] if op in calls else node.src
-        if op is buffer:
-            facts[reads_] = _SELF
-        else:
-            facts[reads_] = _union([frozenset((x,)) if (r := x._facts[reads_]) is _SELF else r for x in srcs])
-        effects = [e for x in srcs if (e := x._facts[effects_])]  # most nodes: none, and no _union call
+        srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
+        # the union of the sources' reads and of their effects, in place (no list or _union call per node:
+        # most nodes have one or two sources, and no effects)
+        read: frozenset[UOp] | None = None
+        effects: frozenset[UOp] | None = None
+        same = True
+        for x in srcs:
+            xf = x._facts
+            if (r := xf[reads_]) is _SELF:
+                r = frozenset((x,))
+            if read is None or (r and not read >= r):
+                read = r if read is None or read <= r else read | r
+            if e := xf[effects_]:
+                effects = e if effects is None or effects <= e else effects if effects >= e else effects | e
+            if xf[stripped] is not _SAME:
+                same = False
+        facts[reads_] = _SELF if op is buffer else read or _EMPTY
         if op is after:
-            effects.append(frozenset(node.src[1:]))
-        facts[effects_] = _union(effects) if effects else _EMPTY
+            effects = frozenset(node.src[1:]) | effects if effects else frozenset(node.src[1:])
+        facts[effects_] = effects or _EMPTY
+        if same:
+            facts[stripped] = _SAME
+        else:
+            new = [x if (m := x._facts[stripped]) is _SAME else m for x in srcs]
+            src = (node.src[0], *new) if op in calls else tuple(new)
+            facts[stripped] = UOp(op, node.dtype, src, node.arg, node.tag)
     # end HOT PATH
 
 
@@ -225,24 +240,25 @@ def check_not_overwritten(graph: UOp, needed: Iterable[UOp], targets: Collection
     # the stale reads first: usually there are none, and then what the gradients read (`needed`, lazy: a
     # walk of every gradient graph) is never computed
     nodes = graph.toposort(enter_calls=False)
-    through: dict[UOp, bool] = {}  # node -> a target lies below it, not behind a DETACH
-    if targets:
-        tset = set(targets)
-        for u in nodes:
-            srcs = u.src[1:] if u.op in GroupOp.Call else u.src
-            through[u] = u.op is not Ops.DETACH and any(x in tset or through[x] for x in srcs)
     stale = [
-        b
+        (call, b)
         for call in nodes
-        if call.op is Ops.CALL and (not targets or through[call])  # only realized CALLs have reads
+        if call.op is Ops.CALL  # only realized CALLs have reads
         if (at := _READ_AT.get(call)) is not NOT_COMPUTED
         for b, version in at
         if _version(b) != version
     ]
     if not stale:
         return
+    if targets:  # node -> a target lies below it, not behind a DETACH (asked only where a read is stale)
+        tset = set(targets)
+        through: dict[UOp, bool] = {}
+        for u in nodes:
+            srcs = u.src[1:] if u.op in GroupOp.Call else u.src
+            through[u] = u.op is not Ops.DETACH and any(x in tset or through[x] for x in srcs)
+        stale = [(call, b) for call, b in stale if through[call]]
     need = set(needed)
-    for b in stale:
+    for _, b in stale:
         if b in need:
             raise GradientError(
                 f"a value this gradient needs was computed from a {b.dtype!r} buffer of {b.arg} elements "
@@ -299,24 +315,9 @@ def realized_effect(after: UOp) -> UOp:
 def strip_realized(u: UOp) -> UOp:
     """`u` with every realized value read from its buffer: the graph a backend runs. A realized AFTER
     becomes its view and what computed it is never entered; call bodies are kept as they are. Remembered
-    per node, like `reads` (a walk of the whole graph was a sixth of a small realize)."""
-    if not _STRIPPED.known(u):
-        calls, after, stripped = GroupOp.Call, Ops.AFTER, _STRIPPED
-        # HOT PATH (as in _lacking): the fact read and written in the nodes' `_facts` dicts directly
-        for node in _lacking(u, _STRIPPED):
-            op = node.op
-            if op is after and is_realized_after(node):
-                # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
-                node._facts[stripped] = strip_realized(realized_view(node))
-                continue
-            srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
-            new = [x if (r := x._facts[stripped]) is _SAME else r for x in srcs]
-            if new == list(srcs):  # element-wise identity: UOps compare by identity
-                node._facts[stripped] = _SAME
-            else:
-                src = (node.src[0], *new) if op in calls else tuple(new)
-                node._facts[stripped] = UOp(op, node.dtype, src, node.arg, node.tag)
-        # end HOT PATH
+    per node, like `reads`, and filled in by the same walk (a walk of the whole graph was a sixth of a
+    small realize)."""
+    _fill_reads_effects(u)
     r = _STRIPPED.get(u)
     return u if r is _SAME else r  # (no typing.cast: a call)
 

@@ -670,27 +670,31 @@ def _structure(sink: UOp) -> _Structure:
     binds: dict[UOp, UOp] = {}
     reduces: list[UOp] = []
     at, add = index.__getitem__, parts.append
-    special = (Ops.BUFFER, Ops.UNIQUE, Ops.BIND)
-    for u in sink.toposort():
+    buffer, unique, reduce, call_info = Ops.BUFFER, Ops.UNIQUE, Ops.REDUCE, CallInfo  # (locals: the hot loop)
+    special = (buffer, unique, Ops.BIND)
+    # HOT PATH (bench/step.py, plain steps: every node of both realizes of a step passes here): a node's
+    # position is its index in the toposort, and its sources' positions follow its fields in one flat tuple
+    # (the fields are fixed in number, so the sources stay apart)
+    for i, u in enumerate(sink.toposort()):
+        index[u] = i
         op = u.op
         if op not in special:
             arg = u.arg
             t = type(arg)
-            if t is CallInfo:  # the gradient function and metadata do not change the schedule
+            if t is call_info:  # the gradient function and metadata do not change the schedule
                 arg = (arg.name, arg.precompile, arg.precompile_backward)
-            elif op is Ops.REDUCE:
+            elif op is reduce:
                 reduces.append(u)
-            part: tuple[Any, ...] = (op, u.dtype, t, arg, u.tag, tuple(map(at, u.src)))
-        elif op is Ops.BUFFER:
+            add((op, u.dtype, t, arg, u.tag, *map(at, u.src)))
+        elif op is buffer:
             buffers.append(u)
-            part = (op, u.dtype, u.arg, u.src[1].arg)
-        elif op is Ops.UNIQUE:  # which one is identity; that it is a valid one (a count) is structure
-            part = (op, type(u.arg) is int and u.arg >= 0)
+            add((op, u.dtype, u.arg, u.src[1].arg))
+        elif op is unique:  # which one is identity; that it is a valid one (a count) is structure
+            add((op, type(u.arg) is int and u.arg >= 0))
         else:
             binds[u.src[0]] = u
-            part = (op, u.dtype, index[u.src[0]])
-        index[u] = len(parts)
-        add(part)
+            add((op, u.dtype, index[u.src[0]]))
+    # end HOT PATH
     return _Structure(tuple(parts), buffers, binds, reduces)
 
 

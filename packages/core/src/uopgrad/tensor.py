@@ -596,10 +596,14 @@ class Tensor(
         on another device (a lazy `.to()`) or on several (`.shard()`) is not ordered before the write by one
         device's schedule: it is realized first, in a run of its own."""
         readers = Tensor._readers_of_overwritten(todo, written)
+        # where every written buffer is on one device, a reader on it reads none elsewhere (a training step)
+        written_on = {b.device for b in written}
+        one = next(iter(written_on)) if len(written_on) == 1 else None
         if early := {
             u
             for u in readers
-            if isinstance(u.device, tuple) or any(b.device != u.device for b in reads(u) & written)
+            if isinstance(dev := u.device, tuple)
+            or (dev != one and any(b.device != dev for b in reads(u) & written))
         }:
             Tensor._realize([t for t in registry.pending() if t.uop in early])
         return [u for u in readers if u not in early]
@@ -692,6 +696,12 @@ class Tensor(
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target, seeded with `gradient` (1.0 for a scalar self); a target that
         self does not depend on gets zeros."""
+        return self._gradient(targets, gradient, None)
+
+    def _gradient(
+        self, targets: Sequence[Tensor], gradient: Tensor | None, order: dict[UOp, None] | None
+    ) -> list[Tensor]:
+        """`gradient`, given `order`, this graph's toposort where the caller walked it already (backward)."""
         if gradient is None and self.shape != ():
             raise NonScalarGradientError(
                 f"grad can be implicitly created only for scalar outputs: this tensor has shape "
@@ -702,7 +712,7 @@ class Tensor(
             if not dtypes.is_float(t.dtype):
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor._adopt(self.uop.const_like(1.0), False)
-        grads = gradients(self.uop, seed.uop, [t.uop for t in targets])
+        grads = gradients(self.uop, seed.uop, [t.uop for t in targets], order)
         out = [Tensor(t.uop.const_like(0) if g is None else g) for t, g in zip(targets, grads)]
         check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)), [t.uop for t in targets])
         return out
@@ -712,7 +722,7 @@ class Tensor(
         depends on; an existing `.grad` keeps its identity (it is assigned to)."""
         in_graph = self.uop.toposort()
         targets = [t for t in registry.all_tensors() if t.requires_grad is True and t.uop in in_graph]
-        for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
+        for t, g in zip(targets, self._gradient(targets, gradient, in_graph)):
             if g.shape != t.shape:
                 raise AssertionError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
             if t.grad is None:

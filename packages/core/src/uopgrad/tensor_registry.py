@@ -72,7 +72,13 @@ def plain_buffer(u: UOp) -> UOp | None:
 def is_realized(u: UOp) -> bool:
     """Whether `u` is a value realize left: the realized form, a buffer (view), or the view of a symbolic
     shape realize makes, RESHAPE(SHRINK(BUFFER))."""
-    if is_realized_after(u) or plain_buffer(u) is not None:
+    # (asked of every tensor an op makes: the AFTER test and plain_buffer's loop inline, a frame each saved)
+    if u.op is Ops.AFTER and is_realized_after(u):
+        return True
+    b = u
+    while b.op is Ops.RESHAPE:
+        b = b.src[0]
+    if b.op is Ops.BUFFER:
         return True
     s = u.src[0] if u.op is Ops.RESHAPE else u
     return s.op is Ops.SHRINK and s.src[0].op is Ops.BUFFER and not all_int(u.shape)
@@ -83,7 +89,7 @@ def storage_chain(u: UOp) -> tuple[list[UOp], UOp]:
     storage."""
     chain = [u]
     while u.op in _STORAGE_OPS:
-        u = realized_view(u) if is_realized_after(u) else u.src[0]
+        u = realized_view(u) if u.op is Ops.AFTER and is_realized_after(u) else u.src[0]
         chain.append(u)
     return chain, u
 
