@@ -96,8 +96,10 @@ def _template_without_targets() -> None:
 
     original = gt._structure
 
-    def structure(root: UOp, seed: UOp, targets: Sequence[UOp]) -> tuple[list[UOp], tuple[Any, ...] | None]:
-        nodes, key = original(root, seed, targets)
+    def structure(
+        root: UOp, seed: UOp, targets: Sequence[UOp], *rest: Any
+    ) -> tuple[list[UOp], tuple[Any, ...] | None]:
+        nodes, key = original(root, seed, targets, *rest)  # (rest: whatever else core passes on)
         if key is None or not any(_on(t.device, "BROKEN_C_GRADKEY") for t in targets):
             return nodes, key
         return nodes, (*key[:-1], ("targets", key[-1][-1]))  # the seed's position, the targets' dropped
