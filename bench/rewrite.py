@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from machine import machine_line
+
 import uopgrad
 from uopgrad import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 from uopgrad.symbolic import sym
@@ -256,6 +258,7 @@ def main() -> None:
             print(f"{'':<28} identical graphs and rewrites in both libraries: {'yes' if same else 'NO'}")
         return
 
+    print(machine_line())
     print(f"python {platform.python_version()} on {platform.machine()}, uopgrad from {uopgrad.__file__}")
     if isinstance(tiny, str):
         print(f"NOTE: {tiny}; timing uopgrad only")
