@@ -162,6 +162,61 @@ def test_a_kernel_structure_is_compiled_once(py):
     assert PickleProgram.launches == launches + 3
 
 
+class OverlappingCompiler(Compiler):
+    """A compiler that says it runs beside Python: logs each part it is given, fails where told."""
+
+    overlaps_lowering = True
+
+    def __init__(self, log: list[str], fail: bool = False) -> None:
+        super().__init__()
+        self.log, self.fail = log, fail
+
+    def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
+        self.log.append(f"compile {len(srcs)}")
+        if self.fail:  # every kernel is bad: the error must name the first in kernel order
+            raise CompileError("overlapping", "error: bad", srcs[0])
+        return [src.encode() for src in srcs]
+
+
+def several_kernels(backend: CompiledBackend, n: int) -> tuple[UOp, list[UOp]]:
+    """A sink of `n` stores of distinct structure (each its own kernel) and their outputs."""
+    a = filled(backend, [1.0, 2.0, 3.0])
+    outs = [UOp.new_buffer(backend.name, 3, f32) for _ in range(n)]
+    stores = [o.store(a.reshape((3,)) * float(k + 2) + float(k)) for k, o in enumerate(outs)]
+    return UOp.sink(*stores), outs
+
+
+def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatch):
+    import uopgrad.backend as backend_module
+
+    log: list[str] = []
+    real_lower = backend_module.lower
+    monkeypatch.setattr(backend_module, "lower", lambda *a: (log.append("lower"), real_lower(*a))[1])
+    py = PyBackend()
+    py.compiler = OverlappingCompiler(log)
+    sink, outs = several_kernels(py, 5)
+    py.realize(sink)
+    want = [[(j + 1.0) * (k + 2) + k for j in range(3)] for k in range(5)]
+    assert [py.copyout(o).tolist() for o in outs] == want
+    # 5 new kernels: the first 3 go to the compiler before the last 2 are lowered, the rest after
+    assert log == ["lower"] * 3 + ["compile 3"] + ["lower"] * 2 + ["compile 2"]
+
+
+def test_an_overlapped_build_raises_the_first_kernels_error(monkeypatch):
+    log: list[str] = []
+    sources: list[str] = []
+    real_render = PickleRenderer.render
+    monkeypatch.setattr(
+        PickleRenderer, "render", lambda self, p: sources.append(real_render(self, p)) or sources[-1]
+    )
+    py = PyBackend()
+    py.compiler = OverlappingCompiler(log, fail=True)
+    sink, _ = several_kernels(py, 4)
+    with pytest.raises(CompileError) as err:
+        py.realize(sink)
+    assert log == ["compile 2", "compile 2"] and err.value.src == sources[0]
+
+
 def test_copies_between_devices(py):
     ref = Device["REFERENCE"]
     src = UOp.new_buffer("REFERENCE", 2, f32)

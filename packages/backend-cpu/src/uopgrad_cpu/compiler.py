@@ -194,6 +194,8 @@ class CCompiler(Compiler):
     """C99 -> shared object bytes with `$CC` (default `cc`); the disk cache key holds the compiler's
     version, the flags and the host CPU."""
 
+    overlaps_lowering = True  # the builds are compiler processes: they run while core lowers the rest
+
     def __init__(self, cc: str | None = None) -> None:
         super().__init__()
         self.cc = cc or getenv_str("CC")

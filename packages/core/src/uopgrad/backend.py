@@ -154,6 +154,10 @@ class Compiler:
     compiler's identity and flags, set by subclasses) and the source, so a second process reuses it."""
 
     cache_key = ""
+    # True where `compile_many` runs in other processes, so that starting it while Python lowers the rest
+    # of a realize's kernels overlaps the two (CompiledBackend.prepare); an in-process driver would only
+    # contend with the lowering
+    overlaps_lowering = False
 
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()  # "disk_hit" / "compiled": what compile_cached did
@@ -374,6 +378,12 @@ class _Kernel:
     overwrites: frozenset[int]  # buffer slots of which the kernel writes every element
 
 
+def _head(n: int) -> int:
+    """How many of a realize's `n` new kernels are compiled while the rest is lowered: half, from 4 kernels
+    on (a smaller part would cost a compiler process of its own for little overlap)."""
+    return (n + 1) // 2 if n >= 4 else n
+
+
 def _overwritten(body: UOp) -> frozenset[int]:
     """The slots a kernel body writes entirely without reading them first: STOREs into a PARAM seen through
     RESHAPEs only (no SHRINK, PAD, ...), a PARAM no stored value reads. Their buffers need no zeroing before
@@ -510,8 +520,9 @@ class CompiledBackend(Backend):
 
     def prepare(self, calls: Sequence[UOp]) -> dict[UOp, _Kernel]:
         """Lower, render and compile the kernels of `calls` that are not built yet. The compiles run side by
-        side (each is a separate compiler process), so a cold training step waits for the slowest one.
-        Returns the kernel of every body in `calls`."""
+        side (each is a separate compiler process), so a cold training step waits for the slowest one; where
+        the compiler says it runs beside Python (`Compiler.overlaps_lowering`), the first part's compile
+        starts while the rest is still being lowered. Returns the kernel of every body in `calls`."""
         todo: dict[UOp, UOp] = {}
         ready: dict[UOp, _Kernel] = {}
         target = self.capabilities
@@ -525,21 +536,44 @@ class CompiledBackend(Backend):
                 todo.setdefault(call.src[0], call)
         # DEBUG>=1 says when new kernels are built and what it cost; a long build shows a progress bar
         with debug.compiling(self.name, len(todo), len(ready), self.compiler.stats) as build:
-            programs = [
-                lower(call, target, best_choice(self, call, target, lower))
-                for call in build.track(todo.values())
-            ]
-            sources = [self.renderer.render(program) for program in programs]
-            for program, src in zip(programs, sources):
-                debug.source(program.name, src)
-            build.phase("compiling")
-            libs = self.compiler.compile_cached_many(sources) if sources else []
-            for body, program, src, lib in zip(todo, programs, sources, libs):
+            programs, libs = self._lower_and_compile(list(todo.values()), target, build)
+            for body, program, (src, lib) in zip(todo, programs, libs):
                 run = self._load_program(program, src, lib)
                 k = ready[body] = self._kernels[(body, width)] = _Kernel(
                     program, src, run, _overwritten(body)
                 )
         return ready
+
+    def _lower_and_compile(
+        self, calls: list[UOp], target: Capabilities, build: debug.Compiling
+    ) -> tuple[list[KernelProgram], list[tuple[str, bytes]]]:
+        """Each call's program, source and binary. A compiler that overlaps lowering gets the first
+        `_head(n)` sources on a thread while the rest is lowered (the C compiler is another process: the
+        cores it uses are free while Python lowers); the parts are compiled in order, and the first error in
+        kernel order is the one raised, after every part has finished."""
+        head = _head(len(calls)) if self.compiler.overlaps_lowering else len(calls)
+        programs: list[KernelProgram] = []
+        sources: list[str] = []
+        with ThreadPoolExecutor(1) as pool:
+            first = None
+            for call in build.track(calls):
+                program = lower(call, target, best_choice(self, call, target, lower))
+                src = self.renderer.render(program)
+                debug.source(program.name, src)
+                programs.append(program)
+                sources.append(src)
+                if len(sources) == head < len(calls):
+                    first = pool.submit(self.compiler.compile_cached_many, sources[:head])
+            build.phase("compiling")
+            rest = sources[head:] if first is not None else sources
+            try:
+                libs, error = self.compiler.compile_cached_many(rest) if rest else [], None
+            except Exception as e:  # raised once the first part is in: its error comes first
+                libs, error = [], e
+            libs = (first.result() if first is not None else []) + libs
+            if error is not None:
+                raise error
+        return programs, list(zip(sources, libs, strict=True))
 
     def _load_program(self, program: KernelProgram, src: str, lib: bytes) -> Program:
         """The loaded kernel. A binary that does not load (a cache entry that is garbage under a valid
