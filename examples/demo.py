@@ -58,6 +58,9 @@ def train(
     xt, yt = Tensor(x.astype(np.float32), device=device), Tensor(y.astype(np.float32), device=device)
     losses = []
     for step in range(steps):
+        if step == 0:  # the step that compiles; the others reuse its kernels
+            print("step   0 compiles its kernels (kept on disk: a second run loads them) ...")
+            started = time.perf_counter()
         loss = mse(model(xt, params), yt)
         loss.backward()
         for p, v in zip(params, velocity):
@@ -67,7 +70,11 @@ def train(
             p.grad = None
         Tensor.realize(loss, *params, *velocity)  # one run: the loss is read before the update lands
         losses.append(float(loss.item()))
-        if step % 5 == 0 or step == steps - 1:
+        if step == 0:
+            print(
+                f"step   0  loss {losses[-1]:.6f}  ({time.perf_counter() - started:.2f} s with the compile)"
+            )
+        elif step % 5 == 0 or step == steps - 1:
             print(f"step {step:3d}  loss {losses[-1]:.6f}")
     return losses, [p.numpy() for p in params]
 

@@ -71,6 +71,9 @@ def train(
         for epoch in range(epochs):
             order = rng.permutation(len(y))
             for k in range(steps_per_epoch):
+                first, started, before = not losses, time.perf_counter(), builds(device)
+                if first:  # the one slow step: say why, then what it cost
+                    bar.write("step 1 builds the kernels of the forward, backward and Adam step ...")
                 idx = order[k * batch : (k + 1) * batch]
                 xb, yb = Tensor(x[idx], device=device), Tensor(y[idx], device=device)
                 # a buffer, not a constant: the kernels of every step stay the same
@@ -86,9 +89,22 @@ def train(
                     loss.backward()
                     Tensor.realize(loss, *opt.schedule_step(), *state)  # one run: the loss before the update
                 losses.append(float(loss.item()))
+                if first:
+                    seconds = time.perf_counter() - started
+                    (compiled, hits), (c0, h0) = builds(device), before
+                    bar.write(
+                        f"step 1: {compiled - c0} kernels compiled, {hits - h0} from the disk cache,"
+                        f" in {seconds:.2f} s; the other steps reuse them"
+                    )
                 bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.4f}")
                 bar.update()
     return losses
+
+
+def builds(device: str) -> tuple[int, int]:
+    """Kernels the device's compiler has compiled so far, and those its disk cache had."""
+    stats = getattr(getattr(Device[device], "compiler", None), "stats", {})
+    return stats.get("compiled", 0), stats.get("disk_hit", 0)
 
 
 def plot(losses: list[float], path: Path) -> None:
