@@ -1,5 +1,6 @@
-"""A training step's Python overhead (issue 13): the step plain and under TinyJit against torch eager, the
-cold gradient of a long chain, and the cold compile of a new kernel.
+"""A training step's Python overhead (issue 13): the step plain and under TinyJit against torch eager and
+tinygrad 0.14 (plain and under its TinyJit; its CPU device needs clang), the cold gradient of a long chain,
+and the cold compile of a new kernel.
 
 - step: an MLP of 8 linear layers 256 -> 256 (ReLU between), batch 64, mean squared error, SGD; one step is
   forward, `loss.item()`, backward and `opt.step()` (under TinyJit the loss is read after the step, which
@@ -50,12 +51,19 @@ PLAIN_GOAL = {256: 2, 16: 4}
 
 
 def report() -> None:
-    """The step plain, under TinyJit and in torch, at WIDTH."""
+    """The step plain, under TinyJit and in torch, at WIDTH; tinygrad's two beside them."""
     t_torch, l_torch, _ = best(torch_step())
     t_plain, l_plain, k_plain = best(ours(jit=False))
     t_jit, l_jit, _ = best(ours(jit=True))
+    tiny = {jit: tinygrad_step(jit) for jit in (False, True)}
     print(f"MLP {LAYERS}x{WIDTH}, batch {BATCH}, SGD step on {DEVICE} (best of {N}):")
     print(f"  torch eager   {t_torch * 1e3:8.3f} ms")
+    for jit, ours_t in ((False, t_plain), (True, t_jit)):
+        what = f"  tinygrad {'TinyJit' if jit else 'plain  '}"
+        if isinstance(t := tiny[jit], str):
+            print(f"{what} {t}")
+        else:
+            print(f"{what} {t[0] * 1e3:8.3f} ms   ours {ours_t / t[0]:6.2f}x of it")
     goal = PLAIN_GOAL.get(WIDTH, "?")
     print(
         f"  plain         {t_plain * 1e3:8.3f} ms   {t_plain / t_torch:6.2f}x torch   (issue 35: <= {goal}x);"
@@ -110,6 +118,37 @@ def ours(jit: bool) -> Callable[[int], float]:
         return float(captured(Tensor(x, device=DEVICE), Tensor(y, device=DEVICE)).item())
 
     return run
+
+
+def tinygrad_step(jit: bool) -> tuple[float, list[float], float] | str:
+    """tinygrad 0.14's best step (on its CPU device, which needs clang), plain or under its TinyJit, or
+    why it did not run."""
+    os.environ.setdefault("DEV", "CPU")
+    try:
+        from tinygrad import Context, Tensor, TinyJit
+        from tinygrad.nn.optim import SGD
+
+        ws = [Tensor(w) for w in _weights()]
+        for w in ws:
+            w.requires_grad = True
+        opt = SGD(ws, lr=0.01)
+
+        def step(x: Any, y: Any) -> Any:
+            opt.zero_grad()
+            loss = ((_forward(x, ws) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+        fn = TinyJit(step) if jit else step
+
+        def run(k: int) -> float:
+            with Context(TRAINING=1):  # tinygrad 0.14's training mode (its optimiser steps only in it)
+                return float(fn(*(Tensor(a) for a in _data(k))).item())
+
+        return best(run)
+    except Exception as e:  # a competitor that fails is reported, never fatal
+        return f"did not run: {type(e).__name__}: {str(e)[:80]}"
 
 
 def torch_step() -> Callable[[int], float]:

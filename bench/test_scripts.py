@@ -18,6 +18,8 @@ BENCH = Path(__file__).resolve().parent
 SCRIPTS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("step.py", "CPU", "1"): (
         "torch eager",
+        "tinygrad plain",
+        "tinygrad TinyJit",
         "plain",
         "TinyJit",
         "cold gradient of a 2001-op chain",
