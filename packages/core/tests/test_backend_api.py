@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -163,16 +164,18 @@ def test_a_kernel_structure_is_compiled_once(py):
 
 
 class OverlappingCompiler(Compiler):
-    """A compiler that says it runs beside Python: logs each part it is given, fails where told."""
+    """A compiler that says it runs beside Python: logs each part it is given (and says a part came in),
+    fails where told."""
 
     overlaps_lowering = True
 
     def __init__(self, log: list[str], fail: bool = False) -> None:
         super().__init__()
-        self.log, self.fail = log, fail
+        self.log, self.fail, self.called = log, fail, threading.Event()
 
     def compile_many(self, srcs: Sequence[str]) -> list[bytes]:
         self.log.append(f"compile {len(srcs)}")
+        self.called.set()
         if self.fail:  # every kernel is bad: the error must name the first in kernel order
             raise CompileError("overlapping", "error: bad", srcs[0])
         return [src.encode() for src in srcs]
@@ -190,10 +193,18 @@ def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatc
     import uopgrad.backend as backend_module
 
     log: list[str] = []
+    compiler = OverlappingCompiler(log)
     real_lower = backend_module.lower
-    monkeypatch.setattr(backend_module, "lower", lambda *a: (log.append("lower"), real_lower(*a))[1])
+
+    def lower(*args: object) -> KernelProgram:
+        if log.count("lower") == 3:  # the 4th kernel: the first 3 must be with the compiler by now
+            assert compiler.called.wait(10), "the first kernels were not compiled while the rest lowered"
+        log.append("lower")
+        return real_lower(*args)
+
+    monkeypatch.setattr(backend_module, "lower", lower)
     py = PyBackend()
-    py.compiler = OverlappingCompiler(log)
+    py.compiler = compiler
     sink, outs = several_kernels(py, 5)
     py.realize(sink)
     want = [[(j + 1.0) * (k + 2) + k for j in range(3)] for k in range(5)]

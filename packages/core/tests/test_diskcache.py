@@ -54,6 +54,19 @@ def test_a_write_is_read_back_and_a_miss_is_none(root):
     assert diskcache.info()["entries"] == 1 and diskcache.info()["bytes"] == len(b"kernel 1, again")
 
 
+def test_many_writes_in_one_transaction_are_each_read_back_and_bounded(root, monkeypatch):
+    diskcache.write_many([])  # nothing to store: nothing created
+    assert not root.exists()
+    diskcache.write_many([(digest(i), f"kernel {i}".encode()) for i in range(5)])
+    assert [diskcache.read(digest(i)) for i in range(5)] == [f"kernel {i}".encode() for i in range(5)]
+    assert [(d, sha) for d, sha, _, p in rows(root)] == [
+        (digest(i), hashlib.sha256(f"kernel {i}".encode()).digest()) for i in range(5)
+    ]
+    monkeypatch.setenv("UOPGRAD_CACHE_MAX_BYTES", "2500")
+    diskcache.write_many([(digest(10 + i), bytes(1000)) for i in range(4)])  # over the bound at once
+    assert diskcache.info()["bytes"] <= 2500 and diskcache.read(digest(13)) is not None
+
+
 def test_the_cache_creates_a_private_marked_directory_with_one_database(root):
     diskcache.write(digest(1), b"x")
     assert stat.S_IMODE(root.stat().st_mode) == 0o700

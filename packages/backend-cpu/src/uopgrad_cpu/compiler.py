@@ -238,9 +238,10 @@ class CCompiler(Compiler):
         ordered = [libs[k] for k in range(len(srcs))]
         errors = [lib for lib in ordered if isinstance(lib, CompileError)]
         if errors:
-            for src, lib in zip(srcs, ordered):
-                if isinstance(lib, bytes):  # keep the good kernels' work for the run after the fix
-                    diskcache.write(self._digest(src), lib)
+            # keep the good kernels' work for the run after the fix
+            diskcache.write_many(
+                [(self._digest(s), lib) for s, lib in zip(srcs, ordered) if isinstance(lib, bytes)]
+            )
             raise errors[0]
         return [lib for lib in ordered if isinstance(lib, bytes)]
 

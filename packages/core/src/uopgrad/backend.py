@@ -203,9 +203,9 @@ class Compiler:
             if (lib := diskcache.read(d)) is not None:
                 libs[src] = lib
         misses = [src for src in digest if src not in libs]
-        for src, lib in zip(misses, self.compile_many(misses) if misses else []):
-            diskcache.write(digest[src], lib)
-            libs[src] = lib
+        built = self.compile_many(misses) if misses else []
+        diskcache.write_many([(digest[src], lib) for src, lib in zip(misses, built)])
+        libs.update(zip(misses, built))
         with self._lock:
             for key, n in (("disk_hit", len(digest) - len(misses)), ("compiled", len(misses))):
                 if n:

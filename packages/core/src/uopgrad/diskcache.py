@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypedDict
 
@@ -48,6 +48,7 @@ __all__ = [
     "limit",
     "read",
     "write",
+    "write_many",
 ]
 
 DEFAULT_LIMIT = 1 << 30
@@ -406,18 +407,27 @@ def read(digest: str) -> bytes | None:
 def write(digest: str, payload: bytes) -> None:
     """Store `payload` under `digest` and keep the cache under its bound (an unusable cache only costs
     time)."""
+    write_many([(digest, payload)])
+
+
+def write_many(entries: Sequence[tuple[str, bytes]]) -> None:
+    """`write` of each (digest, payload) in one transaction: a realize's new kernels are stored at once (one
+    commit, not one per kernel: 42 kernels took 58 ms one by one)."""
+    if not entries:
+        return
     root, bound = str(cache_dir()), _bound()
     with _lock:
         try:
             conn = None if root in _refused else _connect(root, create=True)
             if conn is None:
                 return
+            now = time.time()
             with _transaction(conn):
-                conn.execute(
+                conn.executemany(
                     "INSERT INTO entries VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET "
                     "sha256 = excluded.sha256, size = excluded.size, used = excluded.used, "
                     "payload = excluded.payload",
-                    (digest, hashlib.sha256(payload).digest(), len(payload), time.time(), payload),
+                    [(d, hashlib.sha256(p).digest(), len(p), now, p) for d, p in entries],
                 )
                 pruned = _prune(conn, bound)
             if pruned:
