@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import builtins
+import importlib
 import math
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from enum import Enum, auto
 from typing import ClassVar, Final, cast
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -342,7 +343,7 @@ class dtypes:
         if dtype.scalar() == dtypes.index:
             return np.dtype(np.int64)
         if dtype.scalar() == dtypes.bfloat16:
-            bf16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+            bf16: np.dtype = np.dtype(importlib.import_module("ml_dtypes").bfloat16)
             return bf16
         if dtype.scalar().fmt is None:
             raise TypeError(f"{dtype} has no numpy equivalent")
@@ -351,7 +352,9 @@ class dtypes:
     @staticmethod
     def from_numpy(npdtype: np.dtype) -> DType:
         """The DType for a numpy dtype (ml_dtypes' bfloat16 too)."""
-        if npdtype == np.dtype(ml_dtypes.bfloat16):
+        # ml_dtypes is imported only where bfloat16 is used (its import is most of `import uopgrad`'s time):
+        # a numpy array of its bfloat16 exists only once something imported it
+        if (ml := sys.modules.get("ml_dtypes")) is not None and npdtype == np.dtype(ml.bfloat16):
             return dtypes.bfloat16
         for dt in (dtypes.bool, *dtypes.ints, dtypes.float16, dtypes.float32, dtypes.float64):
             if dt.fmt is not None and np.dtype(dt.fmt) == npdtype:
