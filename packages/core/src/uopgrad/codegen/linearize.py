@@ -87,9 +87,64 @@ class _Scopes:
         return path, u
 
 
+def _accumulating(end: UOp) -> bool:
+    """Whether a loop only updates registers: its END closes stores into DEFINE_REGs and nothing else."""
+    return all(s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_REG for s in end.src[1:])
+
+
+def fuse_loops(sink: UOp) -> UOp:
+    """Reduce loops of one trip count in one scope that do not depend on each other become one loop (a
+    max's NaN sum and its maximum read each row once). Each register still takes its own values in its own
+    order, so every result keeps its bits: only the bodies' instructions interleave. The fused loop has one
+    END, of all the registers' stores."""
+    nodes = list(sink.toposort())
+    ends: dict[UOp, list[UOp]] = defaultdict(list)
+    for u in nodes:
+        if u.op is Ops.END and u.src[0].op is Ops.RANGE:
+            ends[u.src[0]].append(u)
+    loops = [
+        r
+        for r, es in ends.items()
+        if isinstance(r.arg, tuple) and r.arg[-1] == "reduce" and all(_accumulating(e) for e in es)
+    ]
+    if len(loops) < 2:
+        return sink
+    sc = _Scopes(nodes)
+    groups: dict[tuple[UOp, frozenset[UOp]], list[UOp]] = defaultdict(list)
+    for r in sorted(loops, key=lambda r: r.arg[0]):  # by trip count and the loops around
+        groups[(r.src[0], frozenset().union(*(sc.rset[e] for e in ends[r])))].append(r)
+    below = {
+        r: set().union(*(e.toposort() for e in ends[r])) for rs in groups.values() if len(rs) > 1 for r in rs
+    }
+    sub: dict[UOp, UOp] = {}
+    for rs in groups.values():
+        while len(rs) > 1:
+            first, rest = rs[0], rs[1:]
+            merged, before = [first], set(below[first])
+            for r in rest:  # not where one loop's values feed the other, even through other nodes
+                if not set(ends[r]) & before and not any(e in below[r] for m in merged for e in ends[m]):
+                    merged.append(r)
+                    before |= below[r]
+            sub.update({r: first for r in merged[1:]})
+            rs = [r for r in rest if r not in merged]
+    if not sub:
+        return sink
+    sink = sink.substitute(sub, walk=True)
+    kept = set(sub.values())
+    closing: dict[UOp, list[UOp]] = defaultdict(list)  # a fused loop -> its ENDs, to become one
+    for u in sink.toposort():
+        if u.op is Ops.END and u.src[0] in kept:
+            closing[u.src[0]].append(u)
+    one = {
+        r: UOp(Ops.END, dtypes.void, (r, *(s for e in es for s in e.src[1:]))) for r, es in closing.items()
+    }
+    return sink.substitute({e: one[r] for r, es in closing.items() for e in es}, walk=True)
+
+
 def linearize(sink: UOp) -> tuple[UOp, ...]:
     """The uops under `sink` (without it) in execution order: each loop a contiguous RANGE ... END, the
-    sources of the SINK in their order."""
+    sources of the SINK in their order; independent reduce loops of one trip count fused first."""
+    sink = fuse_loops(sink)
     order = {u: i for i, u in enumerate(sink.toposort())}
     nodes = [u for u in order if u is not sink]
     sc = _Scopes(nodes)

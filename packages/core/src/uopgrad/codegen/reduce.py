@@ -5,18 +5,33 @@ The accumulator is a DEFINE_REG holding the op's identity; inside the reduce loo
 END(range, body), innermost first, and the REDUCE's value is the register read after the outermost END. Where
 the register is declared (and so re-initialised) is decided by the linearizer: in the innermost loop its
 result depends on.
+
+`never_nan(uops)`: the values of a linear program that are never NaN, which the renderers print MAX with.
+MAX's template is `a if a is NaN or a > b, else b` (numpy's maximum, bit for bit). Where `a` can never be
+NaN the NaN test is dead and the template is `a > b ? a : b`: the same choice in every case (a tie keeps
+b, a NaN b is kept), and on x86 the one instruction `maxps a, b`. A float MAX reduce's accumulator is such
+an `a`: `Tensor.max` sends `where(x != x, -inf, x)` into it (docs/semantics.md §5), and the accumulator
+starts at -inf, so it only ever holds values that are not NaN.
+
+The facts, as a table of op -> when its result is never NaN (`_RULES`); everything else may be NaN:
+a non-float, a non-NaN constant, a register whose initial value and every stored value are never NaN
+(proved together: the greatest set of registers for which that holds, so a register may feed itself), a
+select of two such values or `where(v != v, c, v)` with such a `c`, a MAX of two such values, a lane read
+or a vector of lanes of such values, and a conversion from an integer or of such a float.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Callable
 
 from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.rewrite import PatternMatcher, UPat
 from uopgrad.uop import UOp
 
-__all__ = ["exact_max", "identity_element", "pm_reduce", "reduce_context", "renumber"]
+__all__ = ["exact_max", "identity_element", "never_nan", "pm_reduce", "reduce_context", "renumber"]
 
 
 def identity_element(op: Ops, dtype: DType) -> ConstType:
@@ -91,3 +106,91 @@ pm_reduce = PatternMatcher(
         ),  # REDUCE(x, *r) -> acc=identity; for r: acc = acc OP x; read acc after END
     ]
 )
+
+
+# ---------------------------------------------------------------------- values that are never NaN
+_Known = Callable[[UOp], bool]
+
+
+def _nan(u: UOp) -> bool:
+    """Whether CONST `u` is a NaN."""
+    return isinstance(u.arg, float) and math.isnan(u.arg)
+
+
+def _const(u: UOp, _known: _Known) -> bool:
+    return not _nan(u)
+
+
+def _register(u: UOp, known: _Known) -> bool:  # LOAD from a register: the register's fact
+    return u.src[0].op is Ops.DEFINE_REG and known(u.src[0])
+
+
+def _isnan_of(c: UOp, v: UOp) -> bool:
+    """Whether mask `c` is `v != v` (true exactly where v is NaN)."""
+    return c.op is Ops.CMPNE and c.src[0] is v and c.src[1] is v
+
+
+def _where(u: UOp, known: _Known) -> bool:
+    c, a, b = u.src
+    if _isnan_of(c, b):  # where(v != v, a, v): v where it is not NaN, else a
+        return known(a)
+    if c.op is Ops.CMPEQ and c.src[0] is a and c.src[1] is a:  # where(v == v, v, b)
+        return known(b)
+    return known(a) and known(b)
+
+
+def _all(u: UOp, known: _Known) -> bool:
+    return all(known(s) for s in u.src)
+
+
+def _cast(u: UOp, known: _Known) -> bool:
+    return not dtypes.is_float(u.src[0].dtype) or known(u.src[0])
+
+
+_RULES: dict[Ops, Callable[[UOp, _Known], bool]] = {
+    Ops.CONST: _const,
+    Ops.LOAD: _register,
+    Ops.WHERE: _where,
+    Ops.MAX: _all,  # it returns one of its operands
+    Ops.STACK: _all,
+    Ops.GEP: _all,
+    Ops.CAST: _cast,
+}
+
+
+def _facts(uops: tuple[UOp, ...], regs: frozenset[UOp]) -> tuple[set[UOp], _Known]:
+    """The uops never NaN if the registers `regs` never hold a NaN, and the test for any uop against them."""
+    out: set[UOp] = set(regs)
+
+    def known(u: UOp) -> bool:
+        return u in out or not _float(u) or (u.op is Ops.CONST and not _nan(u))
+
+    for u in uops:
+        if u not in out and (rule := _RULES.get(u.op)) is not None and _float(u) and rule(u, known):
+            out.add(u)
+    return out, known
+
+
+def _float(u: UOp) -> bool:
+    return dtypes.is_float(u.dtype.scalar())
+
+
+def _plain(u: UOp, r: UOp) -> bool:
+    """Whether `u` uses register `r` only as a whole value: a LOAD of it or a STORE into it."""
+    return u.op in (Ops.LOAD, Ops.STORE) and all(s is not r for s in u.src[1:])
+
+
+def never_nan(uops: tuple[UOp, ...]) -> frozenset[UOp]:
+    """The float uops of a linear program (in execution order) whose values are never NaN."""
+    regs = frozenset(
+        u
+        for u in uops
+        if u.op is Ops.DEFINE_REG and _float(u) and u.src and u.src[0].op is Ops.CONST and not _nan(u.src[0])
+    )
+    regs -= {r for u in uops for r in u.src if r in regs and not _plain(u, r)}
+    while True:  # drop each register a maybe-NaN value is stored into, until none is left to drop
+        facts, known = _facts(uops, regs)
+        bad = {u.src[0] for u in uops if u.op is Ops.STORE and u.src[0] in regs and not known(u.src[1])}
+        if not bad:
+            return frozenset(facts)
+        regs -= bad

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from uopgrad.codegen import LinearProgram
+from uopgrad.codegen.reduce import never_nan
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import RenderError
 from uopgrad.ops import GroupOp, Ops
@@ -59,6 +60,13 @@ def _max(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
         return f"(({a}>{b})?{a}:{b})"
     ge = ">=" if dt.scalar() == dtypes.float16 else ">"
     return f"((({a}!={a})||({a}{ge}{b}))?{a}:{b})"
+
+
+def _max_of_number(_r: CStyleRenderer, dt: DType, a: str, b: str) -> str:
+    # _max where a is never NaN (codegen/reduce.py `never_nan`): the same choice without the dead NaN
+    # test; for float32/float64 the form compilers emit as one max instruction (x86 maxss: a > b ? a : b)
+    ge = ">=" if dt.scalar() == dtypes.float16 else ">"
+    return f"(({a}{ge}{b})?{a}:{b})"
 
 
 def _int_guarded(on_floats: OpTemplate, signed: str, unsigned: str) -> OpTemplate:
@@ -211,6 +219,13 @@ class _State:
     depth: int = 1
     counters: Counter[str] = field(default_factory=Counter)
     locals: list[str] = field(default_factory=list)  # the DEFINE_LOCALs declared so far
+    numbers: frozenset[UOp] | None = None  # the uops never NaN (`never_nan`), found at the first MAX
+
+    def never_nan(self, u: UOp) -> bool:
+        """Whether `u` is never NaN (codegen/reduce.py `never_nan`, over the whole program once)."""
+        if self.numbers is None:
+            self.numbers = never_nan(self.uops)
+        return u in self.numbers
 
     def fresh(self, prefix: str) -> str:
         n = self.counters[prefix]
@@ -528,6 +543,8 @@ class CStyleRenderer(Renderer):
                 f"`supports`): {u.short()}"
             )
         dt = u.src[1].dtype if u.op is Ops.WHERE else u.src[0].dtype
+        if template is _max and dtypes.is_float(dt) and st.never_nan(u.src[0]):
+            template = _max_of_number
         via_float = self.half_via_float and dt.scalar() == dtypes.float16
         xs = [
             f"((float){st.names[s]})" if via_float and s.dtype.scalar() == dtypes.float16 else st.names[s]

@@ -22,6 +22,7 @@ templates' choices.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -52,6 +53,39 @@ _INFIX = {
 # bool ops whose mask operands share the result's lane width
 _MASK_OPS = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.NEG, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE})
 _SELECT = "#define __uopgrad_vsel(T, I, m, a, b) ((T)((((I)(a))&(m))|(((I)(b))&~(m))))"
+# `a > b ? a : b` on GCC's vectors is x86's maxps/maxpd exactly (a tie and a NaN b give b), which GCC and
+# clang reach through their builtins; (scalar, lanes) -> (the macro that enables it, GCC's form, clang's)
+_X86_MAX = {
+    ("float", 4): ("__SSE__", "__builtin_ia32_maxps(a, b)", "__builtin_ia32_maxps(a, b)"),
+    ("double", 2): ("__SSE2__", "__builtin_ia32_maxpd(a, b)", "__builtin_ia32_maxpd(a, b)"),
+    ("float", 8): ("__AVX__", "__builtin_ia32_maxps256(a, b)", "__builtin_ia32_maxps256(a, b)"),
+    ("double", 4): ("__AVX__", "__builtin_ia32_maxpd256(a, b)", "__builtin_ia32_maxpd256(a, b)"),
+    ("float", 16): (
+        "__AVX512F__",
+        "__builtin_ia32_maxps512_mask(a, b, a, (unsigned short)-1, 4)",  # all lanes, the current rounding
+        "__builtin_ia32_maxps512(a, b, 4)",
+    ),
+    ("double", 8): (
+        "__AVX512F__",
+        "__builtin_ia32_maxpd512_mask(a, b, a, (unsigned char)-1, 4)",
+        "__builtin_ia32_maxpd512(a, b, 4)",
+    ),
+}
+
+
+def _x86_max(scalar: str, n: int) -> tuple[str, str]:
+    """The name and the definition of the macro for `a > b ? a : b` on `n` lanes of `scalar` (a select
+    where the instruction is not there)."""
+    name, (feature, gcc, clang) = f"__uopgrad_vmax_{scalar}_{n}", _X86_MAX[(scalar, n)]
+    t, bits = f"__uopgrad_{scalar}_{n}", f"__uopgrad_{'int' if scalar == 'float' else 'long_long'}_{n}"
+    fallback = f"#define {name}(a, b) __uopgrad_vsel({t}, {bits}, (({bits})((a)>(b))), (a), (b))"
+    if gcc == clang:
+        return name, f"#if defined({feature})\n#define {name}(a, b) (({t}){gcc})\n#else\n{fallback}\n#endif"
+    return name, (
+        f"#if defined({feature}) && defined(__clang__)\n#define {name}(a, b) (({t}){clang})\n"
+        f"#elif defined({feature})\n#define {name}(a, b) (({t}){gcc})\n"
+        f"#else\n{fallback}\n#endif"
+    )
 
 
 def _is_mask(dt: DType) -> bool:
@@ -142,6 +176,18 @@ class VectorRenderer(CStyleRenderer):
         integer vector of `t`'s size, `m` a mask of its lane width)."""
         raise RenderError(f"{type(self).__name__} has no vector select: a dialect overrides `vec_select`")
 
+    def vec_max(self, dt: DType, a: str, b: str) -> str:
+        """Lane-wise `a > b ? a : b` of float vectors of dtype `dt` (a tie and a NaN in b keep b): MAX
+        where `a` is never NaN (codegen/reduce.py `never_nan`). A select by the comparison's mask; a
+        dialect may have one instruction for it."""
+        bits = self.int_vector(dt.scalar().itemsize, dt.count)
+        return self.vec_select(self.ctype(dt), bits, self.vec_mask(bits, f"({a}>{b})"), a, b)
+
+    def vec_keep(self, t: str, bits: str, m: str, a: str, zero: str) -> str:
+        """Lane-wise `m ? a : zero` of vectors of type `t` where `zero` has all bits zero: by default the
+        select; a dialect may AND the bits with the mask."""
+        return self.vec_select(t, bits, m, a, zero)
+
     def vec_load(self, buf: str, offset: str, dt: DType) -> str:
         """An expression reading `dt.count` elements of buffer `buf` from element `offset` on (any offset)."""
         raise RenderError(f"{type(self).__name__} has no vector loads: a dialect overrides `vec_load`")
@@ -175,7 +221,11 @@ class VectorRenderer(CStyleRenderer):
 class GCCVectorRenderer(VectorRenderer):
     """C with GCC vector extensions for the vector forms of uopgrad.codegen.opt."""
 
-    helpers: ClassVar[dict[str, str]] = {**CStyleRenderer.helpers, "__uopgrad_vsel": _SELECT}
+    helpers: ClassVar[dict[str, str]] = {
+        **CStyleRenderer.helpers,
+        "__uopgrad_vsel": _SELECT,
+        **dict(_x86_max(scalar, n) for scalar, n in _X86_MAX),  # after the select they fall back on
+    }
 
     def vector_name(self, dt: DType, unaligned: bool = False) -> str:
         """The typedef of vector dtype `dt` (`unaligned`: the copy aligned like one element)."""
@@ -206,6 +256,17 @@ class GCCVectorRenderer(VectorRenderer):
         """C has no `?:` on vectors: a bitwise select on the values' bits (a cast between vector types of
         one size reinterprets them)."""
         return f"__uopgrad_vsel({t}, {bits}, {m}, {a}, {b})"
+
+    def vec_keep(self, t: str, bits: str, m: str, a: str, zero: str) -> str:
+        """`a`'s bits AND the mask (one instruction where the select takes two or a blend)."""
+        return f"(({t})((({bits})({a}))&({m})))"
+
+    def vec_max(self, dt: DType, a: str, b: str) -> str:
+        """x86's max instruction where the target has it (a macro that tests), else the select."""
+        scalar = self.type_map[dt.scalar()]
+        if (scalar, dt.count) in _X86_MAX:
+            return f"__uopgrad_vmax_{scalar}_{dt.count}({a}, {b})"
+        return super().vec_max(dt, a, b)
 
     def vec_load(self, buf: str, offset: str, dt: DType) -> str:
         """A vector load reads `dt.count` elements from `offset` on, at any alignment."""
@@ -266,6 +327,12 @@ def _select(r: VectorRenderer, st: _State, u: UOp, mask: str, a: str, b: str) ->
     return r.vec_select(t, bits, mask, a, b)
 
 
+def _zero_bits(u: UOp) -> bool:
+    """Whether `u` is a constant whose every lane has all bits zero (0, +0.0; not -0.0)."""
+    lanes = u.src if u.op is Ops.STACK else (u,)
+    return all(x.op is Ops.CONST and x.arg == 0 and math.copysign(1.0, float(x.arg)) > 0 for x in lanes)
+
+
 def _vector_alu(r: VectorRenderer, st: _State, u: UOp) -> str:
     """The vector form of ALU op `u` (as the scalar template computes it in each lane)."""
     xs = [st.names[s] for s in u.src]
@@ -274,10 +341,17 @@ def _vector_alu(r: VectorRenderer, st: _State, u: UOp) -> str:
         xs = [_mask_as(r, st, s, w) if _is_mask(s.dtype) else st.names[s] for s in u.src]
     if u.op is Ops.WHERE:
         width = mask_bytes(st.uops)[u] if _is_mask(u.dtype) else u.dtype.scalar().itemsize
-        return _select(r, st, u, _mask_as(r, st, u.src[0], width), xs[1], xs[2])
+        m = _mask_as(r, st, u.src[0], width)
+        if not _is_mask(u.dtype) and _zero_bits(u.src[2]):  # m ? a : 0
+            return r.vec_keep(r.ctype(u.dtype), r.int_vector(width, u.dtype.count), m, xs[1], xs[2])
+        if not _is_mask(u.dtype) and _zero_bits(u.src[1]):  # m ? 0 : b, that is ~m ? b : 0
+            return r.vec_keep(r.ctype(u.dtype), r.int_vector(width, u.dtype.count), f"(~{m})", xs[2], xs[1])
+        return _select(r, st, u, m, xs[1], xs[2])
     if u.op is Ops.NEG:
         return f"(~{xs[0]})" if _is_mask(u.dtype) else f"(-{xs[0]})"
     if u.op is Ops.MAX:  # the scalar template: a if a is NaN or a > b, else b
+        if dtypes.is_float(u.dtype) and st.never_nan(u.src[0]):
+            return r.vec_max(u.dtype, xs[0], xs[1])  # a > b ? a : b, the same choice
         m = f"(({xs[0]}!={xs[0]})|({xs[0]}>{xs[1]}))" if dtypes.is_float(u.dtype) else f"({xs[0]}>{xs[1]})"
         bits = r.int_vector(u.dtype.scalar().itemsize, u.dtype.count)
         return _select(r, st, u, r.vec_mask(bits, m), xs[0], xs[1])
