@@ -6,8 +6,6 @@ than the structure would get wrong: dtypes, shapes, devices, constants, sharing 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
@@ -19,14 +17,6 @@ from uopgrad.schedule import Schedule, clear_schedule_cache, schedule, schedule_
 
 pytestmark = pytest.mark.usefixtures("reference_default")
 WIDTH, BATCH, LAYERS = 8, 4, 3
-
-
-@pytest.fixture
-def training() -> Iterator[None]:
-    old = Tensor.training
-    Tensor.training = True
-    yield
-    Tensor.training = old
 
 
 def _weights() -> list[np.ndarray]:

@@ -302,7 +302,24 @@ def _same(a: sint, b: sint) -> bool:
 
 def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     """numpy's broadcasting rule: align on the right; a dimension of 1 stretches."""
-    if shapes and all(s == shapes[0] for s in shapes):  # equal shapes (UOp sizes by identity): common
+    if len(shapes) == 2:  # (the common case, no lists: an operand and a scalar-like one, an update and lr)
+        a, b = shapes
+        if a == b:
+            return tuple(a)
+        if len(a) != len(b):
+            n2 = max(len(a), len(b))
+            a, b = (1,) * (n2 - len(a)) + tuple(a), (1,) * (n2 - len(b)) + tuple(b)
+        out2: list[sint] = []
+        for x, y in zip(a, b):
+            if x is y or x == y or (isinstance(y, int) and y == 1):
+                out2.append(x)
+            elif isinstance(x, int) and x == 1:
+                out2.append(y)
+            else:
+                break
+        else:
+            return tuple(out2)
+    elif shapes and all(s == shapes[0] for s in shapes):  # equal shapes (UOp sizes by identity): common
         return tuple(shapes[0])
     n = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]

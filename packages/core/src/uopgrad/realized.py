@@ -25,7 +25,7 @@ from uopgrad._util import LRU
 from uopgrad.errors import GradientError
 from uopgrad.facts import NOT_COMPUTED, Fact
 from uopgrad.ops import GroupOp, Ops
-from uopgrad.uop import CallInfo, UOp
+from uopgrad.uop import DEVICE, SHAPE, CallInfo, UOp
 
 __all__ = [
     "REALIZE",
@@ -64,6 +64,10 @@ def _realized_gradient(g: UOp, _call: UOp) -> tuple[UOp | None, ...]:
     return (g, None, None)
 
 
+# the arg of every realized CALL (one value: made once, and its hash computed once)
+_REALIZED_INFO = CallInfo(_realized_gradient, (), REALIZE)
+
+
 def _param_key(u: UOp) -> tuple[object, ...] | None:
     """What `u.param_like(k)` is made of (None for a BIND, whose PARAM carries its variable)."""
     if u.op is Ops.BIND:
@@ -100,7 +104,7 @@ def realized(view: UOp, value: UOp) -> UOp:
     call = UOp(
         Ops.CALL,
         src=(_store_body(value, view), value, d, unique),
-        arg=CallInfo(_realized_gradient, (), REALIZE),
+        arg=_REALIZED_INFO,
     )
     _READ_AT.put(call, () if value is d else tuple((b, _version(b)) for b in reads(value)))
     return d.after(call)
@@ -124,65 +128,75 @@ def buffers_read(u: UOp) -> list[UOp]:
 
 _EMPTY: frozenset[UOp] = frozenset()
 # Three derived facts (uopgrad.facts.Fact: an answer dies with its node), filled by this module's own walk
-# (`_lacking`), none entering realized values or call bodies: node -> the BUFFERs it reads itself and
-# node -> the effects of the AFTERs under it (filled in together), and node -> the node with every realized
-# value read from its buffer (_SAME where nothing under it is realized: a node whose fact held the node
-# itself could only be freed by the cycle collector, and with it its buffer; a BUFFER's reads are _SELF for
-# the same reason). No node's answer refers back to the node. All three are filled in by one walk: a realize
-# asks the effects of its graph, then strips it, and a second walk of every new node cost as much as the
-# first; the strip builds nodes only above a realized value, which a graph that is never run seldom holds.
+# (`_fill_reads_effects`), none entering realized values or call bodies: node -> the BUFFERs it reads itself
+# and node -> the effects of the AFTERs under it (filled in together), and node -> the node with every
+# realized value read from its buffer (_SAME where nothing under it is realized: a node whose fact held the
+# node itself could only be freed by the cycle collector, and with it its buffer; a BUFFER's reads are _SELF
+# for the same reason). No node's answer refers back to the node. All three are filled in by one walk: a
+# realize asks the effects of its graph, then strips it, and a second walk of every new node cost as much as
+# the first; the strip builds nodes only above a realized value, which a graph that is never run seldom holds.
 _READS: Fact[frozenset[UOp]] = Fact("reads")
 _EFFECTS: Fact[frozenset[UOp]] = Fact("effects")
 _STRIPPED: Fact[UOp] = Fact("stripped")
 _SAME: UOp = cast("UOp", object())
 _SELF: frozenset[UOp] = cast("frozenset[UOp]", object())  # a BUFFER reads itself (not kept: a cycle)
-_DONE: Any = object()  # _lacking's stack marker: the node below it has all its sources walked
+_DONE: Any = object()  # _fill_reads_effects's stack marker: the node below it has all its sources walked
 
 
-def _lacking(u: UOp, fact: Fact[Any]) -> dict[UOp, None]:
-    """The nodes under `u` without `fact`, sources first; a realized AFTER is not entered, nor a call's body.
-    Asking again, or about a graph grown from one asked about before, walks only the new nodes: a training
-    step's graph, built on the realized weights and data each time, is walked once."""
-    out: dict[UOp, None] = {}
+def _same_facts(stripped: UOp, node: UOp) -> None:
+    """The shape and device of `node` on its stripped form, where `node` has them: a realized value's view
+    has the value's shape and device, so every node above one has them too once stripped (the rules would
+    give the same from the stripped sources); realize asks them of what it stores."""
+    if stripped._shape_fact is NOT_COMPUTED and type(shape := node._shape_fact) is tuple:
+        SHAPE.put(stripped, shape)
+    if stripped._device_fact is NOT_COMPUTED and type(device := node._device_fact) is str:
+        DEVICE.put(stripped, device)
+
+
+def _fill_realized(node: UOp) -> None:
+    """The facts of a realized AFTER: it reads its storage, not what computed it (never entered)."""
+    view = realized_view(node)
+    facts = node._facts
+    facts[_READS] = frozenset(b for b in view.toposort() if b.op is Ops.BUFFER)
+    # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
+    facts[_STRIPPED] = strip_realized(view)
+    facts[_EFFECTS] = _EMPTY  # (last: the fact that says the node is done)
+
+
+def _fill_reads_effects(u: UOp) -> None:  # noqa: C901  (the realize walk's hot loop, its fill inlined)
+    """The reads, effects and stripped form of every node under `u` that lacks them, filled in, sources
+    first; a realized AFTER is not entered, nor a call's body. Asking again, or about a graph grown from one
+    asked about before, walks only the new nodes: a training step's graph, built on the realized weights and
+    data each time, is walked once."""
+    if u._facts.get(_EFFECTS, NOT_COMPUTED) is not NOT_COMPUTED:
+        return
+    calls, after, buffer, reads_, effects_ = GroupOp.Call, Ops.AFTER, Ops.BUFFER, _READS, _EFFECTS
+    stripped, none, done = _STRIPPED, NOT_COMPUTED, _DONE
     stack: list[Any] = [u]
-    calls, after, none, done = GroupOp.Call, Ops.AFTER, NOT_COMPUTED, _DONE  # (locals: the hot loop)
     pop, push, extend = stack.pop, stack.append, stack.extend
-    # HOT PATH (bench/step.py, plain steps: every new node of a step's graph passes here once): a fact
-    # kept in the node's `_facts` dict is read there, not through `fact.get` (a lambda: a frame per node);
-    # as in UOp.toposort, a node waits under the _DONE marker while its sources are walked, and sources are
-    # pushed untested (one C-level extend, no list of pairs built per node)
+    # HOT PATH (bench/step.py, plain steps: every new node of a step's graph passes here once): one walk,
+    # each node filled in where it is finished (as in UOp.toposort, a node waits under the _DONE marker while
+    # its sources are walked, and sources are pushed untested: one C-level extend); a node that has the facts
+    # (filled in already, or just now through another consumer) is not entered again. The facts are read
+    # and written in the nodes' `_facts` dicts directly (Fact.get is a lambda: a frame per node); the
+    # effects go in last, as they say that a node is done.
     while stack:
         node = pop()
         if node is done:
-            out[pop()] = None
-        elif node in out or node._facts.get(fact, none) is not none:
+            node = pop()
+            if node._facts.get(effects_, none) is not none:  # (reached twice before it was finished)
+                continue
+        elif node._facts.get(effects_, none) is not none:
             continue
         elif node.op is after and is_realized_after(node):
-            out[node] = None
+            _fill_realized(node)
+            continue
         else:
             push(node)
             push(done)
             extend(node.src[1:] if node.op in calls else node.src)
-    # end HOT PATH
-    return out
-
-
-def _fill_reads_effects(u: UOp) -> None:
-    """The reads, effects and stripped form of every node under `u` that lacks them, filled in."""
-    if _EFFECTS.known(u):
-        return
-    calls, after, buffer, reads_, effects_ = GroupOp.Call, Ops.AFTER, Ops.BUFFER, _READS, _EFFECTS
-    stripped = _STRIPPED
-    # HOT PATH (as in _lacking): the facts read and written in the nodes' `_facts` dicts directly
-    for node in _lacking(u, _EFFECTS):
-        op, facts = node.op, node._facts
-        if op is after and is_realized_after(node):  # it reads its storage, not what computed it
-            view = realized_view(node)
-            facts[reads_] = frozenset(b for b in view.toposort() if b.op is buffer)
-            facts[effects_] = _EMPTY
-            # a view taken of a realized tensor is itself built on a realized AFTER: strip it too
-            facts[stripped] = strip_realized(view)
             continue
+        op, facts = node.op, node._facts
         srcs = node.src[1:] if op in calls else node.src  # a call's body (src 0) is kept as it is
         # the union of the sources' reads and of their effects, in place (no list or _union call per node:
         # most nodes have one or two sources, and no effects)
@@ -200,15 +214,16 @@ def _fill_reads_effects(u: UOp) -> None:
             if xf[stripped] is not _SAME:
                 same = False
         facts[reads_] = _SELF if op is buffer else read or _EMPTY
-        if op is after:
-            effects = frozenset(node.src[1:]) | effects if effects else frozenset(node.src[1:])
-        facts[effects_] = effects or _EMPTY
         if same:
             facts[stripped] = _SAME
         else:
             new = [x if (m := x._facts[stripped]) is _SAME else m for x in srcs]
             src = (node.src[0], *new) if op in calls else tuple(new)
-            facts[stripped] = UOp(op, node.dtype, src, node.arg, node.tag)
+            facts[stripped] = m = UOp(op, node.dtype, src, node.arg, node.tag)
+            _same_facts(m, node)
+        if op is after:
+            effects = frozenset(node.src[1:]) | effects if effects else frozenset(node.src[1:])
+        facts[effects_] = effects or _EMPTY
     # end HOT PATH
 
 

@@ -22,8 +22,9 @@ from uopgrad.dtype import dtypes
 from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
+from uopgrad.schedule_key import Structure, structure
 from uopgrad.split_reduce import SplitPolicy, plan_splits, split_reduces
-from uopgrad.uop import CallInfo, Invalid, UOp, sint
+from uopgrad.uop import Invalid, UOp, sint
 from uopgrad.verify import verify, verify_new
 
 __all__ = ["Schedule", "clear_schedule_cache", "pm_early", "pm_kernelize", "schedule", "schedule_cache_info"]
@@ -645,59 +646,6 @@ class _Scheduler:
 
 
 # ---------------------------------------------------------------------- the cache (keyed by structure)
-@dataclass
-class _Structure:
-    """What makes a graph's schedule: `key`, equal for graphs that differ only in which buffers they use and
-    in the values of their BINDs; the graph's BUFFERs in order of first use; its BINDs (by variable)."""
-
-    key: tuple[tuple[Any, ...], ...]
-    buffers: list[UOp]
-    binds: dict[UOp, UOp]
-    reduces: list[UOp]  # in toposort order: the split policy's questions (`plan_splits`)
-
-    @property
-    def var_vals(self) -> dict[str, int]:
-        return {v.arg[0]: b.src[1].arg for v, b in self.binds.items()}
-
-
-def _structure(sink: UOp) -> _Structure:
-    """The key is one tuple per node in toposort order: its fields, with sources as positions in that order
-    (so which nodes are shared is part of it) and BUFFERs and UNIQUEs without their identity. Tuples compare
-    exactly: float constants are bit-pattern floats (uopgrad.dtype), and the arg's type is in the tuple."""
-    index: dict[UOp, int] = {}
-    parts: list[tuple[Any, ...]] = []
-    buffers: list[UOp] = []
-    binds: dict[UOp, UOp] = {}
-    reduces: list[UOp] = []
-    at, add = index.__getitem__, parts.append
-    buffer, unique, reduce, call_info = Ops.BUFFER, Ops.UNIQUE, Ops.REDUCE, CallInfo  # (locals: the hot loop)
-    special = (buffer, unique, Ops.BIND)
-    # HOT PATH (bench/step.py, plain steps: every node of both realizes of a step passes here): a node's
-    # position is its index in the toposort, and its sources' positions follow its fields in one flat tuple
-    # (the fields are fixed in number, so the sources stay apart)
-    for i, u in enumerate(sink.toposort()):
-        index[u] = i
-        op = u.op
-        if op not in special:
-            arg = u.arg
-            t = type(arg)
-            if t is call_info:  # the gradient function and metadata do not change the schedule
-                arg = (arg.name, arg.precompile, arg.precompile_backward)
-            elif op is reduce:
-                reduces.append(u)
-            add((op, u.dtype, t, arg, u.tag, *map(at, u.src)))
-        elif op is buffer:
-            buffers.append(u)
-            add((op, u.dtype, u.arg, u.src[1].arg))
-        elif op is unique:  # which one is identity; that it is a valid one (a count) is structure
-            add((op, type(u.arg) is int and u.arg >= 0))
-        else:
-            binds[u.src[0]] = u
-            add((op, u.dtype, index[u.src[0]]))
-    # end HOT PATH
-    return _Structure(tuple(parts), buffers, binds, reduces)
-
-
 @dataclass(frozen=True, eq=False)
 class _Template:
     """A schedule with placeholder buffers: `inputs` stand for the graph's buffers, `fresh` for new ones."""
@@ -709,22 +657,36 @@ class _Template:
     memo: dict[Any, Any] = field(default_factory=dict)  # the Schedules' memo
 
     @functools.cached_property
-    def _output_nodes(self) -> tuple[tuple[UOp, ...] | None, ...]:
-        """Each output view's nodes in toposort order (a few movement ops over a buffer)."""
-        return tuple(None if v is None else tuple(v.toposort()) for v in self.outputs)
+    def _output_nodes(self) -> tuple[tuple[UOp, tuple[UOp, ...]] | None, ...]:
+        """Each output view (a few movement ops over a buffer) and, in toposort order, its nodes that an
+        instance changes: a placeholder buffer, a BIND, and every node above one (the rest, shape vectors and
+        devices, are the same nodes in every instance)."""
+        keys = {*self.inputs, *self.fresh}
+        out: list[tuple[UOp, tuple[UOp, ...]] | None] = []
+        for v in self.outputs:
+            if v is None:
+                out.append(None)
+                continue
+            live: dict[UOp, None] = {}
+            for u in v.toposort():
+                if u in keys or u.op is Ops.BIND or any(x in live for x in u.src):
+                    live[u] = None
+            out.append((v, tuple(live)))
+        return tuple(out)
 
-    def instantiate(self, sink: UOp, graph: _Structure) -> Schedule:
+    def instantiate(self, sink: UOp, graph: Structure) -> Schedule:
         """This schedule for `sink`: its buffers, fresh buffers for the new ones, its bound values."""
         mapping = dict(zip(self.inputs, graph.buffers))
         mapping.update((f, UOp.new_buffer(str(f.src[1].arg), int(f.arg), f.dtype)) for f in self.fresh)
         outputs = {}
-        for s, nodes in zip(sink.src, self._output_nodes):
-            if nodes is not None:
+        for s, view in zip(sink.src, self._output_nodes):
+            if view is not None:
+                v, nodes = view
                 if graph.binds:  # symbolic sizes: this graph's values
                     binds = {b: graph.binds[b.src[0]] for b in nodes if b.op is Ops.BIND}
-                    outputs[s] = _rebuilt(nodes, {**mapping, **binds})
+                    outputs[s] = _rebuilt(v, nodes, {**mapping, **binds})
                 else:
-                    outputs[s] = _rebuilt(nodes, mapping)
+                    outputs[s] = _rebuilt(v, nodes, mapping)
         return Schedule(tuple(_rebind(it, mapping) for it in self.items), outputs, graph.var_vals, self.memo)
 
 
@@ -739,16 +701,17 @@ def _rebind(item: UOp, mapping: dict[UOp, UOp]) -> UOp:
     return UOp(item.op, item.dtype, (item.src[0], *[get(b, b) for b in item.src[1:]]), item.arg, item.tag)
 
 
-def _rebuilt(nodes: Sequence[UOp], mapping: dict[UOp, UOp]) -> UOp:
-    """The last of `nodes` (a toposort: a view, a few movement ops over a buffer) with `mapping` applied:
-    `substitute` without a rewrite engine's setup, which cost more than these few nodes."""
+def _rebuilt(root: UOp, nodes: Sequence[UOp], mapping: dict[UOp, UOp]) -> UOp:
+    """`root` (a view: a few movement ops over a buffer) with `mapping` applied, where `nodes` are those of
+    its nodes that it changes, in toposort order (`_Template._output_nodes`): `substitute` without a rewrite
+    engine's setup, which cost more than these few nodes."""
     new: dict[UOp, UOp] = {}
+    get = new.get
     for u in nodes:
         if (m := mapping.get(u)) is None:
-            src = tuple(new[x] for x in u.src)
-            m = u if all(a is b for a, b in zip(src, u.src)) else UOp(u.op, u.dtype, src, u.arg, u.tag)
+            m = UOp(u.op, u.dtype, tuple([get(x, x) for x in u.src]), u.arg, u.tag)
         new[u] = m
-    return new[nodes[-1]]
+    return get(root, root)
 
 
 def _placeholder(b: UOp, n: int) -> UOp:
@@ -786,7 +749,7 @@ def schedule(sink: UOp, check: bool = False, split: SplitPolicy | None = None) -
     if sink.op is not Ops.SINK:
         sink = UOp(Ops.SINK, dtypes.void, (sink,))
     try:
-        graph = _structure(sink)
+        graph = structure(sink)
     except Exception:
         if check:  # a graph too malformed to key: the verifier names the node
             verify_new(sink)

@@ -73,6 +73,7 @@ from uopgrad.tensor_registry import storage_chain as _storage_chain
 from uopgrad.tensor_registry import view_of_buffer as _view_of_buffer
 from uopgrad.tensor_shape import ShapeMixin
 from uopgrad.uop import UOp, shape_vec, sint
+from uopgrad.uop_build import buffer_view
 
 __all__ = ["Tensor"]
 
@@ -118,7 +119,7 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
         if shape == (size,):
             return buf.store(u), buf
         flat = UOp(Ops.RESHAPE, u.dtype, (u, shape_vec((size,))))
-        return buf.store(flat), UOp(Ops.RESHAPE, buf.dtype, (buf, shape_vec(shape)))
+        return buf.store(flat), buffer_view(buf, cast("tuple[int, ...]", shape))
     # a symbolic shape: a buffer of the largest size, of which a SHRINK to the bound size is the tensor
     limits = [d if isinstance(d, int) else d.vmax for d in shape]
     if not all(isinstance(x, int) for x in limits):
@@ -238,7 +239,7 @@ class Tensor(
             host = Tensor._host_values(arr, dt)
             Device[dev].copyin(buf, host)
             note_host_fill(buf, lambda: host)  # a TinyJit capturing refills it if its step writes it
-        return buf.reshape(arr.shape)
+        return buffer_view(buf, tuple(int(s) for s in arr.shape))
 
     @staticmethod
     def _wrap(uop: UOp, *parents: Tensor) -> Tensor:
@@ -336,7 +337,10 @@ class Tensor(
         return Tensor._adopt(self.uop._scalar_like(py_scalar(x)), False)
 
     def _check_compatible(self, *others: Tensor) -> None:
-        shape = self.shape
+        shape = self._uop.shape
+        if len(others) == 1 and others[0]._uop.shape == shape:  # one operand of this shape: the common case
+            self._check_devices(*others)
+            return
         try:
             if any(o.shape != shape for o in others):  # equal shapes (the common case) need no broadcast
                 broadcast_shape(shape, *(o.shape for o in others))
@@ -348,8 +352,11 @@ class Tensor(
         self._check_devices(*others)
 
     def _check_devices(self, *others: Tensor) -> None:
-        mine = self.uop.device
-        if all(o.uop.device == mine for o in others):  # one device (the common case)
+        mine = self._uop.device
+        if len(others) == 1:  # (no generator for the common case: one other operand, on this device)
+            if others[0]._uop.device == mine:
+                return
+        elif all(o._uop.device == mine for o in others):  # one device (the common case)
             return
         devices = {d for d in (self.uop.device, *(o.uop.device for o in others)) if d is not None}
         if len(devices) > 1:
@@ -465,6 +472,9 @@ class Tensor(
         """`x` broadcast to this tensor's shape, checked for dtype and device."""
         if x.dtype != self.dtype:
             raise TypeError(f"assign of a {x.dtype} tensor into a {self.dtype} tensor; cast it first")
+        if x._uop.shape == self._uop.shape:  # (an update of the same shape: nothing to broadcast)
+            self._check_devices(x)
+            return x
         try:
             ok = broadcast_shape(x.shape, self.shape) == self.shape
         except ValueError:
@@ -713,7 +723,8 @@ class Tensor(
                 raise GradientError(f"only float Tensors have gradient, not {t.dtype}")
         seed = gradient if gradient is not None else Tensor._adopt(self.uop.const_like(1.0), False)
         grads = gradients(self.uop, seed.uop, [t.uop for t in targets], order)
-        out = [Tensor(t.uop.const_like(0) if g is None else g) for t, g in zip(targets, grads)]
+        # `Tensor(node)`, without its argument checks (a node, no device or dtype: taken as it is)
+        out = [Tensor._adopt(t.uop.const_like(0) if g is None else g, None) for t, g in zip(targets, grads)]
         check_not_overwritten(self.uop, (b for g in out for b in reads(g.uop)), [t.uop for t in targets])
         return out
 

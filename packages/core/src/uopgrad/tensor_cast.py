@@ -66,6 +66,8 @@ class CastMixin(TensorHooks):
     def to(self, device: str | tuple[str, ...]) -> Self:
         """This tensor on `device` (a COPY; self when it is there already); a tuple of devices replicates it
         on each."""
+        if device == self.uop.device:  # here already (a canonical name: canonicalizing changes nothing)
+            return self
         if not isinstance(device, str):
             devs = canonical_devices(device)
             return self if devs == self.uop.device else self._wrap(self.uop.copy_to_device(devs), self)

@@ -19,6 +19,7 @@ from uopgrad.mixin import broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.tensor_args import DTypeLike, concrete, dim_alias, no_dim, to_dtype
 from uopgrad.tensor_hooks import TensorHooks
+from uopgrad.uop_build import matmul_nodes
 
 if TYPE_CHECKING:
     pass
@@ -194,6 +195,8 @@ class ReduceMixin(TensorHooks):
                 f"shapes {self.shape} and {w.shape} can't be multiplied "
                 f"({self.shape[-1]} != {w.shape[-min(n2, 2)]})"
             )
+        if dtype is None and n1 == 2 and n2 == 2 and (fast := self._dot2d(w)) is not None:
+            return fast
         # (x * wt).sum(-1, dtype=dtype).cast(out) of the views below, built on the nodes: one Tensor, not six
         # (a matmul was most of a small MLP's forward pass in Python)
         x, wt = self.uop.dot_operands(w.uop)
@@ -213,6 +216,24 @@ class ReduceMixin(TensorHooks):
             total = total.cast(prod_.dtype)
         out = least_upper_dtype(self.dtype, w.dtype) if dtype is None else to_dtype(dtype)
         return self._wrap(total.cast(out), self, w)
+
+    def _dot2d(self, w: Self) -> Self | None:
+        """`dot` of two matrices of int sizes, of one dtype that sums in itself, on one device (a layer's
+        matmul): the same nodes, by `matmul_nodes`; None where the general path decides (checked shapes)."""
+        xu, wu = self.uop, w.uop
+        (m, k), (_, n) = xu.shape, wu.shape
+        dev = xu.device
+        if (
+            type(m) is not int
+            or type(k) is not int
+            or type(n) is not int
+            or type(dev) is not str
+            or wu.device != dev
+            or xu.dtype != wu.dtype
+            or sum_acc_dtype(wu.dtype) != wu.dtype
+        ):
+            return None
+        return self._wrap(matmul_nodes(xu, wu, m, k, n, dev), self, w)
 
     def matmul(self, x: Self, reverse: bool = False, dtype: DTypeLike | None = None) -> Self:
         """self @ x (or x @ self when reverse)."""

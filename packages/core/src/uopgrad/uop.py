@@ -135,6 +135,7 @@ def _drop_keyed(
 
 
 _CALLS = GroupOp.Call
+_ALU = GroupOp.ALU
 _DONE: Any = object()  # toposort's stack marker: the node below it has all its sources visited
 _unique_counter = iter(range(1 << 62))
 # UOp.const by its arguments (a graph's constants are few and rebuilt on every step, and a broadcast constant
@@ -616,7 +617,7 @@ class UOp(_Fields, metaclass=UOpMetaClass):
 
     def after(self, *deps: UOp) -> UOp:
         """This value, but only after `deps` have happened."""
-        return UOp(Ops.AFTER, self.dtype, (self, *deps))
+        return _like_first(UOp(Ops.AFTER, self.dtype, (self, *deps)))
 
     def store(self, value: UOp) -> UOp:
         """STORE `value` into this buffer/view."""
@@ -624,7 +625,7 @@ class UOp(_Fields, metaclass=UOpMetaClass):
 
     def detach(self) -> UOp:
         """The same value with no gradient flowing through."""
-        return UOp(Ops.DETACH, self.dtype, (self,))
+        return _like_first(UOp(Ops.DETACH, self.dtype, (self,)))
 
     def contiguous_backward(self) -> UOp:
         """Identity forward; makes the gradient contiguous."""
@@ -687,7 +688,7 @@ class UOp(_Fields, metaclass=UOpMetaClass):
 
     def cast(self, dtype: DType) -> UOp:
         """CAST to `dtype` (the node itself if it already has that dtype)."""
-        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+        return self if self.dtype == dtype else _like_first(UOp(Ops.CAST, dtype, (self,)))
 
     def bitcast(self, dtype: DType) -> UOp:
         """Reinterpret the bits as `dtype`."""
@@ -735,8 +736,9 @@ class UOp(_Fields, metaclass=UOpMetaClass):
         srcs = (self, *src)
         if (shape := self._shape) is not None and any(s._shape != shape for s in src):
             srcs = _broadcast(srcs)  # (equal shapes, the common case, need none; a shapeless one gets none)
+            shape = srcs[0]._shape if all(s._shape == srcs[0]._shape for s in srcs) else None
         out_dtype = dtypes.bool.vec(srcs[-1].dtype.count) if op in GroupOp.Comparison else srcs[-1].dtype.base
-        return UOp(op, out_dtype, srcs)
+        return _same_shape(UOp(op, out_dtype, srcs), shape if op in _ALU else None)
 
     def _binop(self, op: Ops, x: UOp | ConstType, reverse: bool) -> UOp:
         y = x if isinstance(x, UOp) else self._scalar_like(x)
@@ -746,9 +748,11 @@ class UOp(_Fields, metaclass=UOpMetaClass):
         if a.dtype.base != b.dtype.base:  # pointer operands (custom-kernel params) compute on their elements
             dt = least_upper_dtype(a.dtype.base, b.dtype.base)
             a, b = _broadcast((a.cast(dt), b.cast(dt)))
-        # `alu` without its second broadcast: the operands have one shape now
+        # `alu` without its second broadcast: the operands have one shape now (unless they don't broadcast:
+        # then shape inference reports it, with the node)
         out_dtype = dtypes.bool.vec(b.dtype.count) if op in GroupOp.Comparison else b.dtype.base
-        return UOp(op, out_dtype, (a, b))
+        shape = a._shape
+        return _same_shape(UOp(op, out_dtype, (a, b)), shape if b._shape == shape else None)
 
     def _scalar_like(self, x: ConstType) -> UOp:
         dt = self.dtype.base
@@ -758,7 +762,8 @@ class UOp(_Fields, metaclass=UOpMetaClass):
     def _unop(self, op: Ops) -> UOp:
         as_int = dtypes.is_int(self.dtype) or self.dtype == dtypes.bool
         src = self.cast(dtypes.default_float) if as_int else self
-        return UOp(op, src.dtype, (src,))
+        shape = s if type(s := self._shape_fact) is tuple else None  # (known: no inference asked here)
+        return _same_shape(UOp(op, src.dtype, (src,)), shape)
 
     def _mop(self, op: Ops, arg: object) -> UOp:
         if op in (Ops.RESHAPE, Ops.EXPAND):
@@ -776,6 +781,22 @@ SHAPE: Fact[tuple[sint, ...] | None] = Fact("shape", infer_shape, _Fields.__dict
 DEVICE: Fact[str | tuple[str, ...] | None] = Fact(
     "device", infer_device, _Fields.__dict__["_device_fact"], partial=True
 )
+
+
+def _same_shape(u: UOp, shape: tuple[sint, ...] | None) -> UOp:
+    """Node `u` with the shape and device its rules would infer, set now (no fact walk for it later):
+    `shape` where the caller knows the rule gives it (an ALU op on sources that all have it; a DETACH,
+    CAST or AFTER: its first source's), None to leave it to inference, which reports a mismatch; the device
+    where the sources' devices decide it."""
+    if shape is not None and u._shape_fact is NOT_COMPUTED:
+        SHAPE.put(u, shape)
+    if u._device_fact is NOT_COMPUTED and (d := infer_device(u)) is not NOT_COMPUTED:
+        DEVICE.put(u, d)  # (the rule a fill would run: its sources' devices decide it)
+    return u
+
+
+def _like_first(u: UOp) -> UOp:
+    return _same_shape(u, s if type(s := u.src[0]._shape_fact) is tuple else None)
 
 
 def ssimplify(u: UOp | ConstType) -> UOp | ConstType:

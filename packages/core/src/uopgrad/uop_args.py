@@ -37,6 +37,16 @@ class CallInfo:
     precompile: bool = False
     precompile_backward: bool = False
 
+    def __hash__(self) -> int:
+        # the fields' hash, computed once (a dataclass hashes the fields' tuple at every call): a CALL's key
+        # is hashed at each interning of it, and a realize makes dozens; kept beside the fields, not in them
+        try:
+            h: int = self.__dict__["_hash"]
+        except KeyError:
+            fields = (self.grad_fxn, self.metadata, self.name, self.precompile, self.precompile_backward)
+            h = self.__dict__["_hash"] = hash(fields)
+        return h
+
     def __repr__(self) -> str:
         gf = None if self.grad_fxn is None else f"<grad_fxn {id(self.grad_fxn):#x}>"
         flags = f"{self.precompile}, {self.precompile_backward}"

@@ -62,6 +62,12 @@ def _unique(ts: Sequence[Tensor]) -> list[Tensor]:
     return list({id(t): t for t in ts}.values())
 
 
+def _scaled(x: Tensor, r: Tensor | float) -> Tensor:
+    """x * r, where a trust ratio fixed at the float 1.0 (SGD, Adam) is no node: x * 1.0 is x, bit for bit
+    (a NaN stays a NaN, -0.0 stays -0.0), and the update graph of every step is smaller by it."""
+    return x if type(r) is float and r == 1.0 else x * r
+
+
 class Optimizer:
     """The parameters (each once; those with requires_grad=None are switched on), the buffers (tensors given
     with requires_grad=False: not updated, but realized with every step) and the learning rate."""
@@ -207,7 +213,7 @@ class LARS(Optimizer):
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         out = []
         for i, (t, g) in enumerate(zip(params, grads)):
-            w = t.detach()
+            w = t.detach() if self.tcoef != 0 or self.wd > 0 else t  # (only the ratio and the decay read it)
             r: Tensor | float = 1.0
             if self.tcoef != 0:
                 r1, r2 = w.square().sum().sqrt(), g.square().sum().sqrt()
@@ -215,7 +221,7 @@ class LARS(Optimizer):
             if self.pre_wd and self.wd > 0:
                 g = g + w * self.wd
             if self.classic:
-                g = g * r * self.lr
+                g = _scaled(g, r) * self.lr
             if self.momentum:
                 b = self.b[i].assign((self.b[i] * self.momentum + g).cast(self.b[i].dtype))  # zero at first
                 g = g + b * self.momentum if self.nesterov else b
@@ -223,7 +229,7 @@ class LARS(Optimizer):
                 g2 = g.reshape(g.shape[0], -1)
                 g = g2.newton_schulz(self.ns_steps, self.ns_coefficients).reshape(g.shape)
             if not self.classic:
-                g = g * r * self.lr
+                g = _scaled(g, r) * self.lr
             if not self.pre_wd and self.wd > 0:  # decay after the momentum: p - up == p * (1 - lr * wd) - ...
                 g = g + w * self.lr * self.wd
             out.append(g.cast(t.dtype))
@@ -339,7 +345,7 @@ class LAMB(Optimizer):
             if not self.adam:
                 r1, r2 = t.detach().square().sum().sqrt(), up.square().sum().sqrt()
                 r = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-            out.append((self.lr.to(t.device) * r * up).cast(t.dtype))
+            out.append((_scaled(self.lr.to(t.device), r) * up).cast(t.dtype))
         return out, [self.c1, self.c2, *self.m, *self.v]
 
     @property
