@@ -55,6 +55,11 @@ PROGRAMS = [
     "lanewise_sum0",
     "lanewise_sum1",
     "wide_mm",
+    # elementwise nests of two loops, vectorised by the pass on a loop-style target (spec/opt.md §1)
+    "ew_relu",
+    "ew_where",
+    "ew_maxe",
+    "ew_lanewise",
 ]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
@@ -108,6 +113,8 @@ def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         out = out.relu() if name == "relu_mm_t" else out
     elif name in _EPILOGUES:
         out = _EPILOGUES[name](mm, b)
+    elif name.startswith("ew_"):
+        out = _MASKED[name[3:]](a) * 1.5 - a  # a 2-D elementwise nest (a realized view keeps its 2 loops)
     elif name[:-5] in _MASKED:
         out = _MASKED[name[:-5]](a).sum(int(name[-1]))
     elif name.startswith("max_mm"):

@@ -20,7 +20,7 @@ def _sources(out: Tensor) -> list[str]:
     return [Device["CPU"].kernel(it).src for it in items if it.src[0].op is Ops.SINK]
 
 
-# the right operand's span from which this host's target packs a plain panel (half its L2, spec/opt.md §3.1)
+# the right operand's span from which this host's target packs a plain panel (half its L1d, spec/opt.md §3.1)
 SPAN = pack_min_span(Device["CPU"].capabilities.cache_sizes)
 
 
@@ -63,7 +63,8 @@ def test_each_thread_packs_into_its_own_array():
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((256, 512), (512, 512)))
     out = Tensor(a, device="CPU") @ Tensor(b, device="CPU")
     src = _sources(out)[0]
-    assert "float temp0[8192] __attribute__((aligned(64)));" in src or WIDTH != 32
+    # 512 reduce steps of the tile's row: 4 vectors of 8 floats with AVX2 (spec/opt.md §3.1)
+    assert "float temp0[16384] __attribute__((aligned(64)));" in src or WIDTH != 32
     assert "#pragma omp parallel for private(temp0)" in src
     first = out.numpy()
     for _ in range(3):

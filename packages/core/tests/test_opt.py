@@ -96,20 +96,20 @@ def test_a_matmul_is_a_register_tile_with_one_reduce_loop():
 
 
 def test_narrower_vectors_get_a_tile_of_fewer_rows():
-    # 16 vector registers (AVX2): 4 rows of one cache line (2 vectors) leave room for the loads
+    # 16 vector registers (AVX2): 2 rows of 4 vectors, 8 accumulators as with AVX-512, leave room for loads
     prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=32)
     accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
     assert NARROW_ROWS < ROWS and len(accs) == NARROW_ROWS * columns(32) == 8
     assert all(a.dtype == dtypes.float32.vec(8) for a in accs)
 
 
-@pytest.mark.parametrize("width", [16, 32, 64])
-def test_a_tile_row_reads_one_cache_line_of_the_right_operand_per_reduce_step(width):
-    # the right operand's panel lies one of its rows apart per step: more than a line per step overflowed
-    # the cache sets those rows share (spec/opt.md)
+@pytest.mark.parametrize(("width", "line_bytes"), [(16, 64), (32, 128), (64, 64)])
+def test_a_tile_row_reads_its_columns_of_the_right_operand_per_reduce_step(width, line_bytes):
+    # AVX-512: one cache line per step (two measured slower on a Zen 4); 16 registers: 4 vectors, so that a
+    # tile of 8 accumulators has 2 rows, each a broadcast and 4 multiplies (spec/opt.md §1)
     prg = program(ones(32, 32) @ ones(64, 64)[:32, :64], width=width)
     loads = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
-    assert len(loads) == columns(width) and sum(u.dtype.itemsize for u in loads) == 64
+    assert len(loads) == columns(width) and sum(u.dtype.itemsize for u in loads) == line_bytes
 
 
 @pytest.mark.parametrize("flat", [False, True])
@@ -139,8 +139,38 @@ def test_a_float_max_stored_into_a_flat_buffer_lowers(dt: type):
     assert any(u.op is Ops.STORE for u in prg.uops)
 
 
-def test_elementwise_nests_are_left_alone():
-    assert vectors(program(ones(64, 64) * 2 + 1)) == set()
+def test_an_elementwise_nest_becomes_vector_loads_ops_and_stores_on_a_loop_style_target():
+    # GCC does not vectorise it at -O1 with -fwrapv (its int indices may wrap): the opt pass does
+    prg = program(ones(64, 64) * 2 + 1)
+    assert vectors(prg) == {16}
+    assert [u.dtype.count for u in prg.uops if u.op in (Ops.LOAD, Ops.STORE)] == [16, 1]  # STORE is void
+    assert [u.src[0].arg for u in prg.uops if u.op is Ops.RANGE] == [64, 64 // 16]
+    # one loop: its index is the loop variable, which GCC vectorises itself
+    assert vectors(program((ones(64, 64) * 2 + 1).reshape(64 * 64))) == set()
+    # on a grid target (whose lanes are capped: OpenCL C's vectors) the work-items cover it: left alone
+    from uopgrad.codegen.index import lower_indexing
+    from uopgrad.codegen.opt import GRID_LANES, optimize
+
+    sink = lower_indexing(schedule((ones(64, 64) * 2 + 1).uop.sink()).kernels[-1].src[0])
+    assert not any(u.dtype.count > 1 for u in optimize(sink, 64, lanes=GRID_LANES).toposort())
+
+
+def test_an_elementwise_nest_that_reads_its_output_elsewhere_is_left_alone():
+    # x[:, 1:] = x[:, :-1] + 1 in one nest would read what the lane before wrote (the scheduler copies
+    # x[:, :-1] first; the copy's kernel is made to read x itself here): not vectorised. The copy is
+    from uopgrad.codegen.index import lower_indexing
+    from uopgrad.codegen.opt import optimize
+
+    buf = UOp.new_buffer("REFERENCE", 4 * 65, dtypes.float32)
+    x = buf.reshape((4, 65))
+    st = x.shrink(((0, 4), (1, 65))).store(x.shrink(((0, 4), (0, 64))) + 1.0)
+    sink = lower_indexing(schedule(st.sink()).kernels[-1].src[0])
+    (store,) = [u for u in sink.toposort() if u.op is Ops.STORE]
+    (load,) = [u for u in sink.toposort() if u.op is Ops.LOAD]
+    own = load.src[0].replace(src=(store.src[0].src[0], load.src[0].src[1]))  # x[r] into x[r + 1]
+    shifted = sink.substitute({load.src[0]: own})
+    assert any(u.dtype.count > 1 for u in optimize(sink, 64).toposort())
+    assert not any(u.dtype.count > 1 for u in optimize(shifted, 64).toposort())
 
 
 def fallback_loops(prg: Program) -> list[UOp]:
@@ -268,10 +298,11 @@ def test_a_matmul_packs_the_right_operands_panel_once_per_column_tile():
     # 512-float rows: the panel is a column of cache lines 2 KB apart, which a scratch array makes contiguous
     prg = packed(ones(64, 512) @ ones(512, 512))
     local = [u for u in prg.uops if u.op is Ops.DEFINE_LOCAL]
-    assert len(local) == 1 and local[0].dtype.size == 512 * 16  # 512 reduce steps of one 16-float line
+    line = 8 * columns(32)  # the floats of a tile's row: 4 vectors of 8 (AVX2)
+    assert len(local) == 1 and local[0].dtype.size == 512 * line  # 512 reduce steps of one row
     loops = [u for u in prg.uops if u.op is Ops.RANGE]
     # columns, then (inside them, one after the other) the copy over the reduce steps and the row tiles
-    assert [u.src[0].arg for u in loops] == [512 // 16, 512, 64 // NARROW_ROWS, 512]
+    assert [u.src[0].arg for u in loops] == [512 // line, 512, 64 // NARROW_ROWS, 512]
     copy, rows = loops[1], loops[2]
     between = prg.uops[prg.uops.index(copy) : prg.uops.index(rows)]
     stores = [u for u in between if u.op is Ops.STORE]
@@ -284,20 +315,37 @@ def test_a_matmul_packs_the_right_operands_panel_once_per_column_tile():
 
 
 @pytest.mark.parametrize(
-    "case", ["no scratch", "too few row tiles", "panel too large", "rows outside", "operand within L2"]
+    "case",
+    ["no scratch", "too few row tiles", "too few rows", "panel too large", "rows outside", "within L1"],
 )
 def test_the_panel_is_packed_only_where_it_pays_and_fits(case: str):
-    from uopgrad.codegen.opt import PACK_MIN_ROWS, PACK_MIN_SPAN, Choice
+    from uopgrad.codegen.opt import PACK_MIN_OUTPUT_ROWS, PACK_MIN_ROWS, PACK_MIN_SPAN, Choice
 
-    m = NARROW_ROWS * (PACK_MIN_ROWS - 1) if case == "too few row tiles" else 64
-    k = {"panel too large": 2048, "operand within L2": 256}.get(case, 512)  # 2048 steps x 64 bytes: 128 KB
-    n = 256 if case == "operand within L2" else 512  # a panel over 256 rows of 1 KB (x @ W of a step)
-    assert (k * n * 4 >= PACK_MIN_SPAN) == (case != "operand within L2")
+    m = {"too few row tiles": NARROW_ROWS * (PACK_MIN_ROWS - 1), "too few rows": PACK_MIN_OUTPUT_ROWS // 2}
+    # 4096 steps: even the narrowest tile's panel, one 32-byte vector per step, is 128 KB
+    k = {"panel too large": 4096, "within L1": 8}.get(case, 512)
+    n = 256 if case == "within L1" else 512  # a panel over 8 rows of 1 KB
+    assert (k * n * 4 >= PACK_MIN_SPAN) == (case != "within L1")
+    assert NARROW_ROWS * PACK_MIN_ROWS <= PACK_MIN_OUTPUT_ROWS // 2  # enough row tiles, too few rows
     choice = Choice(rows=NARROW_ROWS, cols=columns(32), swap=False) if case == "rows outside" else None
-    sink = schedule((ones(m, k) @ ones(k, n)).uop.sink()).kernels[-1]
+    sink = schedule((ones(m.get(case, 64), k) @ ones(k, n)).uop.sink()).kernels[-1]
     prg = lower(sink, loops(32, 0 if case == "no scratch" else 64 * 1024), choice)
     assert not any(u.op is Ops.DEFINE_LOCAL for u in prg.uops)
     assert any(u.op is Ops.DEFINE_REG and u.dtype.count > 1 for u in prg.uops)  # still a register tile
+
+
+def test_a_panel_too_large_for_the_scratch_takes_a_narrower_tile_of_as_many_accumulators():
+    # 1024 steps of the heuristic's 4 vectors (AVX2) are 128 KB; of 2 vectors, 64 KB: the scratch's size
+    prg = packed(ones(64, 1024) @ ones(1024, 512), 32, 64 * 1024)
+    local = [u for u in prg.uops if u.op is Ops.DEFINE_LOCAL]
+    assert len(local) == 1 and local[0].dtype.size == 1024 * 16
+    accs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    assert len(accs) == NARROW_ROWS * columns(32) and all(a.dtype == dtypes.float32.vec(8) for a in accs)
+    rows = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[1] == "loop"][-1]
+    assert rows.src[0].arg == 64 // (2 * NARROW_ROWS)
+    # with room for it, the heuristic's own tile
+    wide = packed(ones(64, 1024) @ ones(1024, 512), 32, 128 * 1024)
+    assert [u.dtype.size for u in wide.uops if u.op is Ops.DEFINE_LOCAL] == [1024 * 32]
 
 
 def test_a_transposed_right_operand_is_gathered_into_the_panel_once_and_the_tile_reads_vectors():
@@ -322,7 +370,7 @@ def test_every_tile_beam_tries_on_a_dot_product_matmul_keeps_the_heuristics_redu
     width: int, rows: int
 ):
     # x @ W.T goes through the gathered panel (each output's reduce in order) or the dot tile (reordered);
-    # which one is the heuristic's decision: with 8 rows its row loop is too short to pack, with 64 it packs.
+    # which one is the heuristic's decision: with 8 rows there are too few to pack, with 64 it packs.
     # A tile of fewer rows would pack the 8-row product: BEAM picked such a kernel and changed its bits
     from uopgrad.codegen.opt import choices
 

@@ -47,8 +47,10 @@ class CRenderer(GCCVectorRenderer):
     cache_sizes = host_facts().cache_sizes
     parallel_pragma = "#pragma omp parallel for"
     # a kernel's local memory is a stack array of the thread running the loop nest (the pragma makes it
-    # private): the opt pass packs a matmul's 16-float panel of 512 reduce steps into 32 KB of it
-    scratch = 64 * 1024
+    # private): the opt pass packs a matmul's panel into it, with AVX2 32 floats per reduce step, so 2048
+    # steps in 256 KB (a panel that does not fit takes a narrower tile). A constant, not a cache fact: which
+    # panels fit decides whether a transposed operand is gathered or its reduce reordered (spec/opt.md §1)
+    scratch = 256 * 1024
 
     def render_local(self, name: str, dt: DType, size: int) -> str:
         """A DEFINE_LOCAL: a stack array, aligned for vector loads (each thread has its own)."""
