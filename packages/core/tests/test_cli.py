@@ -36,10 +36,28 @@ def test_version_loads_no_backend_numpy_or_compiler():
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m.partition('.')[0] for m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.startswith(f"uopgrad {uopgrad.__version__}"), out.stderr
-    loaded = set(eval(out.stdout.splitlines()[-1]))
+    out = python_output(code)
+    assert out.startswith(f"uopgrad {uopgrad.__version__}")
+    loaded = set(eval(out.splitlines()[-1]))
     assert not loaded & {"numpy", "ml_dtypes", "uopgrad_cpu", "uopgrad_opencl", "uopgrad_cuda"}, loaded
+
+
+def test_ml_dtypes_is_imported_only_for_bfloat16():
+    # its import was most of a uopgrad process's start: a float program never loads it, a bfloat16 one does
+    out = python_output(
+        "import sys\nfrom uopgrad import Tensor, dtypes\n"
+        "assert (Tensor([1.0, 2.0]) * 2).numpy().tolist() == [2.0, 4.0]\n"
+        "print('ml_dtypes' in sys.modules)\n"
+        "print(Tensor([1.5], dtype=dtypes.bfloat16).numpy().dtype.name, 'ml_dtypes' in sys.modules)\n"
+    )
+    assert out.split() == ["False", "bfloat16", "True"]
+
+
+def python_output(code: str) -> str:
+    """What `python -c code` prints, in a fresh process (which must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def test_devices_lists_reference_with_package_version_and_dtypes():
