@@ -173,3 +173,38 @@ def test_two_shapes_broadcast_as_the_general_rule_has_it() -> None:
         for a in product(dims, repeat=la):
             for b in product(dims, repeat=lb):
                 assert outcome(a, b) == outcome(a, b, ()), (a, b)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (5,), (2, 3, 4), (1, 1), (4, 1, 3), (0, 3)])
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_max_builds_the_general_paths_nodes(
+    shape: tuple[int, ...], dt: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uopgrad.tensor_reduce as tensor_reduce
+
+    taken: list[UOp] = []
+    fast = tensor_reduce.max_nodes
+    monkeypatch.setattr(tensor_reduce, "max_nodes", lambda *a: taken.append(fast(*a)) or taken[-1])
+    x = Tensor(np.random.default_rng(1).standard_normal(shape).astype(dt), requires_grad=True)
+    axes: list[int | tuple[int, ...] | None] = [None, -1, 0] + ([(0, -1)] if len(shape) > 1 else [])
+    for axis in axes:
+        for keepdim in (False, True):
+            nan = x.isnan()  # the general path, as Tensor.max writes it for any float
+            nans = nan.where(x, 0).sum(axis, keepdim)
+            want = nans.isnan().where(nans, nan.where(-np.inf, x)._reduce(Ops.MAX, axis, keepdim))
+            got = x._max(axis, keepdim)
+            assert got.uop is want.uop and got.requires_grad, (shape, axis, keepdim)
+            assert taken and taken[-1] is got.uop  # (the fast path built it)
+
+
+def test_max_of_rows_with_nans_and_ties_and_of_half_and_ints() -> None:
+    # docs/semantics.md §5: a NaN wins and takes the gradient; tied maxima (+0 and -0 too) share it
+    rows = np.array([[1.0, np.nan, 3.0], [-0.0, 0.0, -1.0], [2.0, 5.0, 5.0]], np.float32)
+    x = Tensor(rows, requires_grad=True)
+    out = x.max(-1)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.numpy(), np.max(rows, -1))
+    assert x.grad is not None
+    assert x.grad.numpy().tolist() == [[0.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.5, 0.5]]
+    assert Tensor(rows.astype(np.float16)).max(-1).dtype == dtypes.float16  # the general path
+    assert Tensor(np.array([[3, 1], [2, 7]], np.int32)).max(-1).tolist() == [3, 7]
