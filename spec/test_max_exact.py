@@ -66,3 +66,18 @@ def test_a_max_keeps_the_unoptimised_bits(dt: type, cols: int, axis: int):
         if axis == -1 and x is a:  # a row with one NaN returns it, payload and sign
             assert _bits(got)[6] == _bits(np.asarray(x[6, cols // 3]))
             assert _bits(got)[10] == _bits(np.asarray(x[10, cols - 1]))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("cols", [1024, 1000, 64, 17])
+def test_a_full_max_keeps_the_unoptimised_bits(dt: type, cols: int):
+    # a max with no output loop (`x.max()`): its reduces are unrolled like a row's (opt.py `_full_reduce`)
+    a = _rows(dt, cols, cols + 1)
+    for k, row in enumerate(a):
+        x = np.tile(row, (4, 1))
+        with Context(OPT=0):
+            want = Tensor(x, device="CPU").max().numpy()
+        got = Tensor(x, device="CPU").max().numpy()
+        assert np.isnan(got) == np.isnan(want) == np.isnan(row).any()
+        if not np.isnan(want) or k in (6, 10):  # one NaN payload: that one, its sign included
+            assert _bits(got) == _bits(want), (k, got, want)

@@ -41,6 +41,19 @@ def test_a_row_sum_takes_the_documented_order_bit_for_bit():
     assert got.tobytes() == want.tobytes()
 
 
+def test_a_full_sum_and_a_loss_take_the_documented_order_bit_for_bit():
+    # no output loop (`x.sum()`, a mean squared error): the reduce is unrolled as a row's is, the vectors
+    # numbered along the flattened input (the inner axis is a multiple of the lanes and accumulators)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((64, 256)) * np.logspace(0, 6, 256)).astype(np.float32)
+    y = rng.standard_normal((64, 256)).astype(np.float32)
+    assert Tensor(x, device="CPU").sum().numpy().tobytes() == documented_order(x.ravel()).tobytes()
+    loss = ((Tensor(x, device="CPU") - Tensor(y, device="CPU")) ** 2).mean().numpy()
+    squares = (x + y * np.float32(-1)) ** 2  # x - y as the kernel computes it; squares are exact-rounded
+    want = documented_order(squares.ravel()) * np.float32(1 / x.size)
+    assert loss.tobytes() == want.tobytes()
+
+
 # the three matmuls of a linear layer's step: forward, the input's gradient, the weight's gradient
 STEP_MATMULS = {
     "x @ w": lambda x, g, w: x @ w,

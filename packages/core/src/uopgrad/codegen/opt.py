@@ -408,7 +408,7 @@ def _transform_nest(
 ) -> UOp:
     found = _nest(effect)
     if found is None:
-        return effect
+        return _full_reduce(effect, width, ops) if lanes == 0 else effect
     ranges, store = found
     reduces = [u for u in store.toposort() if u.op is Ops.REDUCE]
     if not reduces:
@@ -449,6 +449,21 @@ def _transform_nest(
     if out is None and scratch > 0:  # a panel that only a gather reads, gathered once into scratch
         out = _upcast_nest(ranges, store, width, ops, choice, scratch, nest, True, lanes)
     return effect if out is None else out
+
+
+def _full_reduce(effect: UOp, width: int, ops: frozenset[Ops] | None) -> UOp:
+    """A STORE of reduces with no output loop (a loss's mean, `x.sum()` below the split's size) on a
+    loop-style target: each reduce unrolled as in a nest (its stride-1 innermost axis as the lanes of vector
+    accumulators). Its one output has no loop to upcast or tile, so the unroll is all there is: the MLP
+    step's loss, 64 x 256 squared differences, took 38 us as a scalar chain of dependent adds."""
+    if effect.op is not Ops.STORE:
+        return effect
+    sub = {
+        red: new
+        for red in effect.toposort()
+        if red.op is Ops.REDUCE and (new := _unroll(red, width, ops)) is not None
+    }
+    return effect.substitute(sub) if sub else effect
 
 
 def _elementwise(ranges: list[UOp], store: UOp, width: int, ops: frozenset[Ops] | None) -> UOp:
