@@ -271,3 +271,25 @@ def test_work_on_reference_inside_a_captured_step_raises() -> None:
     f(Tensor(data(0, 3), device=DEV))  # the first call runs plainly
     with pytest.raises(JitError, match="REFERENCE"):
         f(Tensor(data(1, 3), device=DEV))
+
+
+def test_a_captured_step_of_assigns_that_read_each_others_old_values() -> None:
+    # a.assign(a + b); b.assign(a * 2) in one step: the schedule reads b from a copy taken before a's
+    # write (schedule.py `_snapshot`); the captured step replays the copy, and every step sees old values
+    a = Tensor(np.arange(4, dtype=np.float32), device="CPU").realize()
+    b = Tensor(np.arange(10, 14, dtype=np.float32), device="CPU").realize()
+
+    @TinyJit
+    def step() -> Tensor:
+        new_a, new_b = a + b, a * 2
+        a.assign(new_a)
+        b.assign(new_b)
+        Tensor.realize(a, b)
+        return a.sum() + 0
+
+    want_a, want_b = np.arange(4, dtype=np.float32), np.arange(10, 14, dtype=np.float32)
+    for _ in range(5):
+        total = step().item()
+        want_a, want_b = want_a + want_b, want_a * 2
+        assert a.numpy().tolist() == want_a.tolist() and b.numpy().tolist() == want_b.tolist()
+        assert total == float(want_a.sum())

@@ -287,6 +287,59 @@ def test_a_plain_read_runs_before_a_later_write():
     np.testing.assert_array_equal(evaluate(old)[0], [0, 10, 20, 30])
 
 
+def test_assigns_that_read_each_others_old_values_both_see_them():
+    # tinygrad's test_cross_assign_independence, in PyTorch's order of effects: each new value is computed
+    # from the old contents of both, whichever tensor is read first
+    for read_a_first in (True, False):
+        a = Tensor(np.arange(4, dtype=np.float32)).realize()
+        b = Tensor(np.arange(4, 8, dtype=np.float32)).realize()
+        new_a, new_b = a + b, a * 2
+        a.assign(new_a)
+        b.assign(new_b)
+        got = (a.numpy(), b.numpy()) if read_a_first else tuple(reversed((b.numpy(), a.numpy())))
+        assert got[0].tolist() == [4, 6, 8, 10] and got[1].tolist() == [0, 2, 4, 6]
+
+
+def test_a_value_read_by_a_pulled_in_assign_keeps_its_old_contents():
+    # reading `a` runs its assign; b's pending assign read a's old contents, so it runs first, in the same
+    # run, and overwrites b, which c's pending assign read: that one must run before it too (PyTorch: 5, 1, 2)
+    a, b, c = (Tensor(np.full(3, v, np.float32)).realize() for v in (1.0, 2.0, 3.0))
+    new_b, new_c = a * 1, b * 1
+    a.assign(Tensor(np.full(3, 5.0, np.float32)))
+    b.assign(new_b)
+    c.assign(new_c)
+    assert [t.numpy().tolist() for t in (a, b, c)] == [[5.0] * 3, [1.0] * 3, [2.0] * 3]
+
+
+def test_halves_swapped_through_values_taken_before_the_writes():
+    a = Tensor(np.arange(4, dtype=np.float32)).realize()
+    b = Tensor(np.arange(10, 14, dtype=np.float32)).realize()
+    new_a, new_b = b[:2] + 0, a.flip(0)[2:] * 1  # a view read in the cycle: a copy serves it the same way
+    a[:2].assign(new_a)
+    b[:2].assign(new_b)
+    assert b.numpy().tolist() == [1, 0, 12, 13] and a.numpy().tolist() == [10, 11, 2, 3]
+
+
+def test_a_swap_and_a_rotation_through_assigns_in_a_loop():
+    # each step reads the old values (a copy taken first) and the schedule cache replays the copies
+    a, b, c = (Tensor(np.full(3, v, np.float32)).realize() for v in (1.0, 2.0, 3.0))
+    for step in range(3):
+        old_a = a + 0
+        a.assign(b + 0)
+        b.assign(old_a)
+        Tensor.realize(a, b)
+        assert a.numpy().tolist() == [2.0 if step % 2 == 0 else 1.0] * 3
+        assert b.numpy().tolist() == [1.0 if step % 2 == 0 else 2.0] * 3
+    a, b = (Tensor(np.full(3, v, np.float32)).realize() for v in (1.0, 2.0))
+    for step in range(4):
+        olds = (a * 1, b * 1, c * 1)
+        a.assign(olds[1])
+        b.assign(olds[2])
+        c.assign(olds[0])
+        values = [t.numpy()[0] for t in (a, b, c)]
+        assert values == [[2.0, 3.0, 1.0], [3.0, 1.0, 2.0], [1.0, 2.0, 3.0], [2.0, 3.0, 1.0]][step]
+
+
 def test_a_shared_value_stored_whole_into_an_untouched_buffer_is_computed_into_it():
     # what realize makes of a gradient that is kept (stored into its own output buffer) and read by an update
     a = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))

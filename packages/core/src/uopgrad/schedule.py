@@ -623,26 +623,51 @@ class _Scheduler:
         return deps
 
     def order(self) -> list[UOp]:
-        """The items in Kahn's toposort of their dependencies, ties in creation order."""
-        deps, n = self.dependencies(), len(self.items)
-        users: list[list[int]] = [[] for _ in range(n)]
-        for i, d in enumerate(deps):
-            for j in d:
-                users[j].append(i)
-        indeg = [len(d) for d in deps]
-        ready = [i for i in range(n) if indeg[i] == 0]
-        heapq.heapify(ready)
-        out: list[UOp] = []
-        while ready:
-            i = heapq.heappop(ready)
-            out.append(self.items[i].call)
-            for j in users[i]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heapq.heappush(ready, j)
-        if len(out) != n:
-            raise ScheduleError("the schedule has a cycle: assigns read each other's buffers before writing")
-        return out
+        """The items in Kahn's toposort of their dependencies, ties in creation order. Where assigns read each
+        other's old contents (`a.assign(a + b); b.assign(a * 2)`: each must run before the other's write), one
+        read is taken from a snapshot of the buffer, copied first (`_snapshot`), until none is left."""
+        while True:
+            deps, n = self.dependencies(), len(self.items)
+            users: list[list[int]] = [[] for _ in range(n)]
+            for i, d in enumerate(deps):
+                for j in d:
+                    users[j].append(i)
+            indeg = [len(d) for d in deps]
+            ready = [i for i in range(n) if indeg[i] == 0]
+            heapq.heapify(ready)
+            out: list[UOp] = []
+            while ready:
+                i = heapq.heappop(ready)
+                out.append(self.items[i].call)
+                for j in users[i]:
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        heapq.heappush(ready, j)
+            if len(out) == n:
+                return out
+            if not self._snapshot([i for i in range(n) if indeg[i] > 0]):
+                raise ScheduleError(
+                    "the schedule has a cycle: items wait for each other's effects before writing"
+                )
+
+    def _snapshot(self, stuck: list[int]) -> bool:
+        """Break one cycle among the `stuck` items: the first plain read of a buffer (not this schedule's own,
+        not written by the reader) that another stuck item writes reads a copy of it instead, made before
+        any write. A read of old contents must come before every write of them, so two such reads in
+        opposite directions wait for each other; the copy waits for nothing. False: no such read."""
+        for i in stuck:
+            it = self.items[i]
+            for w in it.reads:
+                if w in self.fresh or w in it.writes or not any(w in self.items[j].writes for j in stuck):
+                    continue
+                copy = UOp.new_buffer(str(w.src[1].arg), int(w.arg), w.dtype)
+                self.fresh.add(copy)
+                self.kernel(copy.reshape((int(w.arg),)), w.reshape((int(w.arg),)), None)
+                args = tuple(copy if b is w else b for b in it.call.src[1:])
+                it.call = it.call.replace(src=(it.call.src[0], *args))
+                it.reads = tuple(copy if b is w else b for b in it.reads)
+                return True
+        return False
 
 
 # ---------------------------------------------------------------------- the cache (keyed by structure)

@@ -109,6 +109,15 @@ def _unrealized(u: UOp) -> bool:
     return not is_realized_after(u)
 
 
+def _assigned(roots: list[UOp]) -> set[UOp]:
+    """The BUFFERs the graphs under `roots` assign into (their STOREs' storage)."""
+    return {
+        b
+        for e in effects_under(roots)
+        if e.op is Ops.STORE and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER
+    }
+
+
 def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     """(STORE of `u` into a fresh BUFFER, the view of that buffer that has `u`'s shape)."""
     shape = u.shape
@@ -549,12 +558,8 @@ class Tensor(
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        written = {
-            b
-            for e in effects_under(todo)
-            if e.op is Ops.STORE and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER
-        }
-        todo += Tensor._run_readers_first(todo, written)
+        written = _assigned(todo)
+        todo += Tensor._run_readers_first(todo, written)  # (which adds what those readers assign into)
         devices = {u: str(u.device) for u in todo}
         stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
         becomes: dict[UOp, UOp] = {}  # a tensor's uop -> its storage view, once the graph ran
@@ -622,18 +627,23 @@ class Tensor(
     def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
         """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
         the same run, before the write, so they keep the contents they were built on (PyTorch's order); a
-        pending assign into another buffer is one of them. A view of a written buffer is not: it sees the
-        write."""
-        if not written:
-            return []
+        pending assign into another buffer is one of them, and then so are the readers of that buffer, and
+        so on (`written` grows by the buffers they assign into). A view of a written buffer is not: it sees
+        the write."""
         seen, out = set(todo), []
-        for t in registry.pending():
-            u = t.uop
-            if u in seen or _is_realized(u) or _storage_chain(u)[1] in written:
-                continue
-            if not reads(u).isdisjoint(written):
-                seen.add(u)
-                out.append(u)
+        while written:
+            grown: set[UOp] = set()
+            for t in registry.pending():
+                u = t.uop
+                if u in seen or _is_realized(u) or _storage_chain(u)[1] in written:
+                    continue
+                if not reads(u).isdisjoint(written):
+                    seen.add(u)
+                    out.append(u)
+                    grown.update(_assigned([u]) - written)
+            if not grown:
+                break
+            written |= grown
         return out
 
     @staticmethod
