@@ -330,7 +330,7 @@ def test_a_swap_and_a_rotation_through_assigns_in_a_loop():
         Tensor.realize(a, b)
         assert a.numpy().tolist() == [2.0 if step % 2 == 0 else 1.0] * 3
         assert b.numpy().tolist() == [1.0 if step % 2 == 0 else 2.0] * 3
-    a, b = (Tensor(np.full(3, v, np.float32)).realize() for v in (1.0, 2.0))
+    a, b, c = (Tensor(np.full(3, v, np.float32)).realize() for v in (1.0, 2.0, 3.0))
     for step in range(4):
         olds = (a * 1, b * 1, c * 1)
         a.assign(olds[1])
