@@ -352,20 +352,26 @@ def effects_under(roots: Iterable[UOp]) -> set[UOp]:
 
 def _writes_buffer(after: UOp) -> bool:
     u = storage_view(after)
-    # a write through `t.detach()` writes t's buffer, one through a MULTI the buffer on its device tuple
-    while u.op in GroupOp.Movement or u.op in (Ops.DETACH, Ops.MULTI) or is_realized_after(u):
-        u = realized_view(u) if u.op is Ops.AFTER else u.src[0]
+    # a write through `t.detach()` writes t's buffer, one through a MULTI the buffer on its device tuple; one
+    # into a view of a tensor whose own assign was pending (`v = t.reshape(..)` after `t.assign(..)`, then
+    # `t += 1`) goes through that assign's AFTER to the same buffer
+    while u.op in GroupOp.Movement or u.op in (Ops.DETACH, Ops.MULTI, Ops.AFTER):
+        u = realized_view(u) if is_realized_after(u) else u.src[0]
     return u.op is Ops.BUFFER
 
 
-def settle(u: UOp, ran: Collection[UOp]) -> UOp:
+def settle(u: UOp, ran: Collection[UOp], memo: dict[UOp, UOp] | None = None) -> UOp:
     """`u` with each AFTER whose effects all ran (and that writes a buffer) in the realized form. Sources
     first, so the value an assign stored is settled before it is kept; realized values and call bodies are not
-    entered."""
+    entered. One realize settles every live graph with one `memo`: an AFTER they share gets one realized
+    form, so an assign still pending on top of it (`t.assign(x); v = t.reshape(..); t += 1` holds the
+    second write in both t and v) stays one node, and runs once, whichever of them is read first."""
     if not ran or effects(u).isdisjoint(ran):
         return u  # nothing under `u` ran: nothing to settle
-    new: dict[UOp, UOp] = {}
+    new: dict[UOp, UOp] = {} if memo is None else memo
     for n in u.toposort(gate=_not_realized, enter_calls=False):
+        if n in new:
+            continue
         src = tuple(new.get(x, x) for x in n.src)
         m = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
         done = n.op is Ops.AFTER and all(d in ran for d in n.src[1:]) and _writes_buffer(n)

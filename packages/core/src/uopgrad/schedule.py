@@ -10,7 +10,6 @@ the same body is called again. The forms produced are the contract of spec/kerne
 from __future__ import annotations
 
 import functools
-import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from uopgrad.errors import ScheduleError
 from uopgrad.ops import GroupOp, Ops
 from uopgrad.rewrite import PatternMatcher, UPat, graph_rewrite
 from uopgrad.schedule_key import Structure, structure
+from uopgrad.schedule_order import Item, dependencies, toposort
 from uopgrad.split_reduce import SplitPolicy, plan_splits, split_reduces
 from uopgrad.uop import Invalid, UOp, sint
 from uopgrad.verify import verify, verify_new
@@ -190,18 +190,6 @@ pm_kernelize = PatternMatcher(
 )
 
 
-@dataclass
-class _Item:
-    """A schedule item with what it touches: buffers written, buffers read plainly (their contents from before
-    this schedule's writes), effects waited for, and earlier items it must follow."""
-
-    call: UOp
-    writes: tuple[UOp, ...]
-    reads: tuple[UOp, ...]
-    after: tuple[UOp, ...] = ()
-    follows: tuple[int, ...] = ()
-
-
 def _access(call: UOp) -> tuple[tuple[UOp, ...], tuple[UOp, ...]]:
     """(buffers written, buffers read) by an item: a kernel's STORE targets and sources, a copy's dst, src."""
     args = call.src[1:]
@@ -288,7 +276,7 @@ class _Scheduler:
             raise NotImplementedError(f"the scheduler does not handle {sorted(o.name for o in bad)} yet")
         self.var_vals = {u.src[0].arg[0]: u.src[1].arg for u in self.sink.toposort() if u.op is Ops.BIND}
         self.views: dict[UOp, UOp] = {}  # realized node -> the view of its buffer
-        self.items: list[_Item] = []
+        self.items: list[Item] = []
         self.effects: dict[UOp, int] = {}  # STORE/CALL effect -> its item
         self.fresh: set[UOp] = set()  # buffers this schedule allocates
 
@@ -442,15 +430,22 @@ class _Scheduler:
         """Append an item; buffers in `after_bufs` are read through AFTERs, every other read is plain."""
         writes, reads = _access(call)
         plain = tuple(b for b in reads if b not in after_bufs)
-        self.items.append(_Item(call, writes, plain, tuple(dedup(after)), follows))
+        later = tuple(b for b in reads if b in after_bufs)
+        self.items.append(Item(call, writes, plain, tuple(dedup(after)), follows, later))
         return len(self.items) - 1
 
     def kernel(self, target: UOp, value: UOp, root: UOp | None) -> int:
         """The kernel STORE(target, value), realized sources read from their buffers. `root` is the realized
         node this kernel computes (it is not replaced by its own buffer)."""
-        out = _view_chain(target)[1]
+        _, out, waits = _view_chain(target)
         if out.op is not Ops.BUFFER:
             out = _view_chain(self.views[out])[1]
+        if waits and value not in self.views and self._reads_other_state(value, target, out, root):
+            # the target waits for earlier writes of its buffer, the value reads what the buffer held at
+            # another point (`v = t * 1; t.assign(t * 2); t.assign(v)`): one kernel can't do both, so the
+            # value is computed into a buffer of its own first, where its read belongs
+            self.kernel(self.allocate(value), value, value)
+            return self.kernel(target, value, root)
         ctx = _KernelCtx(self.views, root, out)
         body = graph_rewrite(
             target.store(value).sink(), pm_kernelize, ctx=ctx, bottom_up=True, name="schedule: kernelize"
@@ -464,6 +459,25 @@ class _Scheduler:
         if VERIFY:
             verify(call)
         return self.add(call, ctx.after, ctx.after_bufs)
+
+    def _reads_other_state(self, value: UOp, target: UOp, buf: UOp, root: UOp | None) -> bool:
+        """Whether `value` reads `buf` other than through the target's own last AFTER (the contents the
+        write follows): plainly (the contents before this schedule) or through an earlier AFTER. A value
+        realized elsewhere is read from its own buffer, and only an AFTER's view is followed, not its
+        effects."""
+        current = target
+        while current.op in GroupOp.Movement:
+            current = current.src[0]
+        stack, seen = [value], {current}
+        while stack:
+            n = stack.pop()
+            if n in seen or (n is not root and n in self.views) or n.op in GroupOp.Call:
+                continue
+            seen.add(n)
+            if n is buf:
+                return True
+            stack.extend(n.src[:1] if n.op is Ops.AFTER else n.src)
+        return False
 
     def copy(self, u: UOp) -> None:
         src, deps = self.buffer_for(u.src[0])
@@ -507,7 +521,8 @@ class _Scheduler:
             self.fresh.update(b for b in it.src[1:] if b not in inputs)
             writes, reads = _access(it)
             plain = tuple(b for b in reads if b in inputs and b not in after_bufs)
-            self.items.append(_Item(it, writes, plain, tuple(dedup(deps)), prev))
+            later = tuple(b for b in reads if b in inputs and b in after_bufs)
+            self.items.append(Item(it, writes, plain, tuple(dedup(deps)), prev, later))
             prev = (len(self.items) - 1,)
         for i, out in enumerate(body.src):
             self.views[k.gettuple(i)] = sub.outputs[out]
@@ -599,53 +614,16 @@ class _Scheduler:
         return _rebuild_chain(chain, base)
 
     # -------------------------------------------------------------- order
-    def dependencies(self) -> list[set[int]]:
-        """For each item, the items that must run before it: the producer of each fresh buffer it touches, the
-        effects it reads through AFTERs, the items it follows; and a plain read of a buffer comes before
-        every later write of it (other than its producer's)."""
-        n = len(self.items)
-        deps: list[set[int]] = [set() for _ in range(n)]
-        producer: dict[UOp, int] = {}
-        writers: dict[UOp, list[int]] = defaultdict(list)
-        for i, it in enumerate(self.items):
-            for b in it.writes:
-                if b in self.fresh and b not in producer:
-                    producer[b] = i
-                writers[b].append(i)
-        for i, it in enumerate(self.items):
-            deps[i].update(producer[b] for b in (*it.reads, *it.writes) if b in producer and producer[b] != i)
-            deps[i].update(self.effects[e] for e in it.after if e in self.effects)
-            deps[i].update(it.follows)
-            for b in it.reads:
-                for w in writers[b]:
-                    if w != i and producer.get(b) != w:
-                        deps[w].add(i)
-        return deps
-
     def order(self) -> list[UOp]:
-        """The items in Kahn's toposort of their dependencies, ties in creation order. Where assigns read each
-        other's old contents (`a.assign(a + b); b.assign(a * 2)`: each must run before the other's write), one
-        read is taken from a snapshot of the buffer, copied first (`_snapshot`), until none is left."""
+        """The items in Kahn's toposort of their dependencies (schedule_order.py), ties in creation order.
+        Where items read each other's buffers before writing them (`a.assign(a + b); b.assign(a * 2)`: each
+        must run before the other's write), one read is taken from a copy of the buffer made first
+        (`_snapshot`), until none is left."""
         while True:
-            deps, n = self.dependencies(), len(self.items)
-            users: list[list[int]] = [[] for _ in range(n)]
-            for i, d in enumerate(deps):
-                for j in d:
-                    users[j].append(i)
-            indeg = [len(d) for d in deps]
-            ready = [i for i in range(n) if indeg[i] == 0]
-            heapq.heapify(ready)
-            out: list[UOp] = []
-            while ready:
-                i = heapq.heappop(ready)
-                out.append(self.items[i].call)
-                for j in users[i]:
-                    indeg[j] -= 1
-                    if indeg[j] == 0:
-                        heapq.heappush(ready, j)
-            if len(out) == n:
-                return out
-            if not self._snapshot([i for i in range(n) if indeg[i] > 0]):
+            out, stuck = toposort(dependencies(self.items, self.fresh, self.effects))
+            if not stuck:
+                return [self.items[i].call for i in out]
+            if not self._snapshot(stuck):
                 raise ScheduleError(
                     "the schedule has a cycle: items wait for each other's effects before writing"
                 )
@@ -657,15 +635,25 @@ class _Scheduler:
         opposite directions wait for each other; the copy waits for nothing. False: no such read."""
         for i in stuck:
             it = self.items[i]
-            for w in it.reads:
+            for w in (*it.reads, *it.after_reads):
                 if w in self.fresh or w in it.writes or not any(w in self.items[j].writes for j in stuck):
                     continue
-                copy = UOp.new_buffer(str(w.src[1].arg), int(w.arg), w.dtype)
+                n = int(w.arg)
+                # the copy reads w as the item did: before this schedule's writes, or after the writes of w
+                # that the item waits for
+                state = tuple(
+                    e for e in it.after if e in self.effects and w in self.items[self.effects[e]].writes
+                )
+                source = UOp(Ops.AFTER, w.dtype, (w.reshape((n,)), *state)) if w in it.after_reads else w
+                copy = UOp.new_buffer(str(w.src[1].arg), n, w.dtype)
                 self.fresh.add(copy)
-                self.kernel(copy.reshape((int(w.arg),)), w.reshape((int(w.arg),)), None)
+                self.kernel(copy.reshape((n,)), source.reshape((n,)) if source is w else source, None)
                 args = tuple(copy if b is w else b for b in it.call.src[1:])
                 it.call = it.call.replace(src=(it.call.src[0], *args))
                 it.reads = tuple(copy if b is w else b for b in it.reads)
+                it.after_reads = tuple(b for b in it.after_reads if b is not w)
+                if w not in it.reads and copy not in it.reads:
+                    it.reads = (*it.reads, copy)
                 return True
         return False
 

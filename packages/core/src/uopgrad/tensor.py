@@ -109,15 +109,6 @@ def _unrealized(u: UOp) -> bool:
     return not is_realized_after(u)
 
 
-def _assigned(roots: list[UOp]) -> set[UOp]:
-    """The BUFFERs the graphs under `roots` assign into (their STOREs' storage)."""
-    return {
-        b
-        for e in effects_under(roots)
-        if e.op is Ops.STORE and (b := _storage_chain(e.src[0])[1]).op is Ops.BUFFER
-    }
-
-
 def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     """(STORE of `u` into a fresh BUFFER, the view of that buffer that has `u`'s shape)."""
     shape = u.shape
@@ -137,6 +128,42 @@ def _output_buffer(u: UOp, device: str) -> tuple[UOp, UOp]:
     size_sym = prod(shape)
     region = buf.shrink(((0, size_sym),))
     return region.store(u.reshape((size_sym,))), region.reshape(shape)
+
+
+def _outputs(
+    todo: list[UOp], stripped: Sequence[UOp], devices: dict[UOp, str]
+) -> tuple[dict[UOp, UOp], dict[str, list[UOp]], set[UOp]]:
+    """Where each value of a realize ends up: (a tensor's uop -> its storage view once the graph ran, the
+    effects to run on each device, the uops whose value goes into a buffer of their own)."""
+    becomes: dict[UOp, UOp] = {}  # a tensor's uop -> its storage view, once the graph ran
+    effects: dict[str, list[UOp]] = {}
+    fresh: set[UOp] = set()  # the uops whose value goes into a buffer of their own
+    for u, s in zip(todo, stripped):
+        inner = s
+        while inner.op is Ops.AFTER:
+            inner = inner.src[0]
+        if (view := _view_of_buffer(s)) is not None:  # already in a buffer: it keeps aliasing it
+            becomes[u] = view
+            fresh.add(u)
+            continue
+        if inner is not s and _buffer_view(inner):
+            # an assign to (a view of) a buffer: run its effects; the tensor is that view again
+            effects.setdefault(devices[u], []).append(s)
+            becomes[u] = inner
+            continue
+        if (through := registry.view_through_afters(s)) is not None:
+            # a view taken of a tensor whose assign was pending (`v = t.reshape()` after `t.assign(x)`):
+            # run the assigns; it is a view of the buffer from now on, so later writes reach it too
+            view, afters = through
+            effects.setdefault(devices[u], []).extend(afters)
+            becomes[u] = view
+            fresh.add(u)
+            continue
+        store, view = _output_buffer(s, devices[u])
+        effects.setdefault(devices[u], []).append(store)
+        becomes[u] = view
+        fresh.add(u)
+    return becomes, effects, fresh
 
 
 def _typed(op: Ops, u: UOp) -> UOp:
@@ -558,30 +585,11 @@ class Tensor(
         todo = dedup(t.uop for t in tensors if not _is_realized(t.uop))
         if not todo:
             return
-        written = _assigned(todo)
+        written = registry.assigned(todo)
         todo += Tensor._run_readers_first(todo, written)  # (which adds what those readers assign into)
         devices = {u: str(u.device) for u in todo}
         stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
-        becomes: dict[UOp, UOp] = {}  # a tensor's uop -> its storage view, once the graph ran
-        effects: dict[str, list[UOp]] = {}
-        fresh: set[UOp] = set()  # the uops whose value goes into a buffer of their own
-        for u, s in zip(todo, stripped):
-            inner = s
-            while inner.op is Ops.AFTER:
-                inner = inner.src[0]
-            if (view := _view_of_buffer(s)) is not None:  # already in a buffer: it keeps aliasing it
-                becomes[u] = view
-                fresh.add(u)
-                continue
-            if inner is not s and _buffer_view(inner):
-                # an assign to (a view of) a buffer: run its effects; the tensor is that view again
-                effects.setdefault(devices[u], []).append(s)
-                becomes[u] = inner
-                continue
-            store, view = _output_buffer(s, devices[u])
-            effects.setdefault(devices[u], []).append(store)
-            becomes[u] = view
-            fresh.add(u)
+        becomes, effects, fresh = _outputs(todo, stripped, devices)
         for device, srcs in merge_devices(effects).items():
             Device[device].realize(srcs[0].sink(*srcs[1:]))
         # Every effect that ran (an assign into a buffer, a kernel writing its arguments) is done: wherever a
@@ -595,15 +603,16 @@ class Tensor(
             else {t.uop for t in tensors if t.requires_grad is False}
             - {t.uop for t in tensors if t.requires_grad is not False}
         )
+        settled: dict[UOp, UOp] = {}  # one realized form per AFTER across all the graphs (`settle`)
         for u in fresh:
-            value = settle(u, ran)
+            value = settle(u, ran, settled)
             becomes[u] = realized(becomes[u], value.detach() if u in cut else value)
         overwritten(written)
         for t in registry.pending():
             if t.uop in becomes:
                 t.uop = becomes[t.uop]
             elif ran and not _is_realized(t.uop):
-                t.uop = settle(t.uop, ran)
+                t.uop = settle(t.uop, ran, settled)
 
     @staticmethod
     def _run_readers_first(todo: list[UOp], written: set[UOp]) -> list[UOp]:
@@ -625,26 +634,8 @@ class Tensor(
 
     @staticmethod
     def _readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
-        """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
-        the same run, before the write, so they keep the contents they were built on (PyTorch's order); a
-        pending assign into another buffer is one of them, and then so are the readers of that buffer, and
-        so on (`written` grows by the buffers they assign into). A view of a written buffer is not: it sees
-        the write."""
-        seen, out = set(todo), []
-        while written:
-            grown: set[UOp] = set()
-            for t in registry.pending():
-                u = t.uop
-                if u in seen or _is_realized(u) or _storage_chain(u)[1] in written:
-                    continue
-                if not reads(u).isdisjoint(written):
-                    seen.add(u)
-                    out.append(u)
-                    grown.update(_assigned([u]) - written)
-            if not grown:
-                break
-            written |= grown
-        return out
+        """`tensor_registry.readers_of_overwritten` (tensor_multi and jit ask it through Tensor)."""
+        return registry.readers_of_overwritten(todo, written)
 
     @staticmethod
     def _realize_readers(written: Sequence[UOp]) -> None:

@@ -164,6 +164,7 @@ def realize_multi(tensors: Sequence[Tensor], is_realized: Callable[[UOp], bool])
     # the other tensors holding an assign that ran (`v = t[:, 1:2]; v += 1` pends the write on t too) read the
     # written storage from now on: the write never runs again
     if ran := effects_under(assigns):
+        settled: dict[UOp, UOp] = {}
         for t in registry.pending():
-            t.uop = settle(t.uop, ran)
+            t.uop = settle(t.uop, ran, settled)
     return rest

@@ -23,8 +23,8 @@ import weakref
 from typing import TYPE_CHECKING
 
 from uopgrad._util import all_int
-from uopgrad.ops import Ops
-from uopgrad.realized import is_realized_after, realized_view
+from uopgrad.ops import GroupOp, Ops
+from uopgrad.realized import effects_under, is_realized_after, reads, realized_view
 from uopgrad.uop import UOp
 
 if TYPE_CHECKING:
@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "all_tensors",
+    "assigned",
     "is_realized",
     "moved",
     "pending",
+    "readers_of_overwritten",
     "register",
     "storage_chain",
     "view_of_buffer",
+    "view_through_afters",
     "views_of",
 ]
 
@@ -182,3 +185,60 @@ def all_tensors() -> list[Tensor]:
     out = [t for ref in list(_all.values()) if (t := ref()) is not None]
     _sweep(_all, "all")
     return out
+
+
+# ---------------------------------------------------------------------- PyTorch's order of values
+def assigned(roots: list[UOp]) -> set[UOp]:
+    """The BUFFERs the graphs under `roots` assign into (their STOREs' storage)."""
+    return {
+        b
+        for e in effects_under(roots)
+        if e.op is Ops.STORE and (b := storage_chain(e.src[0])[1]).op is Ops.BUFFER
+    }
+
+
+def readers_of_overwritten(todo: list[UOp], written: set[UOp]) -> list[UOp]:
+    """The unrealized values of live tensors that read a buffer `todo` assigns into: they are computed in
+    the same run, before the write, so they keep the contents they were built on (PyTorch's order); a
+    pending assign into another buffer is one of them, and then so are the readers of that buffer, and so on
+    (`written` grows by the buffers they assign into). A view of a written buffer is not: it sees the write;
+    unless an assign of its own, not in this run, is pending on it (`t1.assign(t0 * 2)` after `t0`'s assign
+    and before `t0`'s next one)."""
+    seen, out = set(todo), []
+    running = effects_under(todo)
+    while written:
+        grown: set[UOp] = set()
+        for t in pending():
+            u = t.uop
+            if u in seen or is_realized(u):
+                continue
+            if storage_chain(u)[1] in written and effects_under([u]) <= running:
+                continue  # a view of written storage with nothing pending of its own: it sees the write
+            if not reads(u).isdisjoint(written):
+                seen.add(u)
+                out.append(u)
+                grown.update(assigned([u]) - written)
+                running |= effects_under([u])
+        if not grown:
+            break
+        written |= grown
+    return out
+
+
+def view_through_afters(u: UOp) -> tuple[UOp, list[UOp]] | None:
+    """For movement ops over AFTERs of a buffer view (in a stripped graph: a view taken of a tensor whose
+    assign was pending): the same movement ops over the buffer, and the AFTERs whose effects the value
+    waits for; None for anything else."""
+    chain: list[UOp] = []
+    afters: list[UOp] = []
+    while u.op in GroupOp.Movement or u.op in (Ops.AFTER, Ops.DETACH):
+        if u.op is Ops.AFTER:
+            afters.append(u)
+        elif u.op is not Ops.DETACH:
+            chain.append(u)
+        u = u.src[0]
+    if not afters or u.op is not Ops.BUFFER:
+        return None
+    for m in reversed(chain):
+        u = m.replace(src=(u, *m.src[1:]))
+    return (u, afters) if view_of_buffer(u) is not None else None
