@@ -629,10 +629,12 @@ class _Scheduler:
                 )
 
     def _snapshot(self, stuck: list[int]) -> bool:
-        """Break one cycle among the `stuck` items: the first plain read of a buffer (not this schedule's own,
-        not written by the reader) that another stuck item writes reads a copy of it instead, made before
-        any write. A read of old contents must come before every write of them, so two such reads in
-        opposite directions wait for each other; the copy waits for nothing. False: no such read."""
+        """Break one cycle among the `stuck` items: the first read of a buffer (not this schedule's own, not
+        written by the reader) that another stuck item writes reads a copy of it instead, made at the
+        read's point: before any write for a plain read, after the writes it waits for for a read through
+        an AFTER. A read must come before the writes it does not see, so two such reads in opposite
+        directions wait for each other; the copy waits only for what the read waited for. False: no such
+        read."""
         for i in stuck:
             it = self.items[i]
             for w in (*it.reads, *it.after_reads):
