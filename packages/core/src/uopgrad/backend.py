@@ -591,16 +591,46 @@ class CompiledBackend(Backend):
                 f"{self.name}: kernel {name} compiled but does not load: {type(e).__name__}: {e}"
             ) from e
 
-    def realize(self, sink: UOp) -> None:
+    def realize(self, sink: UOp, ahead: Sequence[UOp] = ()) -> None:
         """Run every effect in `sink`: the schedule's kernels of this device are built side by side first,
-        then the driver runs every item in order, each on the device its buffers live on."""
+        then the driver runs every item in order, each on the device its buffers live on.
+
+        `ahead`: graphs as `realize` takes them that are likely to be realized next (the other gradients of
+        a backward whose first gradient this is). Their new kernels are built with these, side by side, in
+        one batch, and nothing of them runs; one that fails to schedule or build is left for its own
+        realize to report."""
         with debug.realizing(self.name, sink):
             # a malformed graph gets VerifyError naming the node; big reduces split as the target says
             sched = schedule(sink, check=True, split=reduce_split)
             debug.schedule_made(sched.items, self.name)
-            run_schedule(sched.items, sched.var_vals, self._device, self._plan(sched))
+            plan = self._plan(sched, self._kernels_of(ahead))
+            run_schedule(sched.items, sched.var_vals, self._device, plan)
 
-    def _plan(self, sched: Schedule) -> tuple[Callable[[UOp, dict[str, int]], None] | None, ...]:
+    def _kernels_of(self, sinks: Sequence[UOp]) -> list[UOp]:
+        """The kernel items of this device in the schedules of `sinks` (those that schedule)."""
+        calls: list[UOp] = []
+        for s in sinks:
+            try:
+                items = schedule(s, check=True, split=reduce_split).items
+            except Exception:  # its own realize raises it, where it belongs
+                continue
+            calls += [it for it in items if it.src[0].op is Ops.SINK and self._mine(it)]
+        return calls
+
+    def _prepare(self, calls: list[UOp], ahead: list[UOp]) -> dict[UOp, _Kernel]:
+        """`prepare(calls)`, with the kernels of `ahead` built in the same batch where they all build."""
+        if ahead:
+            try:
+                ready = self.prepare(calls + ahead)
+            except Exception:  # an error of `calls` is raised again below
+                pass
+            else:
+                return {c.src[0]: ready[c.src[0]] for c in calls}
+        return self.prepare(calls)
+
+    def _plan(
+        self, sched: Schedule, ahead: list[UOp] | None = None
+    ) -> tuple[Callable[[UOp, dict[str, int]], None] | None, ...]:
         """The launch of each of the schedule's kernels on this device, by position (None for the rest):
         this backend's `run_kernel`, its kernels built first. Kept in `sched.memo`, shared by every schedule
         of the same cache entry, whose items differ only in their buffers: a repeated step's realize skips
@@ -609,10 +639,12 @@ class CompiledBackend(Backend):
         width = self.capabilities.vector_width if OPT else -1  # (as `prepare` keys its kernels)
         if (hit := sched.memo.get((self, width))) is None:
             mine = tuple(it.src[0].op is Ops.SINK and self._mine(it) for it in sched.items)
-            ready = self.prepare([it for it, m in zip(sched.items, mine) if m])
+            ready = self._prepare([it for it, m in zip(sched.items, mine) if m], ahead or [])
             sched.memo[(self, width)] = (mine, len(ready))
         else:
             mine, n = cast("tuple[tuple[bool, ...], int]", hit)
+            if ahead:
+                self._prepare([], ahead)
             with debug.compiling(self.name, 0, n, self.compiler.stats):  # DEBUG's summary: kernels reused
                 pass
         run = self.run_kernel

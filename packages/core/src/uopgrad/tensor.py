@@ -17,7 +17,7 @@ import numpy as np
 
 from uopgrad import tensor_registry as registry
 from uopgrad._util import all_int, dedup, prod
-from uopgrad.backend import Device, reduce_split
+from uopgrad.backend import CompiledBackend, Device, reduce_split
 from uopgrad.codegen import LinearProgram
 from uopgrad.config import ALLOW_DEVICE_USAGE
 from uopgrad.dtype import ConstType, DType, dtypes, least_upper_dtype
@@ -32,7 +32,7 @@ from uopgrad.errors import (
     ShapeError,
     UopgradError,
 )
-from uopgrad.gradient_template import gradients
+from uopgrad.gradient_template import gradients, template_cache_info
 from uopgrad.mixin import MathMixin, broadcast_shape
 from uopgrad.ops import Ops
 from uopgrad.pipeline import lower, note_host_fill, recording
@@ -166,6 +166,16 @@ def _outputs(
     return becomes, effects, fresh
 
 
+def _effects_of(ts: list[Tensor]) -> dict[str, list[UOp]]:
+    """The graph a realize of each of `ts` alone would run, by device (`realize`'s `ahead`)."""
+    out: dict[str, list[UOp]] = {}
+    for u in (t.uop for t in ts if isinstance(t.device, str)):
+        effects = _outputs([u], lower_gathers(strip_realized(UOp.sink(u)).src), {u: str(u.device)})[1]
+        for device, srcs in merge_devices(effects).items():
+            out.setdefault(device, []).append(srcs[0].sink(*srcs[1:]))
+    return out
+
+
 def _typed(op: Ops, u: UOp) -> UOp:
     """A bitwise node checked where it is built: on floats it has no meaning (realize would reject it)."""
     if op in (Ops.AND, Ops.OR, Ops.XOR) and not (dtypes.is_int(u.dtype) or u.dtype.scalar() == dtypes.bool):
@@ -204,7 +214,8 @@ class Tensor(
 
     # "__dict__": a tensor takes attributes of the caller's (it always has: the multi-device mixin that
     # gave it one had no __slots__)
-    __slots__ = ("__dict__", "__weakref__", "_id", "_uop", "grad", "requires_grad")
+    __slots__ = ("__dict__", "__weakref__", "_id", "_siblings", "_uop", "grad", "requires_grad")
+    _siblings: registry.Siblings | None  # the gradients of one backward (tensor_registry.ahead_of)
 
     def __init__(
         self,
@@ -245,7 +256,7 @@ class Tensor(
             uop = Tensor._from_numpy(arr, dt or dtypes.from_numpy(arr.dtype), dev)
         else:
             raise TypeError(f"can't make a Tensor from {type(data).__name__}")
-        self._id = next(_next_id)
+        self._id, self._siblings = next(_next_id), None
         registry.register(self)
         self.uop = replicate(uop, devs)  # on a device tuple: on every device of it
         self.requires_grad: bool | None = requires_grad
@@ -289,7 +300,7 @@ class Tensor(
         # what __init__ does with a UOp and no device or dtype, without its argument checks (every op's
         # result comes through here)
         t = object.__new__(Tensor)
-        t._id = next(_next_id)
+        t._id, t._siblings = next(_next_id), None
         registry.register(t)
         t.uop, t.requires_grad, t.grad = uop, rg, None
         return t
@@ -590,8 +601,13 @@ class Tensor(
         devices = {u: str(u.device) for u in todo}
         stripped = lower_gathers(strip_realized(UOp.sink(*todo)).src)
         becomes, effects, fresh = _outputs(todo, stripped, devices)
+        ahead = _effects_of(registry.ahead_of(list(tensors)))  # sibling gradients: built alongside
         for device, srcs in merge_devices(effects).items():
-            Device[device].realize(srcs[0].sink(*srcs[1:]))
+            dev, sink = Device[device], srcs[0].sink(*srcs[1:])
+            if device in ahead and type(dev).realize is CompiledBackend.realize:  # (not a subclass's own)
+                cast(CompiledBackend, dev).realize(sink, ahead[device])
+            else:
+                dev.realize(sink)
         # Every effect that ran (an assign into a buffer, a kernel writing its arguments) is done: wherever a
         # graph still holds it, it becomes the realized form, read from the buffer and never run again.
         ran = effects_under(todo)
@@ -734,6 +750,7 @@ class Tensor(
         depends on; an existing `.grad` keeps its identity (it is assigned to)."""
         in_graph = self.uop.toposort()
         targets = [t for t in registry.all_tensors() if t.requires_grad is True and t.uop in in_graph]
+        hits = template_cache_info()["hits"]
         for t, g in zip(targets, self._gradient(targets, gradient, in_graph)):
             if g.shape != t.shape:
                 raise AssertionError(f"gradient shape {g.shape} does not match tensor shape {t.shape}")
@@ -741,6 +758,12 @@ class Tensor(
                 t.grad = g
             else:
                 t.grad.assign(t.grad + g.to(t.grad.device))
+        if template_cache_info()["hits"] == hits:  # derived, not a known structure: a first step
+            # the gradients of realized tensors (the parameters), not of the steps between them
+            grads = [t.grad for t in targets if t.grad is not None and t is not self and _is_realized(t.uop)]
+            group = registry.Siblings(grads)
+            for g in grads:
+                g._siblings = group
         return self
 
     # ------------------------------------------------------------------ calls

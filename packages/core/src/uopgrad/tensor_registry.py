@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from uopgrad.tensor import Tensor
 
 __all__ = [
+    "Siblings",
+    "ahead_of",
     "all_tensors",
     "assigned",
     "is_realized",
@@ -184,6 +186,36 @@ def all_tensors() -> list[Tensor]:
     """Every live tensor, in creation order."""
     out = [t for ref in list(_all.values()) if (t := ref()) is not None]
     _sweep(_all, "all")
+    return out
+
+
+# ---------------------------------------------------------------------- what comes next
+class Siblings:
+    """The gradients one `backward()` made, where it derived them (a structure not seen before: a first
+    step). Users read them one after another (`[p.grad.numpy() for p in params]`); each read is a realize of
+    its own, whose new kernels were one compiler batch each. The first read builds the others' kernels with
+    its own instead (`ahead_of`), once: their realizes then find them built."""
+
+    __slots__ = ("done", "refs")
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        self.refs = tuple(weakref.ref(t) for t in tensors)
+        self.done = False
+
+
+def ahead_of(tensors: list[Tensor]) -> list[Tensor]:
+    """The tensors whose kernels a realize of `tensors` builds too: the live, unrealized siblings of those
+    with a group not used yet (each group is used once)."""
+    out: list[Tensor] = []
+    for t in tensors:
+        if (group := t._siblings) is None or group.done:
+            continue
+        group.done = True
+        out += [
+            s
+            for r in group.refs
+            if (s := r()) is not None and all(s is not x for x in tensors) and not is_realized(s.uop)
+        ]
     return out
 
 
