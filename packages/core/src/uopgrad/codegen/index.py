@@ -11,6 +11,7 @@ and so is a value op with a constant operand (its constants were under broadcast
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from uopgrad._util import prod
@@ -102,6 +103,16 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
     return UOp(Ops.AND, dtypes.bool, (a, b))
 
 
+# process-wide: kernels of one step index their buffers with the same expressions over the same (interned)
+# RANGEs, and the opt pass lowers a nest again for each tile it tries (the digits example's first step: 519
+# simplifications of 82 kernels). `pm_sym_ungated` is a fixed table and a UOp is its structure, so a hit is
+# the same result.
+@functools.lru_cache(maxsize=1 << 14)
+def simplify_index(e: UOp) -> UOp:
+    """`e` simplified by `symbolic.pm_sym_ungated` (memoised)."""
+    return graph_rewrite(e, pm_sym_ungated, name="codegen: simplify index")
+
+
 class _Indexer:
     """Lowers the values of one loop nest. `counter` numbers the RANGEs across the whole kernel (outer loops
     get smaller numbers: the linearizer nests by them); `params` maps a slot to the node reads go through."""
@@ -116,7 +127,7 @@ class _Indexer:
         if e.op in (Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_VAR):
             return e
         if e not in self.simplified:
-            self.simplified[e] = graph_rewrite(e, pm_sym_ungated, name="codegen: simplify index")
+            self.simplified[e] = simplify_index(e)
         return self.simplified[e]
 
     def new_range(self, size: sint, kind: str) -> UOp:
