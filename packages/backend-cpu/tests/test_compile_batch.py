@@ -160,3 +160,30 @@ def test_batches_keep_openmp_apart_and_sizes_bounded():
         assert len({"omp" in srcs[k] for k in b}) == 1
     assert [len(b) for b in plan if b[0] == len(srcs) - 1] == [1]  # not one kernel: alone
     assert len(plan) < len(srcs) / 2
+
+
+def test_the_first_part_is_looked_up_on_the_lowering_thread(monkeypatch):
+    """While Python lowers the rest of a realize's kernels, the first part is compiled on a thread. Its
+    disk-cache lookups are Python: on that thread each one waited for the GIL behind the lowering (10-20
+    ms apiece, a digits step's first compiles started 170 ms late), so they are made before it starts."""
+    import threading
+
+    from uopgrad import Tensor
+    from uopgrad.backend import Compiler
+
+    threads: list[str] = []
+    look_up = Compiler.look_up
+
+    def noted(self, srcs):
+        threads.append(threading.current_thread().name)
+        return look_up(self, srcs)
+
+    monkeypatch.setattr(Compiler, "look_up", noted)
+    rng = np.random.default_rng(7)
+    a = Tensor(rng.standard_normal((5, 23)).astype(np.float32), device="CPU")
+    outs = [(a[:k] * 2.5 - k).exp2() for k in range(1, 6)] + [a.sum(0) * 3.5, a.max(1) - 0.25]
+    outs[0].realize(*outs[1:])
+    assert len(threads) >= 2, "the kernels were built in two parts"
+    assert set(threads) == {threading.main_thread().name}
+    for k, o in enumerate(outs[:5], start=1):
+        np.testing.assert_allclose(o.numpy(), np.exp2(a.numpy()[:k] * 2.5 - k), rtol=1e-6)
