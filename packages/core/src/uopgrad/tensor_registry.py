@@ -208,7 +208,7 @@ def ahead_of(tensors: list[Tensor]) -> list[Tensor]:
     with a group not used yet (each group is used once)."""
     out: list[Tensor] = []
     for t in tensors:
-        if (group := t._siblings) is None or group.done:
+        if (group := getattr(t, "_siblings", None)) is None or group.done:
             continue
         group.done = True
         out += [
