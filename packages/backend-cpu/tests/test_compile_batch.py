@@ -141,25 +141,46 @@ def test_a_kernel_entry_is_a_plain_shared_object_unless_renamed():
     assert split_symbol(with_symbol(lib, "plain_k_m2"), "plain_k") == (lib, "plain_k_m2")
 
 
-def test_batches_keep_openmp_apart_and_sizes_bounded():
+def parallel_kernel(name: str, value: str) -> str:
+    return textwrap.dedent(f"""\
+    void {name}(float* restrict data0) {{
+      #pragma omp parallel for
+      for (int i = 0; i < 4; i++) data0[i] = {value};
+    }}
+    """)
+
+
+def test_batches_are_bounded_and_even():
     serial = [kernel(f"k{i % 3}", f"{i}.0f") for i in range(40)]  # three names, repeated
-    parallel = [
-        textwrap.dedent(f"""\
-        void p{i}(float* restrict data0) {{
-          #pragma omp parallel for
-          for (int i = 0; i < 64; i++) data0[i] = {i}.0f;
-        }}
-        """)
-        for i in range(5)
-    ]
+    parallel = [parallel_kernel(f"p{i}", f"{i}.0f") for i in range(24)]
     srcs = [*serial, *parallel, "int not_a_kernel(void) { return 0; }\n"]
     plan = batches(srcs, 4)
     assert sorted(k for b in plan for k in b) == list(range(len(srcs)))
     for b in plan:  # names may repeat in a batch: the merged source renames them
         assert len(b) <= BATCH_LIMIT
-        assert len({"omp" in srcs[k] for k in b}) == 1
     assert [len(b) for b in plan if b[0] == len(srcs) - 1] == [1]  # not one kernel: alone
-    assert len(plan) < len(srcs) / 2
+    assert len(plan) == 1 + 4  # 64 kernels: four batches of 16
+    sizes = [sum(len(srcs[k]) for k in b) for b in plan if len(b) > 1]
+    assert max(sizes) - min(sizes) <= max(len(s) for s in srcs)
+    assert len(batches(srcs[:5], 8)) == 5  # no more batches than kernels
+
+
+def test_serial_kernels_join_openmp_ones_rather_than_wait_for_a_core(monkeypatch):
+    """A realize's new kernels on two cores: kept apart, 5 serial and 16 parallel ones were three compiler
+    processes, the third waiting for a core (a transformer block's backward). A serial kernel built with
+    -fopenmp is the same machine code, so they share batches instead; every kernel still computes its own
+    values."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    tag = os.urandom(4).hex()
+    names = [f"s{i}_{tag}" for i in range(5)] + [f"p{i}_{tag}" for i in range(16)]
+    srcs = [kernel(n, f"{i}.5f") for i, n in enumerate(names[:5])]
+    srcs += [parallel_kernel(n, f"{i + 5}.5f") for i, n in enumerate(names[5:])]
+    plan = batches(srcs, 2)
+    assert len(plan) == 2 and sorted(k for b in plan for k in b) == list(range(21))
+    assert all(any(k < 5 for k in b) for b in plan)  # the serial kernels spread over both
+    libs = CCompiler().compile_many(srcs)
+    assert len({split_symbol(lib, n)[0] for lib, n in zip(libs, names)}) == 2  # two shared objects
+    assert [run_kernel(n, lib) for n, lib in zip(names, libs)] == [i + 0.5 for i in range(21)]
 
 
 def test_the_first_part_is_looked_up_on_the_lowering_thread(monkeypatch):

@@ -24,10 +24,11 @@ translation unit 25 ms, one kernel 52 ms, ten kernels 524 ms one by one and 131 
 misses go into about `os.cpu_count()` batches, each one source (core's `renderer.merge`) built as one shared
 object on a thread of its own. A batch may hold kernels of one name: the merged source renames the repeats,
 and such a kernel's entry carries its function's name after the shared object (runtime.py `with_symbol`);
-a batch is all serial or all OpenMP (each kernel keeps the flags it has alone, so its code and results are
-the same) and holds at most `BATCH_LIMIT` kernels: every member's disk-cache entry is the whole batch's
-shared object (~14 KB of ELF plus ~1 KB a kernel, so a batch of 16 stores ~30 KB per kernel instead of
-~15 KB). A batch that does not build is built kernel by kernel, so an error names its own source.
+serial and OpenMP kernels share batches (a serial kernel's machine code is the same with -fopenmp, which
+only reads OpenMP pragmas), and a batch holds at most `BATCH_LIMIT` kernels: every member's disk-cache
+entry is the whole batch's shared object (~14 KB of ELF plus ~1 KB a kernel, so a batch of 16 stores ~30 KB
+per kernel instead of ~15 KB). A batch that does not build is built kernel by kernel, so an error names its
+own source.
 """
 
 from __future__ import annotations
@@ -161,33 +162,26 @@ def _identity(cc: str) -> str:
 
 
 def batches(srcs: Sequence[str], workers: int) -> list[list[int]]:
-    """Indices of `srcs` in batches to build as one shared object each: serial and OpenMP kernels apart, at
-    most BATCH_LIMIT kernels, about `workers` batches in all with about even amounts of source (a source that
-    is not one generated kernel is a batch of its own). Kernels of one name may share a batch: `merge`
-    renames the repeats (a realize's kernels often share names, `E_4_32_64` of several bodies, and keeping
-    them apart took 7 compiler processes instead of 2 for 18 kernels)."""
-    out: list[list[int]] = []
-    for omp in (False, True):
-        kind = [k for k, src in enumerate(srcs) if bool(_OPENMP_USE.search(src)) == omp]
-        if not kind:
-            continue
-        share = max(1, round(workers * len(kind) / len(srcs)), math.ceil(len(kind) / BATCH_LIMIT))
-        bins: list[list[int]] = [[] for _ in range(share)]
-        weight = [0] * share
-        for k in kind:
-            if split(srcs[k], _KERNEL) is None:
-                out.append([k])
-                continue
-            free = [b for b, ks in enumerate(bins) if len(ks) < BATCH_LIMIT]
-            if not free:
-                bins.append([])
-                weight.append(0)
-                free = [len(bins) - 1]
-            b = min(free, key=weight.__getitem__)
-            bins[b].append(k)
-            weight[b] += len(srcs[k])
-        out += [ks for ks in bins if ks]
-    return out
+    """Indices of `srcs` in batches to build as one shared object each: at most BATCH_LIMIT kernels, about
+    `workers` batches in all with about even amounts of source (a source that is not one generated kernel is
+    a batch of its own). Kernels of one name may share a batch: `merge` renames the repeats (a realize's
+    kernels often share names, `E_4_32_64` of several bodies, and keeping them apart took 7 compiler
+    processes instead of 2 for 18 kernels). Serial and OpenMP kernels share batches: a batch with an OpenMP
+    kernel is built with -fopenmp, which changes nothing in code without an OpenMP pragma (the same
+    instructions, by objdump, for a transformer block's 17 serial kernels) and adds a libgomp link, ~9 ms.
+    Kept apart, a block's backward was three batches on two cores, the third waiting for a core, or two of
+    13 and 50 KB of source, one finishing long before the other."""
+    kernels = [k for k, src in enumerate(srcs) if split(src, _KERNEL) is not None]
+    share = max(1, min(workers, len(kernels)), math.ceil(len(kernels) / BATCH_LIMIT))  # (room for all)
+    alone = set(range(len(srcs))).difference(kernels)
+    out = [[k] for k in sorted(alone)]
+    bins: list[list[int]] = [[] for _ in range(share)]
+    weight = [0] * share
+    for k in kernels:  # each to the lightest batch with room
+        b = min((b for b, ks in enumerate(bins) if len(ks) < BATCH_LIMIT), key=weight.__getitem__)
+        bins[b].append(k)
+        weight[b] += len(srcs[k])
+    return out + [ks for ks in bins if ks]
 
 
 class CCompiler(Compiler):
