@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from uopgrad import Device, DType, Ops, UOp, dtypes
+from uopgrad import Device, DType, Ops, UOp, dtypes, program_store
 from uopgrad.codegen import group
 from uopgrad.dtype import AddrSpace  # noqa: TID251  (the planted tree builds group's own local array)
 from uopgrad.pipeline import clear_program_cache
@@ -45,6 +45,7 @@ def _tree(wrong_index: bool, barrier: bool) -> Callable[[UOp, UOp, int, Ops, DTy
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No program or kernel built before the bug is planted is reused, and none built with it is kept."""
+    monkeypatch.setattr(program_store, "ENABLED", False)  # (nor one a process stored on disk)
     clear_program_cache()
     monkeypatch.setattr(Device["CUDA"], "_kernels", {})
     yield

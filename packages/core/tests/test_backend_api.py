@@ -189,9 +189,10 @@ def several_kernels(backend: CompiledBackend, n: int) -> tuple[UOp, list[UOp]]:
     return UOp.sink(*stores), outs
 
 
-def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatch):
-    import uopgrad.backend as backend_module
+def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatch, tmp_path):
+    import uopgrad.program_store as backend_module  # (where the backend lowers a kernel it has not stored)
 
+    monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path))  # nothing stored: each kernel is lowered
     log: list[str] = []
     compiler = OverlappingCompiler(log)
     real_lower = backend_module.lower
@@ -213,7 +214,8 @@ def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatc
     assert log == ["lower"] * 3 + ["compile 3"] + ["lower"] * 2 + ["compile 2"]
 
 
-def test_an_overlapped_build_raises_the_first_kernels_error(monkeypatch):
+def test_an_overlapped_build_raises_the_first_kernels_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path))  # nothing stored: each kernel is rendered
     log: list[str] = []
     sources: list[str] = []
     real_render = PickleRenderer.render

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from uopgrad import Device, Ops, Tensor
+from uopgrad import Device, Ops, Tensor, program_store
 from uopgrad.pipeline import lower
 from uopgrad.renderer import Renderer
 
@@ -69,8 +69,10 @@ def tricky_rows(n: int) -> np.ndarray:
 
 
 def recorded_sources(monkeypatch: pytest.MonkeyPatch, renderer: type[Renderer]) -> list[str]:
-    """A list that collects every source `renderer.render` prints until the test ends."""
+    """A list that collects every source `renderer.render` prints until the test ends (kernels stored on
+    disk by an earlier process are rendered again meanwhile: `program_store.ENABLED` is off)."""
     seen: list[str] = []
+    monkeypatch.setattr(program_store, "ENABLED", False)
     real: Callable[..., str] = renderer.render
 
     def recording(self: Renderer, program: object) -> str:

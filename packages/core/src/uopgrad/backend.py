@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
-from uopgrad import debug, diskcache
+from uopgrad import debug, diskcache, program_store
 from uopgrad._util import LRU
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.codegen import Target
@@ -44,10 +44,9 @@ from uopgrad.config import getenv_float, getenv_str
 from uopgrad.dtype import DType, dtypes
 from uopgrad.errors import BackendError, CompileError, ConfigError
 from uopgrad.ops import Ops
-from uopgrad.pipeline import GlobalCounters, count_kernel, lower, run_schedule
+from uopgrad.pipeline import GlobalCounters, count_kernel, run_schedule
 from uopgrad.renderer import Renderer
 from uopgrad.schedule import Schedule, schedule
-from uopgrad.search import best_choice
 from uopgrad.uop import UOp
 
 __all__ = [
@@ -556,35 +555,35 @@ class CompiledBackend(Backend):
                 todo.setdefault(call.src[0], call)
         # DEBUG>=1 says when new kernels are built and what it cost; a long build shows a progress bar
         with debug.compiling(self.name, len(todo), len(ready), self.compiler.stats) as build:
-            programs, libs = self._lower_and_compile(list(todo.values()), target, build)
-            for body, program, (src, lib) in zip(todo, programs, libs):
+            done, libs = self._lower_and_compile(list(todo.values()), target, build)
+            for body, (program, src, _), lib in zip(todo, done, libs, strict=True):
                 run = self._load_program(program, src, lib)
                 k = ready[body] = self._kernels[(body, width)] = _Kernel(
                     program, src, run, _overwritten(body)
                 )
+        program_store.store(done)  # the programs of kernels that built and loaded
         return ready
 
     def _lower_and_compile(
         self, calls: list[UOp], target: Capabilities, build: debug.Compiling
-    ) -> tuple[list[KernelProgram], list[tuple[str, bytes]]]:
-        """Each call's program, source and binary. A compiler that overlaps lowering gets the first
-        `_head(n)` sources on a thread while the rest is lowered (the C compiler is another process: the
-        cores it uses are free while Python lowers); the parts are compiled in order, and the first error in
-        kernel order is the one raised, after every part has finished."""
+    ) -> tuple[list[program_store.Lowered], list[bytes]]:
+        """Each call's program and source (`program_store.lowered`) and binary. A compiler that overlaps
+        lowering gets the first `_head(n)` sources on a thread while the rest is lowered (the C compiler is
+        another process: the cores it uses are free while Python lowers); the parts are compiled in order,
+        and the first error in kernel order is the one raised, after every part has finished."""
         head = _head(len(calls)) if self.compiler.overlaps_lowering else len(calls)
-        programs: list[KernelProgram] = []
-        sources: list[str] = []
+        done: list[program_store.Lowered] = []
         with ThreadPoolExecutor(1) as pool:
             first = None
             for call in build.track(calls):
-                program = lower(call, target, best_choice(self, call, target, lower))
-                src = self.renderer.render(program)
-                debug.source(program.name, src)
-                programs.append(program)
-                sources.append(src)
-                if len(sources) == head < len(calls):  # (the disk reads here: see `look_up`)
-                    first = pool.submit(self.compiler.build_looked_up, self.compiler.look_up(sources))
+                done.append(program_store.lowered(self, call, target))
+                debug.source(done[-1][0].name, done[-1][1])
+                if len(done) == head < len(calls):  # (the disk reads here: see `look_up`)
+                    first = pool.submit(
+                        self.compiler.build_looked_up, self.compiler.look_up([d[1] for d in done])
+                    )
             build.phase("compiling")
+            sources = [d[1] for d in done]
             rest = sources[head:] if first is not None else sources
             try:
                 libs, error = self.compiler.compile_cached_many(rest) if rest else [], None
@@ -593,7 +592,7 @@ class CompiledBackend(Backend):
             libs = (first.result() if first is not None else []) + libs
             if error is not None:
                 raise error
-        return programs, list(zip(sources, libs, strict=True))
+        return done, libs
 
     def _load_program(self, program: KernelProgram, src: str, lib: bytes) -> Program:
         """The loaded kernel. A binary that does not load (a cache entry that is garbage under a valid

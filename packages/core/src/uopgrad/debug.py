@@ -51,6 +51,7 @@ __all__ = [
     "logger",
     "realizing",
     "remove_tracer",
+    "traced",
     "schedule_made",
     "source",
     "track",
@@ -81,6 +82,11 @@ _depth = 0
 def add_tracer(t: Tracer) -> None:
     """Send the pipeline's events to `t` too."""
     _tracers.append(t)
+
+
+def traced() -> bool:
+    """Whether a tracer is attached (it sees each pass of each kernel lowered)."""
+    return bool(_tracers)
 
 
 def remove_tracer(t: Tracer) -> None:
