@@ -51,10 +51,10 @@ __all__ = [
     "logger",
     "realizing",
     "remove_tracer",
-    "traced",
     "schedule_made",
     "source",
     "track",
+    "traced",
 ]
 
 logger = logging.getLogger("uopgrad")

@@ -59,7 +59,8 @@ _FORMAT = b"program-1|"
 def _code_digest(*packages: str) -> bytes | None:
     """A digest of every module of `packages` (their text, by relative path): the code that lowers and
     renders. Read once a process (about 100 small files). None where one has no file to read (a renderer
-    typed into an interpreter or a notebook): nothing tells its versions apart, so nothing is stored."""
+    typed into an interpreter or a notebook) or one can't be read: nothing tells its versions apart, so
+    nothing is stored."""
     h = hashlib.sha256()
     for name in sorted(set(packages)):
         module = importlib.import_module(name)
@@ -68,9 +69,12 @@ def _code_digest(*packages: str) -> bytes | None:
         # a package: its tree; a module on its own (a backend in one file): only that file, never the
         # directory it sits in (a project's, or site-packages)
         root = Path(file).parent
-        files = sorted(root.rglob("*.py")) if hasattr(module, "__path__") else [Path(file)]
-        for path in files:
-            h.update(f"{name}/{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+        try:
+            files = sorted(root.rglob("*.py")) if hasattr(module, "__path__") else [Path(file)]
+            for path in files:
+                h.update(f"{name}/{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+        except OSError:  # a file that went away or can't be read: no digest, nothing stored
+            return None
     return h.digest()
 
 
