@@ -190,12 +190,12 @@ def several_kernels(backend: CompiledBackend, n: int) -> tuple[UOp, list[UOp]]:
 
 
 def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatch, tmp_path):
-    import uopgrad.program_store as backend_module  # (where the backend lowers a kernel it has not stored)
+    import uopgrad.program_store as store_module  # (where the backend lowers a kernel it has not stored)
 
     monkeypatch.setenv("UOPGRAD_CACHE_DIR", str(tmp_path))  # nothing stored: each kernel is lowered
     log: list[str] = []
     compiler = OverlappingCompiler(log)
-    real_lower = backend_module.lower
+    real_lower = store_module.lower
 
     def lower(*args: object) -> KernelProgram:
         if log.count("lower") == 3:  # the 4th kernel: the first 3 must be with the compiler by now
@@ -203,7 +203,7 @@ def test_a_realize_compiles_its_first_kernels_while_lowering_the_rest(monkeypatc
         log.append("lower")
         return real_lower(*args)
 
-    monkeypatch.setattr(backend_module, "lower", lower)
+    monkeypatch.setattr(store_module, "lower", lower)
     py = PyBackend()
     py.compiler = compiler
     sink, outs = several_kernels(py, 5)
