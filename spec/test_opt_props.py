@@ -37,6 +37,7 @@ PROGRAMS = [
     "sum1",
     "max0",
     "max1",
+    "max_all",
     "prod1",
     "chain_sum0",
     "chain_sum1",
@@ -63,7 +64,7 @@ PROGRAMS = [
 ]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
-SELECTS = {"max0", "max1"}
+SELECTS = {"max0", "max1", "max_all"}
 
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndarray:
@@ -117,6 +118,8 @@ def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         out = _MASKED[name[3:]](a) * 1.5 - a  # a 2-D elementwise nest (a realized view keeps its 2 loops)
     elif name[:-5] in _MASKED:
         out = _MASKED[name[:-5]](a).sum(int(name[-1]))
+    elif name == "max_all":  # a reduce over both axes, whose NaN sum shares the maximum's loops
+        out = a.max()
     elif name.startswith("max_mm"):
         out = mm.max(int(name[-1]))
     elif name.startswith("chain"):
@@ -169,7 +172,7 @@ def test_opt_is_exact_where_the_policy_says(name: str, m: int, k: int, n: int, d
         if name in SELECTS:
             # Tensor.max's NaN is a float sum of the row's NaNs (spec/opt.md §2), summed in lanes along a
             # stride-1 reduce axis (max1): there a row of two NaNs may keep the other payload
-            keep = ~nan if name == "max1" else np.ones(want.shape, bool)
+            keep = ~nan if name in ("max1", "max_all") else np.ones(want.shape, bool)
             assert got[keep].tobytes() == want[keep].tobytes()
     else:  # a float ADD along an axis that is stride-1 in every load may be summed in lanes: a bound
         scale = _abs_sum(name, x.astype(np.float64), y.astype(np.float64))

@@ -69,6 +69,17 @@ def test_the_nan_sum_and_the_maximum_read_a_row_in_one_loop():
     assert len(inputs) == 2  # each vector of the row is loaded once, for both
 
 
+def test_the_max_of_a_matrix_reads_it_once_in_one_loop_nest():
+    prg = program(rows(64, 1024).max(), 32)
+    loops = [u for u in prg.uops if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+    # the NaN sum's loops fused into the maximum's, then the redo's inner loop (the outer one's bound is a
+    # WHERE)
+    assert [int(r.src[0].arg) for r in loops] == [64, 1024 // 16, 1024]
+    assert sum(u.op is Ops.END and u.src[0] in loops for u in prg.uops) == 3  # one END per loop
+    inputs = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count == 8]
+    assert len(inputs) == 2
+
+
 def _two_sums(dependent: bool) -> UOp:
     """out[0] = sum_j a[j] * (sum_i a[i] if dependent else 2), the two sums over ranges of one size."""
     out, a = param(0, f32, 1), param(1, f32, 16)

@@ -88,15 +88,27 @@ class _Scopes:
 
 
 def _accumulating(end: UOp) -> bool:
-    """Whether a loop only updates registers: its END closes stores into DEFINE_REGs and nothing else."""
-    return all(s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_REG for s in end.src[1:])
+    """Whether a loop only updates registers: its END closes stores into DEFINE_REGs, or the ENDs of loops
+    nested in it that do only that (a reduce over several axes: a max of a whole matrix)."""
+    return all(
+        (s.op is Ops.STORE and s.src[0].op is Ops.DEFINE_REG) or (s.op is Ops.END and _accumulating(s))
+        for s in end.src[1:]
+    )
 
 
 def fuse_loops(sink: UOp) -> UOp:
     """Reduce loops of one trip count in one scope that do not depend on each other become one loop (a
     max's NaN sum and its maximum read each row once). Each register still takes its own values in its own
     order, so every result keeps its bits: only the bodies' instructions interleave. The fused loop has one
-    END, of all the registers' stores."""
+    END, of all the registers' stores. Nested loops fuse outside-in: fusing two outer loops puts the loops
+    inside them in one scope, where they fuse in the next round."""
+    while (fused := _fuse_once(sink)) is not sink:
+        sink = fused
+    return sink
+
+
+def _fuse_once(sink: UOp) -> UOp:
+    """One round of `fuse_loops`: `sink` itself where no two loops fuse."""
     nodes = list(sink.toposort())
     ends: dict[UOp, list[UOp]] = defaultdict(list)
     for u in nodes:
