@@ -5,6 +5,7 @@ Workloads (issue #4, item 10), each built the same way in every library from one
   chain8    a fused chain of 8 elementwise ops on 2**22 float32          GB/s = bytes read + written / time
   sum       sum over the last axis of 4096x1024 float32                  GB/s = bytes read / time
   max       max over the last axis of 4096x1024 float32                  GB/s = bytes read / time
+  colsum    sum over the first axis of 4096x1024 float32 (a bias gradient's shape)   GB/s = bytes read / time
   matmul    512x512 @ 512x512 float32                                    GFLOP/s = 2*512**3 / time
   mlp cold  forward+backward of an 8-layer MLP (width 256, batch 64), the first step (compiles included)
   mlp step  the same, steady state (the step repeated with new input values)
@@ -100,6 +101,7 @@ WORKLOADS = [
     Workload("chain8", unit="GB/s", amount=N_CHAIN * 4 * 2),
     Workload("sum", unit="GB/s", amount=ROWS * COLS * 4),
     Workload("max", unit="GB/s", amount=ROWS * COLS * 4),
+    Workload("colsum", unit="GB/s", amount=ROWS * COLS * 4),
     Workload("matmul", unit="GFLOP/s", amount=2 * MM**3),
     Workload("mlp cold", cold=True),
     Workload("mlp step"),
@@ -194,6 +196,10 @@ class Ours(Runner):
         x = self.tensor(self.data["rows"])
         return steady(lambda: x.max(axis=-1).realize(), self.repeat)
 
+    def colsum(self) -> float:
+        x = self.tensor(self.data["rows"])
+        return steady(lambda: x.sum(axis=0).realize(), self.repeat)
+
     def matmul(self) -> float:
         a, b = self.tensor(self.data["a"]), self.tensor(self.data["b"])
         return steady(lambda: (a @ b).realize(), self.repeat)
@@ -250,6 +256,9 @@ class Numpy(Runner):
     def max(self) -> float:
         return steady(lambda: self.data["rows"].max(axis=-1), self.repeat)
 
+    def colsum(self) -> float:
+        return steady(lambda: self.data["rows"].sum(axis=0), self.repeat)
+
     def matmul(self) -> float:
         return steady(lambda: self.data["a"] @ self.data["b"], self.repeat)
 
@@ -277,6 +286,10 @@ class Torch(Runner):
     def max(self) -> float:
         x = self.t(self.data["rows"])
         return steady(lambda: x.amax(dim=-1), self.repeat)
+
+    def colsum(self) -> float:
+        x = self.t(self.data["rows"])
+        return steady(lambda: x.sum(dim=0), self.repeat)
 
     def matmul(self) -> float:
         a, b = self.t(self.data["a"]), self.t(self.data["b"])
@@ -336,6 +349,10 @@ class Tinygrad(Runner):
     def max(self) -> float:
         x = self.tensor(self.data["rows"])
         return steady(lambda: self.sync(x.max(axis=-1)), self.repeat)
+
+    def colsum(self) -> float:
+        x = self.tensor(self.data["rows"])
+        return steady(lambda: self.sync(x.sum(axis=0)), self.repeat)
 
     def matmul(self) -> float:
         a, b = self.tensor(self.data["a"]), self.tensor(self.data["b"])

@@ -56,6 +56,9 @@ PROGRAMS = [
     "lanewise_sum0",
     "lanewise_sum1",
     "wide_mm",
+    # column reduces over 512 columns: a tile of vectors that share no load (codegen/opt.py STREAM_BYTES)
+    "wide_sum0",
+    "wide_max0",
     # elementwise nests of two loops, vectorised by the pass on a loop-style target (spec/opt.md §1)
     "ew_relu",
     "ew_where",
@@ -64,7 +67,7 @@ PROGRAMS = [
 ]
 # programs that only select among their inputs' values (no arithmetic on them): compared bit for bit, so
 # that a NaN keeps its payload and a zero its sign
-SELECTS = {"max0", "max1", "max_all"}
+SELECTS = {"max0", "max1", "max_all", "wide_max0"}
 
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndarray:
@@ -105,6 +108,8 @@ WIDE_ROWS = 64
 def _run(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if name == "wide_mm":
         x, y = np.resize(x, (max(x.shape[0], WIDE_ROWS), WIDE[0])), np.resize(y, WIDE)
+    if name.startswith("wide_") and name != "wide_mm":
+        x, y, name = np.resize(x, (x.shape[0], WIDE[1])), np.resize(y, (WIDE[1], y.shape[1])), name[5:]
     a, b = Tensor(x, device="CPU"), Tensor(y, device="CPU")
     mm = a @ b
     if name in ("matmul", "wide_mm"):

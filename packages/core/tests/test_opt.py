@@ -10,7 +10,18 @@ import pytest
 from uopgrad import Ops, Tensor, UOp, dtypes
 from uopgrad.backends.reference import REFERENCE_OPS
 from uopgrad.codegen import Program, Target
-from uopgrad.codegen.opt import ACCS, ACCS_DEFAULT, DOT_TILE, LANEWISE_OPS, NARROW_ROWS, ROWS, columns, split
+from uopgrad.codegen.opt import (
+    ACCS,
+    ACCS_DEFAULT,
+    DOT_TILE,
+    LANEWISE_OPS,
+    NARROW_ROWS,
+    ROWS,
+    STREAM_BYTES,
+    STREAM_MIN_ITEMS,
+    columns,
+    split,
+)
 from uopgrad.config import Context
 from uopgrad.pipeline import lower
 from uopgrad.renderer.vector import GCCVectorRenderer
@@ -198,6 +209,27 @@ def test_a_max_along_the_output_axis_gets_vector_lanes_each_in_the_scalar_order(
     prg = program(ones(8, 64).max(0))
     assert vectors(prg) == {16}
     assert any(u.op is Ops.MAX and u.dtype == dtypes.float32.vec(16) for u in prg.uops)
+
+
+@pytest.mark.parametrize("width", [16, 32, 64])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_column_reduce_is_a_tile_of_vectors_that_share_no_load(width: int, op: str):
+    prg = program(getattr(ones(64, 512), op)(0), width)
+    lanes, cols = width // 4, STREAM_BYTES // width
+    outputs = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[-1] == "loop"]
+    assert [int(r.src[0].arg) for r in outputs] == [512 // lanes // cols]
+    regs = [u for u in prg.uops if u.op is Ops.DEFINE_REG]
+    # one accumulator per vector of the tile (a float max: its NaN sum's and its maximum's)
+    assert len(regs) == cols * (2 if op == "max" else 1) and {r.dtype.count for r in regs} == {lanes}
+    inputs = [u for u in prg.uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.dtype.count > 1]
+    assert len(inputs) == cols  # each vector of a row read once, for every accumulator that needs it
+
+
+def test_a_narrow_column_reduce_keeps_output_iterations_for_the_cores():
+    prg = program(ones(64, 128).sum(0), 32)  # 16 vectors of 8: a tile of 4 would leave 4 iterations
+    outputs = [u for u in prg.uops if u.op is Ops.RANGE and u.arg[-1] == "loop"]
+    assert [int(r.src[0].arg) for r in outputs] == [STREAM_MIN_ITEMS]
+    assert sum(u.op is Ops.DEFINE_REG for u in prg.uops) == 2
 
 
 def vector_ops(prg: Program) -> set[Ops]:
