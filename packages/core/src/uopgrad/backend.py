@@ -38,7 +38,7 @@ from uopgrad import debug, diskcache, program_store
 from uopgrad._util import LRU
 from uopgrad.codegen import Program as KernelProgram
 from uopgrad.codegen import Target
-from uopgrad.codegen.group import split_partials
+from uopgrad.codegen.group import split_partials, splits_nothing
 from uopgrad.codegen.opt import OPT
 from uopgrad.config import getenv_float, getenv_str
 from uopgrad.dtype import DType, dtypes
@@ -743,10 +743,18 @@ def install_advice(dist: str, extra: str = "") -> str:
     return f"`{install_hint(dist, extra)}`{note}"
 
 
-def reduce_split(device: str, n: int, outs: int, op: Ops, dt: DType) -> int:
-    """Partials per output of a reduce on `device` (the scheduler's split policy): its target decides
-    (uopgrad.codegen.group.split_partials)."""
-    return split_partials(Device[device].capabilities, n, outs, op, dt)
+class _ReduceSplit:
+    """The scheduler's split policy: partials per output of a reduce on `device`, as its target decides
+    (uopgrad.codegen.group.split_partials); `never_splits(device)` where that is 1 for every reduce."""
+
+    def __call__(self, device: str, n: int, outs: int, op: Ops, dt: DType) -> int:
+        return split_partials(Device[device].capabilities, n, outs, op, dt)
+
+    def never_splits(self, device: str) -> bool:
+        return splits_nothing(Device[device].capabilities)
+
+
+reduce_split = _ReduceSplit()
 
 
 class DeviceRegistry:

@@ -24,7 +24,7 @@ from uopgrad.dtype import ConstType, DType, dtypes
 from uopgrad.ops import Ops
 from uopgrad.uop import UOp
 
-__all__ = ["SplitPolicy", "chunked", "plan_splits", "split_reduces"]
+__all__ = ["SplitPolicy", "chunked", "never_splits", "plan_splits", "split_reduces"]
 
 # (device, elements reduced per output, outputs, reduce op, dtype) -> partials per output (1: no split)
 SplitPolicy = Callable[[str, int, int, Ops, DType], int]
@@ -51,12 +51,33 @@ def _partials(u: UOp, policy: SplitPolicy) -> int:
     return policy(u.device, n, outs, u.arg[0], u.dtype)
 
 
+def never_splits(policy: SplitPolicy, device: str) -> bool:
+    """Whether `policy` gives every reduce on `device` one partial. A policy says so with a method
+    `never_splits(device)` (the backend layer's does: loop-style targets, OPT=0); a plain function is asked
+    about each reduce."""
+    ask = getattr(policy, "never_splits", None)
+    return ask is not None and bool(ask(device))
+
+
 def plan_splits(sink: UOp, policy: SplitPolicy, reduces: Sequence[UOp] | None = None) -> tuple[int, ...]:
     """The partials of every REDUCE under `sink`, in toposort order: what the split changes (a cache key).
-    `reduces`: those REDUCEs, where the caller has walked the graph already (the scheduler's key)."""
+    `reduces`: those REDUCEs, where the caller has walked the graph already (the scheduler's key). A device
+    the policy never splits on is asked once, not sized reduce by reduce (a plain MLP step on the CPU
+    sized 32 reduces in about 100 us for nothing)."""
     if reduces is None:
         reduces = [u for u in sink.toposort() if u.op is Ops.REDUCE]
-    return tuple(_partials(u, policy) for u in reduces)
+    skip: dict[str, bool] = {}
+    out: list[int] = []
+    for u in reduces:
+        device = u.device
+        if isinstance(device, str):
+            if (never := skip.get(device)) is None:
+                never = skip[device] = never_splits(policy, device)
+            if never:
+                out.append(1)
+                continue
+        out.append(_partials(u, policy))
+    return tuple(out)
 
 
 def _split(r: UOp, parts: int) -> UOp:

@@ -52,6 +52,7 @@ __all__ = [
     "group_reduces",
     "group_size",
     "split_partials",
+    "splits_nothing",
 ]
 
 MIN_REDUCE = 256  # shorter reduces stay one loop per thread
@@ -101,13 +102,18 @@ SPLIT_FOLD = 128  # elements each partial of a split reduce folds, at least
 SPLIT_MIN = 65536
 
 
+def splits_nothing(target: Target) -> bool:
+    """Whether `split_partials` is 1 for every reduce on `target`: a loop-style one, or OPT=0."""
+    return target.grid is None or not OPT
+
+
 def split_partials(target: Target, n: int, outs: int, op: Ops, dt: DType) -> int:
     """Partials per output of a reduce of `n` elements into `outs` outputs of `op` on `dt` for `target`:
     the largest power of two that brings the outputs to `SPLIT_THREADS` workgroups of the grid's
     `local_size` and leaves each partial `SPLIT_FOLD` elements; 1 (no split) on loop-style targets, under
     OPT=0, for the reduces `LAYOUTS` leaves out, those under `SPLIT_MIN` elements and where the outputs are
     that many already."""
-    if target.grid is None or not OPT or (op, dtypes.is_float(dt)) not in LAYOUTS or not _grouped_dtype(dt):
+    if splits_nothing(target) or (op, dtypes.is_float(dt)) not in LAYOUTS or not _grouped_dtype(dt):
         return 1
     if n < SPLIT_MIN:
         return 1
