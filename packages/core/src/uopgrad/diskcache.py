@@ -1,4 +1,6 @@
 """The on-disk cache of compiled kernels (layer 1): checked rows of one SQLite file in a directory it owns.
+Beside the kernels' binaries it keeps their lowered programs (`program_store`) and the code objects of the
+compiled pattern matchers (`rewrite`), under keys of their own.
 
 Where: $UOPGRAD_CACHE_DIR, else $XDG_CACHE_HOME/uopgrad, else ~/.cache/uopgrad. The cache claims that
 directory by writing a marker file into it (only when it is new, empty, or holds nothing but the
