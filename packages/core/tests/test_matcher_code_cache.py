@@ -83,3 +83,17 @@ def test_a_payload_that_is_not_the_sources_code_object_is_compiled_over(
     assert [d for d, _ in rewrite._NEW_CODES] == [digest]  # compiled here, to be stored at exit
     rewrite.store_codes()
     assert rewrite._NEW_CODES == [] and marshal.loads(diskcache.read(digest) or b"").co_filename == name
+
+
+def test_without_a_cache_directory_the_source_is_compiled(monkeypatch: pytest.MonkeyPatch):
+    def nowhere() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(diskcache, "cache_dir", nowhere)
+    monkeypatch.setattr(rewrite, "_NEW_CODES", [])
+    code = rewrite._cached_code("def make():\n    return 8\n", "<rules of a homeless test>")
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    assert namespace["make"]() == 8  # type: ignore[operator]
+    rewrite.store_codes()  # nothing to write to: kept nowhere, and no error
+    assert rewrite._NEW_CODES == []

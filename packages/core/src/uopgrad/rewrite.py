@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from uopgrad import diskcache
 from uopgrad.config import DEBUG, TRACK_MATCH_STATS
 from uopgrad.dtype import ConstType, DType, dtypes
-from uopgrad.errors import RewriteError
+from uopgrad.errors import RewriteError, UopgradError
 from uopgrad.mixin import MathMixin
 from uopgrad.ops import GroupOp, Ops
 
@@ -448,7 +448,7 @@ def _cached_code(source: str, name: str) -> CodeType:
     if not CODE_CACHE:
         return compile(source, name, "exec")
     digest = _code_digest(source, name)
-    if (payload := diskcache.read(digest)) is not None:
+    if (payload := _read(digest)) is not None:
         with contextlib.suppress(ValueError, EOFError, TypeError):
             code = marshal.loads(payload)
             if isinstance(code, CodeType) and code.co_filename == name:
@@ -460,14 +460,24 @@ def _cached_code(source: str, name: str) -> CodeType:
     return code
 
 
+def _read(digest: str) -> bytes | None:
+    """The disk cache's payload under `digest`; None where there is none or no cache directory to ask (no
+    home directory, a bad UOPGRAD_CACHE_DIR): the code is then compiled, as it would be without a cache."""
+    try:
+        return diskcache.read(digest)
+    except (OSError, RuntimeError, UopgradError):
+        return None
+
+
 def store_codes() -> None:
     """Write the matcher code objects this process compiled to the disk cache, in one transaction (run
-    when the process exits)."""
+    when the process exits; without a cache directory to write to, nothing is kept)."""
     if _NEW_CODES:
         entries = list(_NEW_CODES)
         _NEW_CODES.clear()
         atexit.unregister(store_codes)
-        diskcache.write_many(entries)
+        with contextlib.suppress(OSError, RuntimeError, UopgradError):
+            diskcache.write_many(entries)
 
 
 def _lazy_op_fn(by_value: list[RuleFn | None], v: int, rules: Sequence[_Rule], hits: list[int]) -> RuleFn:
