@@ -322,7 +322,7 @@ declare(
     "UOPGRAD_CACHE_DIR",
     "path",
     "",
-    "the disk cache of compiled kernels, their lowered programs and BEAM picks",
+    "the disk cache of compiled kernels, their lowered programs, matcher code and BEAM picks",
     form="a directory (created if missing)",
     default_doc="`$XDG_CACHE_HOME/uopgrad`, else `~/.cache/uopgrad`",
     bad_doc="one that can't be used: one RuntimeWarning, no disk cache (spec/errors.md)",
